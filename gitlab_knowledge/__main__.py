@@ -1,0 +1,5 @@
+import sys
+
+from gitlab_knowledge.cli import main
+
+sys.exit(main())

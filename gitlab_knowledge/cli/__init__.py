@@ -1,0 +1,116 @@
+"""`python -m gitlab_knowledge <command>`: operations on the store and the sync."""
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from gitlab_knowledge.cli import console
+from gitlab_knowledge.config import Config, load_config
+from gitlab_knowledge.errors import KnowledgeError, UsageError
+from gitlab_knowledge.redact import install_logging_redaction, redact
+
+DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2, not a usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m gitlab_knowledge", description=__doc__)
+    parser.add_argument("--config", metavar="PATH", help="config file (default: $GITLAB_KNOWLEDGE_CONFIG or ./gitlab_knowledge.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="command", parser_class=Parser)
+    sub.required = True
+
+    def add(name: str, help_text: str, json_flag: bool = True) -> Parser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="machine-readable output")
+        return p
+
+    add("auth-test", "check the token: prints the GitLab user it belongs to", json_flag=False)
+    add("doctor", "check config, token, GitLab, the store and the embedding provider")
+
+    p = add("sync", "fetch what changed in GitLab and update every layer (runs the Dagster job in-process)")
+    p.add_argument("--full", action="store_true", help="refetch everything and remove what GitLab no longer lists")
+    p.add_argument("--force", action="store_true", help="take over a stale running sync")
+    p.add_argument("--project", action="append", metavar="PATH", help="only this project (repeatable)")
+
+    add("sync-status", "last sync runs, cursors and layer watermarks")
+
+    p = add("list", "list issues or merge requests")
+    p.add_argument("what", choices=["issues", "mrs"])
+    p.add_argument("--project", metavar="PATH")
+    p.add_argument("--state", metavar="STATE", help="opened, closed, merged, ...")
+    p.add_argument("--limit", type=_positive_int, default=20)
+
+    p = add("count", "count issues, mrs, discussions or notes")
+    p.add_argument("what", choices=["issues", "mrs", "discussions", "notes"])
+    p.add_argument("--project", metavar="PATH")
+
+    p = add("show", "an issue or merge request with its discussion threads")
+    p.add_argument("what", choices=["issue", "mr"])
+    p.add_argument("iid", type=_positive_int)
+    p.add_argument("--project", metavar="PATH")
+    return parser
+
+
+def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
+    from gitlab_knowledge.cli import doctor, inspect_cmd, sync_cmd
+
+    return {
+        "auth-test": doctor.auth_test,
+        "doctor": doctor.doctor,
+        "sync": sync_cmd.run,
+        "sync-status": inspect_cmd.sync_status_cmd,
+        "list": inspect_cmd.list_cmd,
+        "count": inspect_cmd.count_cmd,
+        "show": inspect_cmd.show_cmd,
+    }
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.WARNING)
+    install_logging_redaction()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        _setup_logging(args.verbose)
+        config = load_config(args.config)
+        return _commands()[args.command](args, config)
+    except KnowledgeError as exc:
+        console.fail(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        console.fail("interrupted")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`): not an error worth a message.
+        sys.stderr.close()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
+        if os.environ.get(DEBUG_ENV):
+            raise
+        console.fail(redact(f"internal error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the traceback)"))
+        return 70

@@ -1,0 +1,103 @@
+"""`auth-test` and `doctor`: is everything a sync needs in place?"""
+
+import argparse
+import asyncio
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from gitlab_knowledge.cli import console
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import KnowledgeError, StoreBusyError
+from gitlab_knowledge.gitlab.client import GitLabClient
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+    required: bool = True
+
+
+def _user_line(user: dict[str, Any], url: str) -> str:
+    return f"Authenticated as @{user.get('username')} ({user.get('name')}) on {url}"
+
+
+async def _whoami(config: Config) -> dict[str, Any]:
+    async with GitLabClient(config.gitlab, config.token()) as client:
+        return await client.current_user()
+
+
+def auth_test(args: argparse.Namespace, config: Config) -> int:
+    user = asyncio.run(_whoami(config))
+    console.out.print(_user_line(user, config.gitlab.url), markup=False)
+    return 0
+
+
+async def _gitlab_checks(config: Config) -> list[Check]:
+    checks = []
+    try:
+        token = config.token()
+    except KnowledgeError as exc:
+        return [Check("token", "fail", str(exc)), Check("gitlab", "fail", "skipped: no token")]
+    checks.append(Check("token", "ok", f"${config.gitlab.token_env} is set"))
+    try:
+        async with GitLabClient(config.gitlab, token) as client:
+            user = await client.current_user()
+            checks.append(Check("gitlab", "ok", _user_line(user, config.gitlab.url)))
+            for project in config.projects:
+                try:
+                    info = await client.project(project)
+                    checks.append(Check(f"project {project}", "ok", f"id {info['id']}, {info.get('web_url')}"))
+                except KnowledgeError as exc:
+                    checks.append(Check(f"project {project}", "fail", str(exc)))
+    except KnowledgeError as exc:
+        checks.append(Check("gitlab", "fail", str(exc)))
+    return checks
+
+
+def _store_check(config: Config) -> Check:
+    from gitlab_knowledge.store.db import write_connection
+
+    try:
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=config.data_dir, prefix=".doctor-"):
+            pass
+    except OSError as exc:
+        return Check("store", "fail", f"data directory {config.data_dir} is not writable: {exc.strerror}")
+    try:
+        with write_connection(config.duckdb_path, wait=2.0) as con:
+            con.execute("SELECT count(*) FROM raw_payloads").fetchone()
+    except StoreBusyError as exc:
+        return Check("store", "warn", str(exc), required=False)
+    except KnowledgeError as exc:
+        return Check("store", "fail", str(exc))
+    size = config.duckdb_path.stat().st_size if config.duckdb_path.exists() else 0
+    return Check("store", "ok", f"{config.duckdb_path} writable ({size / 1e6:.1f} MB)")
+
+
+def collect(config: Config, extra: list[Callable[[Config], Check]] | None = None) -> list[Check]:
+    checks = [Check("config", "ok", f"{config.source}: {config.gitlab.url}, {len(config.projects)} project(s), "
+                                    f"data in {config.data_dir}")]
+    checks += asyncio.run(_gitlab_checks(config))
+    checks.append(_store_check(config))
+    for check in extra or []:
+        checks.append(check(config))
+    return checks
+
+
+def doctor(args: argparse.Namespace, config: Config, extra: list[Callable[[Config], Check]] | None = None) -> int:
+    checks = collect(config, extra)
+    success = all(c.status != "fail" for c in checks if c.required)
+    if args.json:
+        console.print_json({"success": success, "checks": [asdict(c) | {"ok": c.status == "ok"} for c in checks]})
+    else:
+        marks = {"ok": "[green]✓[/]", "warn": "[yellow]![/]", "fail": "[red]✗[/]"}
+        for c in checks:
+            console.out.print(f"{marks[c.status]} {c.name:<28} ", end="")
+            console.out.print(c.detail, markup=False, highlight=False)
+        console.out.print("\nAll required checks passed." if success else "\nSome required checks failed.")
+    return 0 if success else 1
+

@@ -1,0 +1,129 @@
+"""Read commands: `list`, `count`, `show`, `sync-status` (DuckDB, read-only, short waits)."""
+
+import argparse
+
+from rich.markup import escape
+from rich.table import Table
+
+from gitlab_knowledge.cli import console
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.store import queries
+
+
+def list_cmd(args: argparse.Namespace, config: Config) -> int:
+    kind = "issue" if args.what == "issues" else "mr"
+    rows = queries.list_items(config, kind, args.project, args.limit, args.state)
+    if args.json:
+        console.print_json(rows)
+        return 0
+    if not rows:
+        console.out.print(f"No {args.what} in the store" + (f" for {args.project}" if args.project else "") + ".")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("project", "iid", "title", "state", "author", "updated"):
+        table.add_column(column, overflow="ellipsis", no_wrap=column != "title", max_width=60 if column == "title" else None)
+    if kind == "mr":
+        table.add_column("branch", overflow="ellipsis", max_width=40)
+    sigil = "#" if kind == "issue" else "!"
+    for r in rows:
+        cells = [r["project"], f"{sigil}{r['iid']}", escape(r["title"] or ""), r["state"] or "", f"@{r['author']}",
+                 console.when(r["updated_at"])]
+        if kind == "mr":
+            cells.append(f"{r['source_branch']} → {r['target_branch']}")
+        table.add_row(*cells)
+    console.out.print(table)
+    return 0
+
+
+def count_cmd(args: argparse.Namespace, config: Config) -> int:
+    n = queries.count(config, args.what, args.project)
+    label = {"issues": "Issues", "mrs": "Merge requests", "discussions": "Discussions", "notes": "Notes"}[args.what]
+    if args.json:
+        console.print_json({"what": args.what, "project": args.project, "count": n})
+    else:
+        console.out.print(f"{label}: {n:,}")
+    return 0
+
+
+def show_cmd(args: argparse.Namespace, config: Config) -> int:
+    kind = "issue" if args.what == "issue" else "mr"
+    item = queries.show_item(config, kind, args.iid, args.project)
+    if args.json:
+        console.print_json(item)
+        return 0
+    sigil = "#" if kind == "issue" else "!"
+    o = console.out
+    title = escape(item["title"] or "")
+    o.print(f"[bold]{'Issue' if kind == 'issue' else 'MR'} {sigil}{item['iid']}: {title}[/]")
+    facts = [item["project"], item["state"] or "", f"@{item['author_username']}",
+             f"created {console.when(item['created_at'])}", f"updated {console.when(item['updated_at'])}"]
+    if kind == "mr":
+        facts.append(f"{item['source_branch']} → {item['target_branch']}")
+        if item.get("merged_at"):
+            facts.append(f"merged {console.when(item['merged_at'])}")
+    if item.get("confidential"):
+        facts.append("[red]confidential[/]")
+    o.print(" · ".join(facts))
+    if item.get("labels"):
+        o.print("labels: " + ", ".join(escape(label) for label in item["labels"]))
+    o.print(item["web_url"] or "", style="cyan", markup=False)
+    o.print()
+    o.print(item["description"] or "(no description)", markup=False)
+    threads = item["threads"]
+    o.print()
+    o.print(f"[bold]{len(threads)} discussion thread(s)[/]")
+    for i, thread in enumerate(threads, 1):
+        state = " (resolved)" if thread["resolved"] else (" (unresolved)" if thread["resolvable"] else "")
+        o.print(f"\n[bold]── Thread {i}{state}[/]")
+        for note in thread["notes"]:
+            where = ""
+            if note.get("new_path") or note.get("old_path"):
+                line = note.get("new_line") or note.get("old_line")
+                where = f" on {note.get('new_path') or note.get('old_path')}" + (f":{line}" if line else "")
+            flag = " [magenta](internal)[/]" if note["internal"] else ""
+            o.print(f"  @{note['author']} ({console.when(note['created_at'])}){escape(where)}{flag}:")
+            for text_line in (note["body"] or "").splitlines() or [""]:
+                o.print("    " + text_line, markup=False, highlight=False)
+    return 0
+
+
+def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
+    status = queries.sync_status(config)
+    if args.json:
+        console.print_json(status)
+        return 0
+    o = console.out
+    last = {r["project_path"]: r["last_success"] for r in status["last_success"]}
+    running = [r for r in status["runs"] if r["status"] == "running"]
+    table = Table(title="Projects", title_justify="left", box=None)
+    for column in ("project", "last successful sync", "issues cursor", "MRs cursor"):
+        table.add_column(column)
+    cursors = {(c["project"], c["resource_type"]): c for c in status["cursors"]}
+    for project in status["configured_projects"]:
+        ic = cursors.get((project, "issues"))
+        mc = cursors.get((project, "merge_requests"))
+        table.add_row(project, f"{console.when(last.get(project))} ({console.ago(last.get(project))})",
+                      _cursor(ic), _cursor(mc))
+    o.print(table)
+    o.print()
+    runs = Table(title="Recent sync runs", title_justify="left", box=None)
+    for column in ("run", "project", "mode", "status", "started", "took", "fetched", "API calls", "error"):
+        runs.add_column(column, overflow="fold" if column == "error" else "ellipsis")
+    for r in status["runs"][:10]:
+        took = f"{r['duration_s']:.1f}s" if r.get("duration_s") is not None else "-"
+        style = {"failed": "red", "running": "yellow", "abandoned": "magenta"}.get(r["status"], "")
+        runs.add_row(str(r["id"]), r["project_path"], r["mode"], f"[{style}]{r['status']}[/]" if style else r["status"],
+                     console.when(r["started_at"]), took, str(r["totals"].get("fetched", "-")),
+                     str(r["api_calls"] if r["api_calls"] is not None else "-"), escape(r["error"] or ""))
+    o.print(runs)
+    if running:
+        o.print(f"\n[yellow]{len(running)} sync(s) running[/] (PID " +
+                ", ".join(str(r["pid"]) for r in running) + ")")
+    return 0
+
+
+def _cursor(cursor: dict | None) -> str:
+    if not cursor:
+        return "-"
+    return f"{cursor['updated_at_cursor']} (id {cursor['tie_breaker_id']})"
+

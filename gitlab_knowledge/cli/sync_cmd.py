@@ -1,0 +1,104 @@
+"""`sync`: run the Dagster sync job in-process for each project, with a progress bar."""
+
+import argparse
+import time
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gitlab_knowledge.cli import console
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import UsageError
+
+
+class BarProgress:
+    """SyncProgress as a rich progress bar on stderr (plain lines when not a TTY)."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console.err, transient=False, disable=not console.err.is_terminal)
+        self._tasks: dict[tuple[str, str], Any] = {}
+
+    def __enter__(self) -> "BarProgress":
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(*exc)
+
+    def resource_started(self, project: str, resource: str, total: int | None) -> None:
+        label = f"{project} {resource.replace('_', ' ')}"
+        self._tasks[(project, resource)] = self._progress.add_task(label, total=total)
+        if not console.err.is_terminal:
+            console.err.print(f"{label}: " + (f"{total} to examine" if total is not None else "listing"))
+
+    def advance(self, project: str, resource: str, items: int) -> None:
+        task = self._tasks.get((project, resource))
+        if task is not None:
+            self._progress.advance(task, items)
+            t = self._progress.tasks[task]
+            if t.total is not None and t.completed > t.total:
+                self._progress.update(task, total=t.completed)
+
+    def message(self, text: str) -> None:
+        self._progress.console.print(text, markup=False, highlight=False)
+
+
+def _projects(config: Config, selected: list[str] | None) -> list[str]:
+    if not selected:
+        return list(config.projects)
+    unknown = [p for p in selected if p not in config.projects]
+    if unknown:
+        raise UsageError(f"project {unknown[0]!r} is not in the configuration (configured: {', '.join(config.projects)})")
+    return selected
+
+
+def summary_rows(metadata: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    raw = metadata.get("raw_gitlab_payloads", {})
+    return {
+        "fetched": raw.get("items_fetched", 0), "new": raw.get("items_new", 0),
+        "updated": raw.get("items_updated", 0), "deleted": raw.get("items_deleted", 0),
+        "threads": raw.get("threads_fetched", 0), "api_calls": raw.get("api_calls", 0),
+        "rate_limited": raw.get("rate_limited_429", 0), "duration_s": raw.get("duration_s", 0.0),
+    }
+
+
+def run(args: argparse.Namespace, config: Config) -> int:
+    from gitlab_knowledge.defs.runner import exit_code_for, run_sync
+
+    projects = _projects(config, args.project)
+    config.token()  # a missing token is a config problem: say so before Dagster starts
+    started = time.monotonic()
+    with BarProgress() as bar:
+        outcomes = run_sync(config, projects, full=args.full, force=args.force, progress=bar,
+                            config_path=args.config)
+    elapsed = time.monotonic() - started
+    failed = [o for o in outcomes if not o.success]
+    if args.json:
+        console.print_json({
+            "success": not failed, "duration_s": round(elapsed, 3),
+            "projects": [{"project": o.project, "success": o.success, "dagster_run_id": o.run_id,
+                          "error": o.error, **summary_rows(o.metadata), "assets": o.metadata} for o in outcomes],
+        })
+    else:
+        table = Table(title=f"{'Full sync' if args.full else 'Sync'} of {len(outcomes)} project(s) in {elapsed:.1f}s",
+                      title_justify="left")
+        for column in ("project", "fetched", "new", "updated", "deleted", "threads fetched", "API calls", "time"):
+            table.add_column(column, justify="left" if column == "project" else "right")
+        for o in outcomes:
+            row = summary_rows(o.metadata)
+            if o.success or row["fetched"]:
+                table.add_row(o.project, *(str(row[k]) for k in ("fetched", "new", "updated", "deleted", "threads",
+                                                                    "api_calls")), f"{row['duration_s']:.1f}s")
+            else:
+                table.add_row(o.project, *(["-"] * 6), "failed")
+        console.out.print(table)
+        for o in outcomes:
+            extra = o.metadata.get("raw_gitlab_payloads", {}).get("rate_limited_429", 0)
+            if extra:
+                console.warn(f"{o.project}: GitLab rate-limited {extra} request(s); they were retried")
+    for o in failed:
+        console.fail(f"{o.project}: {o.error} (Dagster run {o.run_id[:8]})")
+    return exit_code_for(failed[0].error_class) if failed else 0

@@ -1,0 +1,15 @@
+"""The Dagster definitions: `dagster dev -w workspace.yaml` loads `defs` from here."""
+
+import dagster as dg
+
+from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
+from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
+from gitlab_knowledge.defs.jobs import sync_project_job
+from gitlab_knowledge.defs.resources import KnowledgeSettings
+
+defs = dg.Definitions(
+    assets=[raw_gitlab_payloads, normalized_gitlab],
+    jobs=[sync_project_job],
+    resources={"settings": KnowledgeSettings()},
+    executor=dg.in_process_executor,
+)

@@ -1,0 +1,34 @@
+"""Normalized layer: projects, issues, MRs, labels, discussions, notes (DuckDB)."""
+
+import dagster as dg
+
+from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
+from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
+from gitlab_knowledge.defs.partitions import project_partitions
+from gitlab_knowledge.defs.resources import KnowledgeSettings
+from gitlab_knowledge.store.normalize import normalize_project
+from gitlab_knowledge.store.queries import project_counts
+
+
+@dg.asset(
+    key="normalized_gitlab",
+    deps=[raw_gitlab_payloads],
+    partitions_def=project_partitions,
+    group_name="normalized",
+    kinds={"duckdb"},
+    pool=DUCKDB_POOL,
+    description=(
+        "Raw payloads normalized into projects, issues, merge_requests, labels (+ junctions), "
+        "discussions, notes and note_positions. System notes are excluded; a changed parent's "
+        "threads are replaced in one transaction so deleted notes disappear. Rebuilt from the "
+        "store alone, never from GitLab."
+    ),
+)
+def normalized_gitlab(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
+    config = settings.load()
+    stats = normalize_project(config.duckdb_path, context.partition_key, dagster_run_id=context.run_id)
+    counts = project_counts(config, context.partition_key)
+    return dg.MaterializeResult(metadata={
+        **{f"changed_{k}": v for k, v in stats.as_dict().items()},
+        **{f"count_{k}": v for k, v in counts.items()},
+    })

@@ -1,0 +1,20 @@
+"""Jobs: the whole pipeline for one project partition.
+
+In-process execution: the multiprocess executor costs ~2–2.5 s per step on these machines and the
+steps are sequential anyway (each layer depends on the previous one, and the pools serialize the
+writers), so a run is one process.
+"""
+
+import dagster as dg
+
+from gitlab_knowledge.defs.partitions import project_partitions
+
+SYNC_JOB = "sync_project"
+
+sync_project_job = dg.define_asset_job(
+    SYNC_JOB,
+    selection=dg.AssetSelection.all(),
+    partitions_def=project_partitions,
+    executor_def=dg.in_process_executor,
+    description="Sync one GitLab project through every layer: raw → normalized (and the layers downstream).",
+)

@@ -1,0 +1,102 @@
+"""Running the sync job in this process, for the CLI: the same job, assets and code a Dagster
+daemon or the UI launches, recorded in the same Dagster instance so the runs show in the UI."""
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from gitlab_knowledge import errors
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.defs.jobs import SYNC_JOB
+from gitlab_knowledge.defs.partitions import ensure_partitions
+from gitlab_knowledge.defs.reporting import installed
+from gitlab_knowledge.sync.progress import SyncProgress
+
+PROJECT_TAG = "gitlab_knowledge/project"
+
+
+@dataclass
+class ProjectOutcome:
+    project: str
+    success: bool
+    run_id: str
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # asset key -> metadata values
+    error: str | None = None
+    error_class: str | None = None
+
+
+def dagster_instance(config: Config) -> dg.DagsterInstance:
+    """$DAGSTER_HOME if set; else ./dagster.yaml (the repo's, storage under ./data/dagster);
+    else an instance under the data directory."""
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    if Path("dagster.yaml").is_file():
+        return dg.DagsterInstance.from_config(str(Path.cwd()))
+    home = config.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    yaml = home / "dagster.yaml"
+    if not yaml.exists():
+        yaml.write_text("telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n")
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def _metadata_values(event: dg.AssetMaterialization) -> dict[str, Any]:
+    return {key: getattr(value, "value", value) for key, value in event.metadata.items()}
+
+
+def _error_of(result: dg.ExecuteInProcessResult) -> tuple[str, str | None]:
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
+            err = event.step_failure_data.error
+            while err.cause is not None:
+                err = err.cause
+            message = err.message.strip().splitlines()[0] if err.message else err.cls_name or "step failed"
+            for prefix in (f"gitlab_knowledge.errors.{err.cls_name}: ", f"{err.cls_name}: "):
+                if message.startswith(prefix):
+                    message = message[len(prefix):]
+            return message, err.cls_name
+    return "the run failed (see the Dagster event log)", None
+
+
+def exit_code_for(error_class: str | None) -> int:
+    cls = getattr(errors, error_class or "", None)
+    return getattr(cls, "exit_code", 1) if isinstance(cls, type) else 1
+
+
+def run_sync(config: Config, projects: list[str], *, full: bool = False, force: bool = False,
+             progress: SyncProgress | None = None, instance: dg.DagsterInstance | None = None,
+             config_path: str | None = None) -> list[ProjectOutcome]:
+    """Run the sync job once per project, in this process; stops at the first failed project
+    only if the failure is not specific to that project (auth, config)."""
+    from gitlab_knowledge.defs import defs  # import late: loading Dagster definitions costs ~1 s
+
+    instance = instance or dagster_instance(config)
+    ensure_partitions(instance, projects)
+    job = defs.resolve_job_def(SYNC_JOB)
+    outcomes = []
+    for project in projects:
+        run_config = {
+            "ops": {"raw_gitlab_payloads": {"config": {"full": full, "force": force}}},
+            "resources": {"settings": {"config": {"config_path": config_path}}},
+            "loggers": {"console": {"config": {"log_level": "ERROR"}}},
+        }
+        with installed(progress) if progress else contextlib.nullcontext():
+            result = job.execute_in_process(
+                run_config=run_config, instance=instance, partition_key=project, raise_on_error=False,
+                tags={PROJECT_TAG: project, "gitlab_knowledge/trigger": "cli"},
+            )
+        outcome = ProjectOutcome(project=project, success=result.success, run_id=result.run_id)
+        for event in result.get_asset_materialization_events():
+            mat = event.event_specific_data.materialization
+            outcome.metadata[mat.asset_key.to_user_string()] = _metadata_values(mat)
+        if not result.success:
+            outcome.error, outcome.error_class = _error_of(result)
+        outcomes.append(outcome)
+        if not result.success and outcome.error_class in ("AuthError", "ConfigError", "StoreError"):
+            break
+    return outcomes
+

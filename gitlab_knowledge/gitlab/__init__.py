@@ -1,0 +1,5 @@
+"""GitLab REST v4 client: auth, pagination, rate limiting, retries."""
+
+from gitlab_knowledge.gitlab.client import ClientStats, GitLabClient, Page
+
+__all__ = ["ClientStats", "GitLabClient", "Page"]

@@ -1,0 +1,325 @@
+"""The GitLab REST v4 client every fetch goes through (CLI, Dagster assets, doctor).
+
+- Auth with `PRIVATE-TOKEN`; the token is registered for redaction and never put in a URL.
+- Every request waits for the shared `RateLimiter` slot and a concurrency permit.
+- 429: wait `Retry-After` (or `RateLimit-Reset`, or backoff when GitLab sends neither, as
+  gitlab-org/gitlab#199738 shows it can), plus jitter, and hold back the other requests too.
+- 5xx, timeouts, dropped connections and bodies that are not JSON (a truncated page): exponential
+  backoff with full jitter, bounded by `max_retries`; then a one-line `GitLabError`.
+- Pagination follows `Link: rel="next"` (GitLab: "use these links instead of generating your own
+  URLs"), falling back to `x-next-page`; the link is rebased onto the configured base URL so a
+  proxy that rewrites the host cannot send us elsewhere.
+"""
+
+import asyncio
+import email.utils
+import json
+import random
+import ssl
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import httpx
+
+from gitlab_knowledge.config import GitLabSettings
+from gitlab_knowledge.errors import AuthError, GitLabError, NotFoundError
+from gitlab_knowledge.gitlab.ratelimit import RateLimiter
+from gitlab_knowledge.redact import redact, register_secret
+
+USER_AGENT = "gitlab-knowledge/0.1"
+RETRYABLE_STATUS = {500, 502, 503, 504}
+MAX_THROTTLE_RETRIES = 12
+MAX_THROTTLE_WAIT = 900.0  # a longer Retry-After is reported rather than slept through
+
+
+@dataclass
+class ClientStats:
+    requests: int = 0  # HTTP requests sent, retries included: what the rate limit is spent on
+    retries: int = 0
+    throttled: int = 0  # 429 answers
+    throttle_wait: float = 0.0  # seconds slept because GitLab said 429
+    limiter_wait: float = 0.0  # seconds spent waiting for our own limiter slot
+    failures: Counter = field(default_factory=Counter)  # retried failures by kind
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "api_calls": self.requests,
+            "retries": self.retries,
+            "throttled": self.throttled,
+            "throttle_wait_s": round(self.throttle_wait, 3),
+            "limiter_wait_s": round(self.limiter_wait, 3),
+            "failures": dict(self.failures),
+        }
+
+
+@dataclass
+class Page:
+    items: list[dict[str, Any]]
+    next_url: str | None
+    server_time: datetime | None  # GitLab's Date header: the instant this page describes
+    total: int | None
+
+
+def encode_project(project: str | int) -> str:
+    """A project id or `group/sub/project` path as GitLab's `:id` path segment."""
+    return str(project) if isinstance(project, int) else quote(project, safe="")
+
+
+def parse_server_time(headers: httpx.Headers) -> datetime | None:
+    value = headers.get("date")
+    if not value:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def next_link(headers: httpx.Headers) -> str | None:
+    link = headers.get("link")
+    if link:
+        for part in link.split(","):
+            segments = part.split(";")
+            url = segments[0].strip()
+            if any(s.strip().replace(" ", "") in ('rel="next"', "rel=next") for s in segments[1:]):
+                return url.strip("<>")
+    return None
+
+
+class GitLabClient:
+    """Async client; use as `async with GitLabClient(settings, token) as gl:`."""
+
+    def __init__(
+        self,
+        settings: GitLabSettings,
+        token: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> None:
+        register_secret(token)
+        self.settings = settings
+        self.stats = ClientStats()
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._backoff_base = backoff_base
+        self._backoff_cap = backoff_cap
+        self._limiter = RateLimiter(settings.rate_limit, sleep=sleep)
+        self._permits = asyncio.Semaphore(max(1, settings.concurrency))
+        base = urlsplit(settings.api_url)
+        self._base = (base.scheme, base.netloc)
+        self._base_path = base.path.rstrip("/")
+        verify: ssl.SSLContext | bool = True
+        if settings.ca_bundle:
+            verify = ssl.create_default_context(cafile=str(settings.ca_bundle))
+        self._http = httpx.AsyncClient(
+            headers={"PRIVATE-TOKEN": token, "User-Agent": USER_AGENT, "Accept": "application/json"},
+            timeout=httpx.Timeout(settings.timeout, connect=min(10.0, settings.timeout)),
+            verify=verify,
+            transport=transport,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=max(2, settings.concurrency * 2)),
+        )
+
+    async def __aenter__(self) -> "GitLabClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- URLs -------------------------------------------------------------------------------
+
+    def url(self, path: str, params: dict[str, Any] | None = None) -> str:
+        """An absolute API URL for `path` (relative to /api/v4) or a rebased absolute URL."""
+        if path.startswith("http://") or path.startswith("https://"):
+            parts = urlsplit(path)
+            query = parts.query
+            path_only = parts.path
+        else:
+            path_only = self._base_path + "/" + path.lstrip("/")
+            query = ""
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if params:
+            keys = set(params)
+            pairs = [(k, v) for k, v in pairs if k not in keys]
+            pairs += [(k, str(v)) for k, v in params.items() if v is not None]
+        return urlunsplit((self._base[0], self._base[1], path_only, urlencode(pairs), ""))
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _describe(self, method: str, url: str) -> str:
+        parts = urlsplit(url)
+        shown = parts.path[len(self._base_path):] if parts.path.startswith(self._base_path) else parts.path
+        return f"{method} {shown}" + (f"?{parts.query}" if parts.query else "")
+
+    def _throttle_wait(self, response: httpx.Response, attempt: int) -> float:
+        headers = response.headers
+        retry_after = headers.get("retry-after")
+        if retry_after:
+            try:
+                return max(0.0, float(retry_after))
+            except ValueError:
+                try:
+                    when = email.utils.parsedate_to_datetime(retry_after)
+                    now = parse_server_time(headers) or datetime.now(UTC)
+                    return max(0.0, (when - now).total_seconds())
+                except (TypeError, ValueError):
+                    pass
+        reset = headers.get("ratelimit-reset")
+        if reset:
+            try:
+                now_ts = (parse_server_time(headers) or datetime.now(UTC)).timestamp()
+                return max(0.0, float(reset) - now_ts)
+            except ValueError:
+                pass
+        return self._backoff(attempt)
+
+    def _backoff(self, attempt: int) -> float:
+        # Full jitter (AWS architecture blog): uniform over [0, min(cap, base·2^attempt)].
+        return self._rng.uniform(0, min(self._backoff_cap, self._backoff_base * (2 ** attempt)))
+
+    def _honour_quota(self, headers: httpx.Headers) -> None:
+        remaining = headers.get("ratelimit-remaining")
+        reset = headers.get("ratelimit-reset")
+        if remaining == "0" and reset:
+            try:
+                now_ts = (parse_server_time(headers) or datetime.now(UTC)).timestamp()
+                self._limiter.pause(min(float(reset) - now_ts, MAX_THROTTLE_WAIT))
+            except ValueError:
+                pass
+
+    async def request(self, method: str, path: str, params: dict[str, Any] | None = None,
+                      json_body: Any = None) -> tuple[Any, httpx.Response]:
+        """One API call with retries; returns (parsed JSON, response)."""
+        url = self.url(path, params)
+        what = self._describe(method, url)
+        attempt = 0
+        throttles = 0
+        while True:
+            waited = await self._limiter.acquire()
+            self.stats.limiter_wait += waited
+            failure = ""
+            async with self._permits:
+                self.stats.requests += 1
+                try:
+                    response = await self._http.request(method, url, json=json_body)
+                except httpx.TimeoutException:
+                    failure = "timeout"
+                except httpx.TransportError as exc:
+                    failure = f"connection error ({type(exc).__name__})"
+                else:
+                    self._honour_quota(response.headers)
+                    status = response.status_code
+                    if status == 429:
+                        throttles += 1
+                        self.stats.throttled += 1
+                        wait = self._throttle_wait(response, throttles)
+                        if throttles > MAX_THROTTLE_RETRIES or wait > MAX_THROTTLE_WAIT:
+                            raise GitLabError(
+                                f"GitLab kept rate-limiting {what} (429 x{throttles}, asked to wait {wait:.0f}s); "
+                                "lower gitlab.rate_limit or try again later", status=429)
+                        wait += self._rng.uniform(0, min(1.0, 0.1 + wait * 0.1))
+                        self._limiter.pause(wait)
+                        self.stats.throttle_wait += wait
+                        self.stats.retries += 1
+                        continue
+                    if status in RETRYABLE_STATUS:
+                        failure = f"HTTP {status}"
+                    elif status >= 400:
+                        self._raise_for_status(response, what)
+                    else:
+                        if status == 204 or not response.content:
+                            return None, response
+                        try:
+                            return response.json(), response
+                        except (json.JSONDecodeError, UnicodeDecodeError):
+                            failure = "truncated or non-JSON response body"
+            self.stats.failures[failure.split(" (")[0]] += 1
+            attempt += 1
+            if attempt > self.settings.max_retries:
+                raise GitLabError(redact(
+                    f"GitLab request {what} failed after {attempt} attempts: {failure}"))
+            self.stats.retries += 1
+            await self._sleep(self._backoff(attempt))
+
+    def _raise_for_status(self, response: httpx.Response, what: str) -> None:
+        status = response.status_code
+        message = ""
+        try:
+            body = response.json()
+            if isinstance(body, dict):
+                message = str(body.get("message") or body.get("error") or "")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            message = response.text[:200].strip()
+        message = redact(message)
+        if status == 401:
+            raise AuthError(
+                f"GitLab rejected the token in ${self.settings.token_env} (401 Unauthorized) at {self.settings.url}: "
+                "check that it is valid, not expired, and has the read_api scope")
+        if status == 403:
+            raise GitLabError(f"GitLab refused {what} (403 Forbidden): the token lacks access or the read_api scope",
+                              status=403)
+        if status == 404:
+            raise NotFoundError(f"GitLab has no {what} (404{': ' + message if message else ''})", status=404)
+        raise GitLabError(f"GitLab answered {status} to {what}{': ' + message if message else ''}", status=status)
+
+    async def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        data, _ = await self.request("GET", path, params)
+        return data
+
+    async def get_page(self, path: str, params: dict[str, Any] | None = None) -> Page:
+        data, response = await self.request("GET", path, params)
+        if not isinstance(data, list):
+            raise GitLabError(f"GitLab answered {self._describe('GET', str(response.url))} with a non-list body")
+        nxt = next_link(response.headers)
+        if not nxt:
+            x_next = response.headers.get("x-next-page", "").strip()
+            if x_next:
+                nxt = self.url(str(response.url), {"page": x_next})
+        total_header = response.headers.get("x-total")
+        total = int(total_header) if total_header and total_header.isdigit() else None
+        return Page(items=data, next_url=nxt, server_time=parse_server_time(response.headers), total=total)
+
+    async def iter_pages(self, path: str, params: dict[str, Any] | None = None) -> AsyncIterator[Page]:
+        """Every page of a list, following the next links."""
+        params = {"per_page": self.settings.per_page, **(params or {})}
+        page = await self.get_page(path, params)
+        yield page
+        while page.next_url and page.items:
+            page = await self.get_page(page.next_url)
+            yield page
+
+    async def get_all(self, path: str, params: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], datetime | None]:
+        """All items of a list and the server time of its first page."""
+        items: list[dict[str, Any]] = []
+        first_time = None
+        async for page in self.iter_pages(path, params):
+            if first_time is None:
+                first_time = page.server_time
+            items.extend(page.items)
+        return items, first_time
+
+    # -- endpoints --------------------------------------------------------------------------
+
+    async def current_user(self) -> dict[str, Any]:
+        return await self.get("/user")
+
+    async def project(self, project: str | int) -> dict[str, Any]:
+        try:
+            return await self.get(f"/projects/{encode_project(project)}")
+        except NotFoundError:
+            raise NotFoundError(
+                f"GitLab project {project!r} not found at {self.settings.url} (or the token cannot see it)",
+                status=404) from None
+

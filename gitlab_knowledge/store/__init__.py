@@ -1,0 +1,1 @@
+"""The DuckDB store: raw payloads, normalized GitLab data, documents, sync bookkeeping."""

@@ -1,0 +1,176 @@
+"""The normalized layer: raw payloads → projects, issues, MRs, labels, discussions, notes.
+
+Driven by `change_seq`: each run takes the raw rows of the project changed since its watermark,
+rebuilds every parent (issue or MR) they touch — the parent row, its labels, and all of its
+threads and notes, in one transaction, so a deleted note disappears — and moves the watermark in
+the same transaction. It reads only the store, so it can be re-run at any time (after a schema
+change, a crash between layers) without calling GitLab.
+"""
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.store.bulk import insert_rows
+from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.store.transform import issue_row, merge_request_row, project_row, thread_rows
+from gitlab_knowledge.timeutil import utcnow
+
+LAYER = "normalized"
+BATCH_ROWS = 5000
+PARENT_TABLES = {
+    "issue": ("issues", "issue_labels", "issue_id", "Issue", issue_row),
+    "merge_request": ("merge_requests", "mr_labels", "merge_request_id", "MergeRequest", merge_request_row),
+}
+
+
+@dataclass
+class NormalizeStats:
+    raw_changes: int = 0
+    parents_rebuilt: int = 0
+    parents_deleted: int = 0
+    discussions: int = 0
+    notes: int = 0
+    batches: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def project_id_for(con: duckdb.DuckDBPyConnection, project_path: str) -> int | None:
+    row = con.execute("""
+        SELECT CAST(gitlab_key AS BIGINT) FROM raw_payloads
+        WHERE resource_type = 'project' AND deleted_at IS NULL
+          AND json_extract_string(json, '$.path_with_namespace') = ?
+        ORDER BY change_seq DESC LIMIT 1
+    """, [project_path]).fetchone()
+    return int(row[0]) if row else None
+
+
+def get_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str) -> int:
+    row = con.execute("SELECT watermark FROM layer_state WHERE project_id = ? AND layer = ?",
+                      [project_id, layer]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def set_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str, watermark: int,
+                  dagster_run_id: str | None) -> None:
+    con.execute("INSERT OR REPLACE INTO layer_state VALUES (?, ?, ?, ?, ?)",
+                [project_id, layer, watermark, utcnow(), dagster_run_id])
+
+
+def normalize_project(db_path: Path, project_path: str, *, dagster_run_id: str | None = None,
+                      batch_rows: int = BATCH_ROWS) -> NormalizeStats:
+    """Bring the normalized tables of one project up to date with its raw payloads."""
+    stats = NormalizeStats()
+    while True:
+        # One connection per batch: readers (CLI `count`, `show`) get the file between batches.
+        with write_connection(db_path) as con:
+            project_id = project_id_for(con, project_path)
+            if project_id is None:
+                return stats
+            low = get_watermark(con, project_id, LAYER)
+            high_row = con.execute("""
+                SELECT change_seq FROM raw_payloads WHERE project_id = ? AND change_seq > ?
+                ORDER BY change_seq LIMIT 1 OFFSET ?
+            """, [project_id, low, batch_rows - 1]).fetchone()
+            if high_row is None:
+                high_row = con.execute("SELECT max(change_seq) FROM raw_payloads WHERE project_id = ? AND change_seq > ?",
+                                       [project_id, low]).fetchone()
+            high = high_row[0] if high_row else None
+            if high is None:
+                return stats
+            with transaction(con):
+                _normalize_range(con, project_id, low, int(high), stats)
+                set_watermark(con, project_id, LAYER, int(high), dagster_run_id)
+            stats.batches += 1
+
+
+def _normalize_range(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int,
+                     stats: NormalizeStats) -> None:
+    changed = con.execute("""
+        SELECT resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads
+        WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
+    """, [project_id, low, high]).fetchall()
+    stats.raw_changes += len(changed)
+    parents: dict[str, set[int]] = defaultdict(set)
+    for resource_type, key, parent_type, parent_id in changed:
+        if resource_type == "project":
+            _upsert_project(con, int(key))
+        elif resource_type in PARENT_TABLES:
+            parents[resource_type].add(int(key))
+        elif resource_type == "discussion" and parent_type in PARENT_TABLES:
+            parents[parent_type].add(int(parent_id))
+    for kind, ids in parents.items():
+        _rebuild_parents(con, project_id, kind, sorted(ids), stats)
+
+
+def _upsert_project(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
+    row = con.execute("SELECT id, json, deleted_at FROM raw_payloads WHERE resource_type = 'project' AND gitlab_key = ?",
+                      [str(project_id)]).fetchone()
+    con.execute("DELETE FROM projects WHERE id = ?", [project_id])
+    if row and row[2] is None:
+        insert_rows(con, "projects", [project_row(json.loads(row[1]), int(row[0]))])
+
+
+def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str, ids: list[int],
+                     stats: NormalizeStats) -> None:
+    table, label_table, label_fk, noteable_type, to_row = PARENT_TABLES[kind]
+    fk_column = "issue_id" if kind == "issue" else "merge_request_id"
+    payloads = con.execute("""
+        SELECT CAST(gitlab_key AS BIGINT), id, json FROM raw_payloads
+        WHERE resource_type = ? AND deleted_at IS NULL AND gitlab_key IN (SELECT unnest(?::TEXT[]))
+    """, [kind, [str(i) for i in ids]]).fetchall()
+    threads = con.execute("""
+        SELECT parent_id, id, position, json FROM raw_payloads
+        WHERE resource_type = 'discussion' AND deleted_at IS NULL AND parent_type = ?
+          AND parent_id IN (SELECT unnest(?::BIGINT[]))
+        ORDER BY parent_id, position
+    """, [kind, ids]).fetchall()
+
+    con.execute("DELETE FROM note_positions WHERE note_id IN (SELECT id FROM notes WHERE noteable_type = ? "
+                "AND noteable_id IN (SELECT unnest(?::BIGINT[])))", [noteable_type, ids])
+    con.execute("DELETE FROM notes WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[]))",
+                [noteable_type, ids])
+    con.execute(f"DELETE FROM discussions WHERE {fk_column} IN (SELECT unnest(?::BIGINT[]))", [ids])
+    con.execute(f"DELETE FROM {label_table} WHERE {label_fk} IN (SELECT unnest(?::BIGINT[]))", [ids])
+    con.execute(f"DELETE FROM {table} WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
+
+    parent_rows: list[dict[str, Any]] = []
+    label_rows: list[dict[str, Any]] = []
+    project_labels: set[tuple[int, str]] = set()
+    for _gid, raw_id, text in payloads:
+        row = to_row(json.loads(text), int(raw_id))
+        parent_rows.append(row)
+        for name in row["labels"]:
+            label_rows.append({label_fk: row["id"], "label_name": name})
+            project_labels.add((row["project_id"], name))
+    live = {row["id"] for row in parent_rows}
+    stats.parents_rebuilt += len(parent_rows)
+    stats.parents_deleted += len(set(ids) - live)
+
+    discussion_rows, note_rows, position_rows = [], [], []
+    for parent_id, raw_id, position, text in threads:
+        if parent_id not in live:
+            continue  # an orphan thread of a vanished parent is never stored
+        discussion, notes, positions = thread_rows(
+            json.loads(text), parent_type=kind, parent_id=int(parent_id), project_id=project_id,
+            position=int(position or 0), raw_payload_id=int(raw_id))
+        if discussion is not None:
+            discussion_rows.append(discussion)
+            note_rows.extend(notes)
+            position_rows.extend(positions)
+    insert_rows(con, table, parent_rows, {"change_seq": "nextval('change_seq')"})
+    insert_rows(con, label_table, label_rows)
+    if project_labels:
+        insert_rows(con, "labels", [{"project_id": p, "name": n} for p, n in sorted(project_labels)],
+                    or_replace=True)
+    insert_rows(con, "discussions", discussion_rows)
+    insert_rows(con, "notes", note_rows)
+    insert_rows(con, "note_positions", position_rows)
+    stats.discussions += len(discussion_rows)
+    stats.notes += len(note_rows)

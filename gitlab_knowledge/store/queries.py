@@ -1,0 +1,146 @@
+"""Read-only questions the CLI and the Dagster checks ask of the store."""
+
+import json
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.store.db import read_connection
+
+KIND_TABLES = {"issue": "issues", "mr": "merge_requests"}
+
+
+def _project_filter(project: str | None, column: str = "project_id") -> tuple[str, list[Any]]:
+    if not project:
+        return "", []
+    return f" AND {column} IN (SELECT id FROM projects WHERE path_with_namespace = ?)", [project]
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def project_counts(config: Config, project: str | None = None) -> dict[str, int]:
+    where, params = _project_filter(project)
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        out = {}
+        for name, table in (("issues", "issues"), ("merge_requests", "merge_requests"),
+                            ("discussions", "discussions"), ("notes", "notes")):
+            out[name] = con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
+        return out
+
+
+def known_projects(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.execute("SELECT path_with_namespace FROM projects ORDER BY 1").fetchall()]
+
+
+def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> None:
+    if project and project not in known_projects(con):
+        known = ", ".join(known_projects(con)) or "none yet"
+        raise UsageError(f"project {project!r} is not in the store (synced projects: {known})")
+
+
+def list_items(config: Config, kind: str, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
+    table = KIND_TABLES[kind]
+    where, params = _project_filter(project, "t.project_id")
+    if state:
+        where += " AND t.state = ?"
+        params.append(state)
+    extra = ", t.source_branch, t.target_branch" if kind == "mr" else ""
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        check_project(con, project)
+        return _rows(con, f"""
+            SELECT p.path_with_namespace AS project, t.iid, t.title, t.state, t.author_username AS author,
+                   t.labels, t.updated_at, t.web_url{extra}
+            FROM {table} t JOIN projects p ON p.id = t.project_id
+            WHERE true{where}
+            ORDER BY t.updated_at DESC, t.id DESC LIMIT ?
+        """, [*params, limit])
+
+
+def count(config: Config, what: str, project: str | None) -> int:
+    table = {"issues": "issues", "mrs": "merge_requests", "discussions": "discussions", "notes": "notes"}[what]
+    where, params = _project_filter(project)
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        check_project(con, project)
+        return con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
+
+
+def show_item(config: Config, kind: str, iid: int, project: str | None) -> dict[str, Any]:
+    """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
+    table = KIND_TABLES[kind]
+    noteable = "Issue" if kind == "issue" else "MergeRequest"
+    where, params = _project_filter(project, "t.project_id")
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        check_project(con, project)
+        found = _rows(con, f"""
+            SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
+            WHERE t.iid = ?{where}
+        """, [iid, *params])
+        label = f"{'issue #' if kind == 'issue' else 'MR !'}{iid}"
+        if not found:
+            raise UsageError(f"no {label} in the store" + (f" for {project}" if project else ""))
+        if len(found) > 1:
+            projects = ", ".join(sorted(r["project"] for r in found))
+            raise UsageError(f"{label} exists in several projects ({projects}): add --project")
+        item = found[0]
+        threads = _rows(con, """
+            SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count
+            FROM discussions WHERE noteable_type = ? AND (issue_id = ? OR merge_request_id = ?)
+            ORDER BY position, first_note_at
+        """, [noteable, item["id"], item["id"]])
+        notes = _rows(con, """
+            SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.body, n.created_at, n.updated_at,
+                   n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line
+            FROM notes n LEFT JOIN note_positions p ON p.note_id = n.id
+            WHERE n.noteable_type = ? AND n.noteable_id = ? ORDER BY n.discussion_id, n.position
+        """, [noteable, item["id"]])
+        by_thread: dict[str, list[dict[str, Any]]] = {}
+        for note in notes:
+            by_thread.setdefault(note["discussion_id"], []).append(note)
+        for thread in threads:
+            thread["notes"] = by_thread.get(thread["id"], [])
+        item["threads"] = threads
+        return item
+
+
+def sync_status(config: Config) -> dict[str, Any]:
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        runs = _rows(con, """
+            SELECT id, project_path, mode, status, started_at, finished_at, heartbeat_at, pid, dagster_run_id,
+                   error, stats
+            FROM sync_runs ORDER BY id DESC LIMIT 20
+        """, [])
+        for run in runs:
+            stats = json.loads(run.pop("stats") or "{}")
+            run["totals"] = stats.get("totals", {})
+            run["api_calls"] = stats.get("api_calls")
+            run["duration_s"] = stats.get("duration_s")
+        cursors = _rows(con, """
+            SELECT p.path_with_namespace AS project, c.resource_type, c.updated_at_cursor, c.tie_breaker_id,
+                   c.moved_at
+            FROM sync_cursors c LEFT JOIN projects p ON p.id = c.project_id ORDER BY 1, 2
+        """, [])
+        last_success = _rows(con, """
+            SELECT project_path, max(finished_at) AS last_success FROM sync_runs
+            WHERE status = 'succeeded' GROUP BY 1 ORDER BY 1
+        """, [])
+        layers = _rows(con, """
+            SELECT p.path_with_namespace AS project, l.layer, l.watermark, l.updated_at,
+                   (SELECT max(change_seq) FROM raw_payloads r WHERE r.project_id = l.project_id) AS raw_seq
+            FROM layer_state l LEFT JOIN projects p ON p.id = l.project_id ORDER BY 1, 2
+        """, [])
+    return {"runs": runs, "cursors": cursors, "last_success": last_success, "layers": layers,
+            "configured_projects": list(config.projects)}
+
+
+def last_successful_sync(config: Config, project: str) -> datetime | None:
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        row = con.execute("SELECT max(finished_at) FROM sync_runs WHERE project_path = ? AND status = 'succeeded'",
+                          [project]).fetchone()
+    return row[0] if row else None

@@ -1,0 +1,260 @@
+"""Writes of the raw layer: GitLab payloads as fetched, one row per object.
+
+A row changes (new `change_seq`) only when its content hash changes, so refetching an unchanged
+object costs nothing downstream. Objects that vanish are tombstoned, never deleted, so the
+normalized layer can follow. All functions take an open connection inside the caller's
+transaction: a page of items, their discussions and the cursor commit together or not at all.
+"""
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from gitlab_knowledge.timeutil import parse_time
+
+DISCUSSION = "discussion"
+PARENT_TYPES = ("issue", "merge_request")
+
+_ROW_SCHEMA = pa.schema([
+    ("resource_type", pa.string()),
+    ("gitlab_key", pa.string()),
+    ("parent_type", pa.string()),
+    ("parent_id", pa.int64()),
+    ("position", pa.int32()),
+    ("updated_at", pa.timestamp("us")),
+    ("payload_hash", pa.string()),
+    ("json", pa.string()),
+    ("discussions_fetched_at", pa.timestamp("us")),
+])
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def payload_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def user_threads(discussions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Threads with at least one non-system note; system-only threads are never stored."""
+    return [d for d in discussions if any(not n.get("system") for n in d.get("notes") or [])]
+
+
+@dataclass
+class RawRow:
+    resource_type: str
+    gitlab_key: str
+    json: str
+    updated_at: datetime | None
+    parent_type: str | None = None
+    parent_id: int | None = None
+    position: int | None = None
+    discussions_fetched_at: datetime | None = None
+
+    @property
+    def payload_hash(self) -> str:
+        return payload_hash(self.json)
+
+    @classmethod
+    def for_item(cls, resource_type: str, item: dict[str, Any],
+                 discussions_fetched_at: datetime | None = None) -> "RawRow":
+        return cls(resource_type=resource_type, gitlab_key=str(item["id"]), json=canonical_json(item),
+                   updated_at=parse_time(item.get("updated_at")), discussions_fetched_at=discussions_fetched_at)
+
+    @classmethod
+    def for_discussion(cls, parent_type: str, parent_id: int, position: int, discussion: dict[str, Any]) -> "RawRow":
+        stamps = [parse_time(n.get("updated_at") or n.get("created_at")) for n in discussion.get("notes") or []]
+        stamps = [s for s in stamps if s is not None]
+        return cls(resource_type=DISCUSSION, gitlab_key=str(discussion["id"]), json=canonical_json(discussion),
+                   updated_at=max(stamps) if stamps else None, parent_type=parent_type, parent_id=parent_id,
+                   position=position)
+
+
+@dataclass
+class UpsertCounts:
+    new: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    new_keys: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Provenance:
+    project_id: int
+    sync_run_id: int | None
+    dagster_run_id: str | None
+    fetched_at: datetime
+
+
+def _register(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
+    con.register(name, table)
+
+
+def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance) -> UpsertCounts:
+    """Insert new objects, rewrite changed ones, leave identical ones alone (but record a
+    discussions refetch time when one is given)."""
+    counts = UpsertCounts()
+    if not rows:
+        return counts
+    table = pa.Table.from_pylist([{
+        "resource_type": r.resource_type, "gitlab_key": r.gitlab_key, "parent_type": r.parent_type,
+        "parent_id": r.parent_id, "position": r.position, "updated_at": r.updated_at,
+        "payload_hash": r.payload_hash, "json": r.json, "discussions_fetched_at": r.discussions_fetched_at,
+    } for r in rows], schema=_ROW_SCHEMA)
+    _register(con, "gk_incoming", table)
+    try:
+        existing = con.execute("""
+            SELECT i.gitlab_key, r.id, r.payload_hash = i.payload_hash
+                   AND r.deleted_at IS NULL
+                   AND r.position IS NOT DISTINCT FROM i.position AS same
+            FROM gk_incoming i JOIN raw_payloads r
+              ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key
+        """).fetchall()
+        known = {key: (rid, same) for key, rid, same in existing}
+        counts.unchanged = sum(1 for _, same in known.values() if same)
+        counts.updated = len(known) - counts.unchanged
+        counts.new = len(rows) - len(known)
+        counts.new_keys = [r.gitlab_key for r in rows if r.gitlab_key not in known]
+        params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
+        if counts.new:
+            con.execute("""
+                INSERT INTO raw_payloads (id, project_id, resource_type, gitlab_key, parent_type, parent_id,
+                    position, updated_at, payload_hash, json, fetched_at, discussions_fetched_at,
+                    sync_run_id, dagster_run_id, change_seq, deleted_at)
+                SELECT nextval('raw_payload_ids'), ?, i.resource_type, i.gitlab_key, i.parent_type, i.parent_id,
+                    i.position, i.updated_at, i.payload_hash, i.json, ?, i.discussions_fetched_at,
+                    ?, ?, nextval('change_seq'), NULL
+                FROM gk_incoming i ANTI JOIN raw_payloads r
+                  ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key
+            """, params)
+        if counts.updated:
+            con.execute("""
+                UPDATE raw_payloads SET json = i.json, payload_hash = i.payload_hash, updated_at = i.updated_at,
+                    position = i.position, parent_type = i.parent_type, parent_id = i.parent_id,
+                    fetched_at = ?, sync_run_id = ?, dagster_run_id = ?,
+                    discussions_fetched_at = COALESCE(i.discussions_fetched_at, raw_payloads.discussions_fetched_at),
+                    change_seq = nextval('change_seq'), deleted_at = NULL
+                FROM gk_incoming i
+                WHERE raw_payloads.resource_type = i.resource_type AND raw_payloads.gitlab_key = i.gitlab_key
+                  AND (raw_payloads.payload_hash <> i.payload_hash OR raw_payloads.deleted_at IS NOT NULL
+                       OR raw_payloads.position IS DISTINCT FROM i.position)
+            """, params[1:])
+        # An unchanged parent whose discussions were refetched still moves its refetch time:
+        # that is what settles the ThrottledTouch recheck.
+        con.execute("""
+            UPDATE raw_payloads SET discussions_fetched_at = i.discussions_fetched_at
+            FROM gk_incoming i
+            WHERE raw_payloads.resource_type = i.resource_type AND raw_payloads.gitlab_key = i.gitlab_key
+              AND i.discussions_fetched_at IS NOT NULL AND raw_payloads.payload_hash = i.payload_hash
+              AND raw_payloads.discussions_fetched_at IS DISTINCT FROM i.discussions_fetched_at
+        """)
+    finally:
+        con.unregister("gk_incoming")
+    return counts
+
+
+def tombstone(con: duckdb.DuckDBPyConnection, where_sql: str, params: Sequence[Any]) -> int:
+    """Mark live rows matching `where_sql` deleted; returns how many."""
+    row = con.execute(f"""
+        UPDATE raw_payloads SET deleted_at = now()::TIMESTAMP, change_seq = nextval('change_seq')
+        WHERE deleted_at IS NULL AND ({where_sql})
+        RETURNING 1
+    """, list(params)).fetchall()
+    return len(row)
+
+
+@dataclass
+class ParentDiscussions:
+    parent_type: str
+    parent_id: int
+    threads: list[dict[str, Any]]  # user threads only, in GitLab's order
+
+
+@dataclass
+class DiscussionCounts:
+    new: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+
+def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[ParentDiscussions],
+                        prov: Provenance) -> DiscussionCounts:
+    """Make the stored threads of each parent exactly `threads` (vanished ones tombstoned)."""
+    counts = DiscussionCounts()
+    if not parents:
+        return counts
+    rows = [RawRow.for_discussion(p.parent_type, p.parent_id, i, d) for p in parents for i, d in enumerate(p.threads)]
+    upserted = upsert_rows(con, rows, prov)
+    counts.new, counts.updated = upserted.new, upserted.updated
+    keep = pa.table({
+        "parent_type": pa.array([r.parent_type for r in rows], pa.string()),
+        "parent_id": pa.array([r.parent_id for r in rows], pa.int64()),
+        "gitlab_key": pa.array([r.gitlab_key for r in rows], pa.string()),
+    })
+    touched = pa.table({
+        "parent_type": pa.array([p.parent_type for p in parents], pa.string()),
+        "parent_id": pa.array([p.parent_id for p in parents], pa.int64()),
+    })
+    con.register("gk_keep", keep)
+    con.register("gk_touched", touched)
+    try:
+        counts.deleted = len(con.execute("""
+            UPDATE raw_payloads SET deleted_at = now()::TIMESTAMP, change_seq = nextval('change_seq')
+            WHERE resource_type = 'discussion' AND deleted_at IS NULL
+              AND (parent_type, parent_id) IN (SELECT parent_type, parent_id FROM gk_touched)
+              AND gitlab_key NOT IN (SELECT gitlab_key FROM gk_keep)
+            RETURNING 1
+        """).fetchall())
+    finally:
+        con.unregister("gk_keep")
+        con.unregister("gk_touched")
+    return counts
+
+
+def stored_hashes(con: duckdb.DuckDBPyConnection, resource_type: str, ids: Sequence[int]) -> dict[int, str]:
+    """Content hashes of the live stored versions of these objects."""
+    if not ids:
+        return {}
+    rows = con.execute("""
+        SELECT gitlab_key, payload_hash FROM raw_payloads
+        WHERE resource_type = ? AND deleted_at IS NULL AND gitlab_key IN (SELECT unnest(?::TEXT[]))
+    """, [resource_type, [str(i) for i in ids]]).fetchall()
+    return {int(key): digest for key, digest in rows}
+
+
+def recheck_candidates(con: duckdb.DuckDBPyConnection, project_id: int, resource_type: str,
+                       window_seconds: float) -> list[tuple[int, int]]:
+    """Parents whose last discussions fetch may predate a throttled note: fetched no later than
+    `window_seconds` after the parent's updated_at (GitLab's ThrottledTouch interval + margin)."""
+    return [(int(key), int(iid)) for key, iid in con.execute(f"""
+        SELECT gitlab_key, CAST(json_extract(json, '$.iid') AS BIGINT)
+        FROM raw_payloads
+        WHERE project_id = ? AND resource_type = ? AND deleted_at IS NULL
+          AND (discussions_fetched_at IS NULL
+               OR discussions_fetched_at <= updated_at + INTERVAL {float(window_seconds)} SECOND)
+        ORDER BY updated_at, gitlab_key
+    """, [project_id, resource_type]).fetchall()]
+
+
+def live_parent_ids(con: duckdb.DuckDBPyConnection, project_id: int, resource_type: str) -> set[int]:
+    return {int(k) for (k,) in con.execute(
+        "SELECT gitlab_key FROM raw_payloads WHERE project_id = ? AND resource_type = ? AND deleted_at IS NULL",
+        [project_id, resource_type]).fetchall()}
+
+
+def tombstone_parents(con: duckdb.DuckDBPyConnection, resource_type: str, ids: Sequence[int]) -> int:
+    """Tombstone parents and every thread under them."""
+    if not ids:
+        return 0
+    keys = [str(i) for i in ids]
+    deleted = tombstone(con, "resource_type = ? AND gitlab_key IN (SELECT unnest(?::TEXT[]))", [resource_type, keys])
+    tombstone(con, "resource_type = 'discussion' AND parent_type = ? AND parent_id IN (SELECT unnest(?::BIGINT[]))",
+              [resource_type, list(ids)])
+    return deleted

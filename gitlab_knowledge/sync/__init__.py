@@ -1,0 +1,1 @@
+"""Fetching GitLab into the raw layer: cursors, dependent discussions, reconciliation."""

@@ -1,0 +1,339 @@
+"""Fetch one project's issues, merge requests and their discussions into the raw layer.
+
+The rules (DESIGN.md "Decisions"):
+- Lists are read `order_by=updated_at&sort=asc&updated_after=<anchor>` (inclusive). After each
+  page the anchor moves to the page's last `updated_at` and the list is asked again from there,
+  instead of following offset pages: an item updated while we paginate moves to the end of an
+  offset listing and shifts the rest, which offset pagination turns into a silently skipped item.
+  Offset `next` links are followed only through a run of equal timestamps longer than a page.
+- GitLab orders equal timestamps arbitrarily (`reorder(updated_at: :asc)`, no tie-breaker), so
+  "already have it" is decided by the stored content hash, not by id order; the cursor
+  (updated_at, id) of the last committed item is the resume point.
+- A changed parent gets all of its discussions refetched (a parent with `user_notes_count` 0
+  needs no call), and items + threads + cursor commit in one transaction per page.
+- ThrottledTouch: a note added < 60 s after the parent's last update does not move the parent's
+  updated_at. A parent whose discussions were fetched no later than 60 s (+2 s margin) after its
+  updated_at, by GitLab's clock, is rechecked by the next sync; once fetched later than that, any
+  further note must move updated_at, so it is settled.
+- `--full` lists everything, refetches every thread, and tombstones what GitLab no longer lists.
+"""
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import KnowledgeError, NotFoundError
+from gitlab_knowledge.gitlab.client import GitLabClient, Page
+from gitlab_knowledge.store import raw
+from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.sync import runs
+from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
+from gitlab_knowledge.timeutil import naive_utc, parse_time, utcnow
+
+RESOURCES = (("issues", "issue"), ("merge_requests", "merge_request"))
+THROTTLE_WINDOW_SECONDS = 60 + 2
+RECHECK_BATCH = 100
+
+
+@dataclass
+class ResourceStats:
+    listed: int = 0  # items the list calls returned
+    fetched: int = 0  # items taken in (new or changed; all of them with --full)
+    new: int = 0
+    updated: int = 0
+    deleted: int = 0
+    discussion_fetches: int = 0  # parents whose threads were fetched
+    rechecked: int = 0  # of those, ThrottledTouch rechecks
+    threads_new: int = 0
+    threads_updated: int = 0
+    threads_deleted: int = 0
+    list_calls: int = 0
+
+
+@dataclass
+class SyncResult:
+    project: str
+    project_id: int | None
+    mode: str
+    sync_run_id: int | None
+    resources: dict[str, ResourceStats] = field(default_factory=dict)
+    client: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+    def totals(self) -> dict[str, int]:
+        keys = ResourceStats.__dataclass_fields__.keys()
+        return {k: sum(getattr(r, k) for r in self.resources.values()) for k in keys}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project, "project_id": self.project_id, "mode": self.mode,
+            "sync_run_id": self.sync_run_id, "duration_s": round(self.duration_s, 3),
+            "resources": {k: asdict(v) for k, v in self.resources.items()},
+            "totals": self.totals(), **self.client,
+        }
+
+
+@dataclass
+class _Parent:
+    kind: str
+    gitlab_id: int
+    iid: int
+    item: dict[str, Any] | None  # None: a recheck, the stored item payload stays
+    threads: list[dict[str, Any]] | None = None  # None: the parent vanished (404)
+    fetched_at: datetime | None = None
+
+
+class ProjectSync:
+    """One sync of one project; `run()` is what the Dagster asset and the CLI call."""
+
+    def __init__(self, config: Config, project_path: str, *, full: bool = False, force: bool = False,
+                 dagster_run_id: str | None = None, progress: SyncProgress | None = None,
+                 client_factory: Callable[[], GitLabClient] | None = None) -> None:
+        self.config = config
+        self.project_path = project_path
+        self.full = full
+        self.force = force
+        self.dagster_run_id = dagster_run_id
+        self.progress = progress or NullProgress()
+        self._client_factory = client_factory or (lambda: GitLabClient(config.gitlab, config.token()))
+        self.result = SyncResult(project=project_path, project_id=None, mode="full" if full else "incremental",
+                                 sync_run_id=None)
+        self._project_id: int | None = None
+
+    # -- entry point ------------------------------------------------------------------------
+
+    def run(self) -> SyncResult:
+        self.config.token()  # fail on a missing token before anything is written
+        started = time.monotonic()
+        with write_connection(self.config.duckdb_path) as con, transaction(con):
+            self.result.sync_run_id = runs.begin_run(
+                con, self.project_path, self.result.mode, force=self.force,
+                stale_after=timedelta(minutes=self.config.sync.stale_after_minutes),
+                dagster_run_id=self.dagster_run_id)
+        client: GitLabClient | None = None
+        try:
+            client = self._client_factory()
+            asyncio.run(self._run(client))
+        except BaseException as exc:
+            self._finish(started, client, error=_describe(exc))
+            raise
+        self._finish(started, client)
+        return self.result
+
+    def _finish(self, started: float, client: GitLabClient | None, error: str | None = None) -> None:
+        self.result.duration_s = time.monotonic() - started
+        if client is not None:
+            self.result.client = client.stats.as_dict()
+        stats = self.result.as_dict()
+        try:
+            with write_connection(self.config.duckdb_path) as con, transaction(con):
+                if error is None:
+                    runs.finish_run(con, self.result.sync_run_id, stats)
+                else:
+                    runs.fail_run(con, self.result.sync_run_id, error, stats)
+        except KnowledgeError:
+            if error is None:
+                raise
+            # Recording a failure must not mask it; the run stays 'running' and the next
+            # sync finds its process gone and marks it abandoned.
+
+    async def _run(self, client: GitLabClient) -> None:
+        async with client:
+            project = await client.project(self.project_path)
+            self._project_id = int(project["id"])
+            self.result.project_id = self._project_id
+            self._commit(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
+            for resource, kind in RESOURCES:
+                stats = self.result.resources.setdefault(resource, ResourceStats())
+                await self._sync_resource(client, resource, kind, stats)
+
+    # -- one resource -----------------------------------------------------------------------
+
+    async def _sync_resource(self, client: GitLabClient, resource: str, kind: str, stats: ResourceStats) -> None:
+        path = f"/projects/{self._project_id}/{resource}"
+        with write_connection(self.config.duckdb_path) as con:
+            cursor = con.execute(
+                "SELECT updated_at_cursor, tie_breaker_id FROM sync_cursors WHERE project_id = ? AND resource_type = ?",
+                [self._project_id, resource]).fetchone()
+            known = dict(con.execute(
+                "SELECT CAST(gitlab_key AS BIGINT), payload_hash FROM raw_payloads "
+                "WHERE project_id = ? AND resource_type = ? AND deleted_at IS NULL",
+                [self._project_id, kind]).fetchall())
+        anchor = cursor[0] if cursor and not self.full else None
+        best = (parse_time(cursor[0]), int(cursor[1])) if cursor and cursor[0] else None
+        done: dict[int, str] = {}  # id -> hash examined during this run
+        refetched: set[int] = set()  # parents whose threads this run fetched (or knew to be none)
+        seen: set[int] = set()
+        url: str | None = None
+        first = True
+        while True:
+            if url:
+                page = await client.get_page(url)
+            else:
+                params = {"order_by": "updated_at", "sort": "asc", "per_page": self.config.gitlab.per_page,
+                          "updated_after": anchor}
+                page = await client.get_page(path, params)
+            stats.list_calls += 1
+            if first:
+                self.progress.resource_started(self.project_path, resource, page.total)
+                first = False
+            if not page.items:
+                break
+            items = sorted(page.items, key=lambda it: (parse_time(it.get("updated_at")) or datetime.min, int(it["id"])))
+            stats.listed += len(items)
+            seen.update(int(it["id"]) for it in items)
+            wanted = []
+            for it in items:
+                digest = raw.payload_hash(raw.canonical_json(it))
+                if done.get(int(it["id"])) == digest:
+                    continue
+                if self.full or known.get(int(it["id"])) != digest:
+                    wanted.append(it)
+                done[int(it["id"])] = digest
+            parents = await self._fetch_parents(client, kind, wanted, page)
+            last = items[-1]
+            last_key = (parse_time(last["updated_at"]), int(last["id"]))
+            new_cursor = last if best is None or last_key > best else None
+            if new_cursor is not None:
+                best = last_key
+            self._commit_parents(kind, resource, parents, stats, new_cursor)
+            for p in parents:
+                refetched.add(p.gitlab_id)
+                if p.threads is not None:
+                    known[p.gitlab_id] = done[p.gitlab_id]
+            self.progress.advance(self.project_path, resource, len(items))
+            if not page.next_url:
+                break
+            if anchor is not None and parse_time(last["updated_at"]) == parse_time(anchor):
+                url = page.next_url  # a run of equal timestamps longer than a page
+            else:
+                anchor, url = last["updated_at"], None
+        if self.full:
+            await self._reconcile(kind, resource, seen, stats)
+        else:
+            await self._recheck(client, kind, resource, refetched, stats)
+
+    async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]],
+                             page: Page) -> list[_Parent]:
+        parents = [_Parent(kind, int(it["id"]), int(it["iid"]), it) for it in items]
+        await self._fetch_threads(client, [p for p in parents if int(p.item.get("user_notes_count") or 0) > 0])
+        for p in parents:
+            if p.fetched_at is None and p.threads is None and int(p.item.get("user_notes_count") or 0) == 0:
+                # No user notes: nothing to fetch, and the list page's time is what we know them by.
+                p.threads, p.fetched_at = [], naive_utc(page.server_time) or utcnow()
+        return parents
+
+    async def _fetch_threads(self, client: GitLabClient, parents: Sequence[_Parent]) -> None:
+        if not parents:
+            return
+        resource = {"issue": "issues", "merge_request": "merge_requests"}
+
+        async def one(p: _Parent) -> None:
+            try:
+                threads, server_time = await client.get_all(
+                    f"/projects/{self._project_id}/{resource[p.kind]}/{p.iid}/discussions")
+            except NotFoundError:
+                p.threads = None  # deleted between the list call and this one
+                p.fetched_at = utcnow()
+                return
+            p.threads = raw.user_threads(threads)
+            p.fetched_at = naive_utc(server_time) or utcnow()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for p in parents:
+                    group.create_task(one(p))
+        except BaseExceptionGroup as eg:
+            raise _first_error(eg) from None
+
+    # -- commits ----------------------------------------------------------------------------
+
+    def _provenance(self) -> raw.Provenance:
+        return raw.Provenance(project_id=self._project_id, sync_run_id=self.result.sync_run_id,
+                              dagster_run_id=self.dagster_run_id, fetched_at=utcnow())
+
+    def _commit(self, work: Callable[[Any, raw.Provenance], Any]) -> Any:
+        with write_connection(self.config.duckdb_path) as con, transaction(con):
+            out = work(con, self._provenance())
+            runs.heartbeat(con, self.result.sync_run_id, self._project_id)
+            return out
+
+    def _commit_parents(self, kind: str, resource: str, parents: Sequence[_Parent], stats: ResourceStats,
+                        cursor_item: dict[str, Any] | None) -> None:
+        alive = [p for p in parents if p.threads is not None]
+        gone = [p.gitlab_id for p in parents if p.threads is None]
+
+        def work(con: Any, prov: raw.Provenance) -> None:
+            items = [raw.RawRow.for_item(kind, p.item, p.fetched_at) for p in alive if p.item is not None]
+            counts = raw.upsert_rows(con, items, prov)
+            rechecked = [p for p in alive if p.item is None]
+            if rechecked:
+                con.executemany(
+                    "UPDATE raw_payloads SET discussions_fetched_at = ? WHERE resource_type = ? AND gitlab_key = ?",
+                    [[p.fetched_at, kind, str(p.gitlab_id)] for p in rechecked])
+            threads = raw.replace_discussions(
+                con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads) for p in alive], prov)
+            deleted = raw.tombstone_parents(con, kind, gone)
+            if cursor_item is not None:
+                con.execute("""
+                    INSERT OR REPLACE INTO sync_cursors
+                        (project_id, resource_type, updated_at_cursor, tie_breaker_id, moved_at, sync_run_id)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                """, [self._project_id, resource, cursor_item["updated_at"], int(cursor_item["id"]), utcnow(),
+                      self.result.sync_run_id])
+            stats.fetched += len(items)
+            stats.new += counts.new
+            stats.updated += counts.updated
+            stats.deleted += deleted
+            stats.discussion_fetches += sum(1 for p in alive if p.item is None or int(p.item.get("user_notes_count") or 0) > 0)
+            stats.rechecked += len(rechecked)
+            stats.threads_new += threads.new
+            stats.threads_updated += threads.updated
+            stats.threads_deleted += threads.deleted
+
+        self._commit(work)
+
+    async def _recheck(self, client: GitLabClient, kind: str, resource: str, done: set[int],
+                       stats: ResourceStats) -> None:
+        with write_connection(self.config.duckdb_path) as con:
+            candidates = raw.recheck_candidates(con, self._project_id, kind, THROTTLE_WINDOW_SECONDS)
+        candidates = [(gid, iid) for gid, iid in candidates if gid not in done]
+        if candidates:
+            self.progress.message(f"{self.project_path}: rechecking {len(candidates)} {resource} "
+                                  "updated within GitLab's 60 s note throttle")
+        for start in range(0, len(candidates), RECHECK_BATCH):
+            batch = [_Parent(kind, gid, iid, None) for gid, iid in candidates[start:start + RECHECK_BATCH]]
+            await self._fetch_threads(client, batch)
+            self._commit_parents(kind, resource, batch, stats, None)
+
+    async def _reconcile(self, kind: str, resource: str, seen: set[int], stats: ResourceStats) -> None:
+        def work(con: Any, prov: raw.Provenance) -> int:
+            missing = sorted(raw.live_parent_ids(con, self._project_id, kind) - seen)
+            return raw.tombstone_parents(con, kind, missing)
+
+        removed = self._commit(work)
+        stats.deleted += removed
+        if removed:
+            self.progress.message(f"{self.project_path}: {removed} {resource} no longer in GitLab, removed")
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first_error(exc)
+        if isinstance(exc, KnowledgeError):
+            return exc
+    return group.exceptions[0]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KnowledgeError):
+        return str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}"
+

@@ -1,0 +1,46 @@
+"""How a sync reports progress: a progress bar in a terminal, log lines in Dagster."""
+
+import logging
+from typing import Protocol
+
+
+class SyncProgress(Protocol):
+    def resource_started(self, project: str, resource: str, total: int | None) -> None: ...
+
+    def advance(self, project: str, resource: str, items: int) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+class LogProgress:
+    """Progress as log lines (Dagster's context.log, or any logger)."""
+
+    def __init__(self, log: logging.Logger | logging.LoggerAdapter) -> None:
+        self._log = log
+        self._done: dict[tuple[str, str], int] = {}
+        self._total: dict[tuple[str, str], int | None] = {}
+
+    def resource_started(self, project: str, resource: str, total: int | None) -> None:
+        self._done[(project, resource)] = 0
+        self._total[(project, resource)] = total
+        self._log.info(f"{project}: syncing {resource}" + (f" ({total} to examine)" if total is not None else ""))
+
+    def advance(self, project: str, resource: str, items: int) -> None:
+        key = (project, resource)
+        self._done[key] = self._done.get(key, 0) + items
+        total = self._total.get(key)
+        self._log.info(f"{project}: {resource} {self._done[key]}" + (f"/{total}" if total else "") + " examined")
+
+    def message(self, text: str) -> None:
+        self._log.info(text)
+
+
+class NullProgress:
+    def resource_started(self, project: str, resource: str, total: int | None) -> None:
+        pass
+
+    def advance(self, project: str, resource: str, items: int) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass

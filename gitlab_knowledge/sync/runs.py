@@ -1,0 +1,109 @@
+"""sync_runs: the audit trail, and single-flight per project.
+
+A second sync of a project refuses to start while the first is alive. A run whose process is gone
+(same host, PID no longer running: a kill -9 or a crash) is marked `abandoned` and taken over
+automatically, since resuming from the cursor is always safe. A run on another host, or one whose
+process cannot be checked, is only taken over with `--force` once its heartbeat is stale.
+"""
+
+import json
+import os
+import socket
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.errors import SyncInProgressError
+from gitlab_knowledge.redact import redact
+from gitlab_knowledge.timeutil import utcnow
+
+HOSTNAME = socket.gethostname()
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of `pid` (guards against PID reuse), or None if unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    if fields and fields[0] == "Z":  # a zombie has finished running
+        return "zombie"
+    return fields[19] if len(fields) > 19 else None
+
+
+def process_alive(pid: int | None, start_token: str | None = None) -> bool | None:
+    """True/False when we can tell, None when we cannot (e.g. no /proc and no permission)."""
+    if not pid:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    started = _process_start(pid)
+    if started == "zombie":
+        return False
+    # A different start time means the PID now belongs to another process.
+    return not (start_token and started and started != start_token)
+
+
+def begin_run(con: duckdb.DuckDBPyConnection, project_path: str, mode: str, *, force: bool,
+              stale_after: timedelta, dagster_run_id: str | None) -> int:
+    """Register a running sync, or raise `SyncInProgressError` (call inside a transaction)."""
+    now = utcnow()
+    rows = con.execute("""
+        SELECT id, pid, hostname, heartbeat_at, started_at, stats FROM sync_runs
+        WHERE project_path = ? AND status = 'running' ORDER BY id
+    """, [project_path]).fetchall()
+    for run_id, pid, host, heartbeat, started, stats in rows:
+        token = (json.loads(stats) if stats else {}).get("process_start")
+        alive = process_alive(pid, token) if host == HOSTNAME else None
+        last = heartbeat or started
+        stale = now - last > stale_after
+        if alive is False:
+            _close(con, run_id, "abandoned", f"process {pid} ended without finishing (killed or crashed); "
+                   "a later run resumed from the cursor")
+            continue
+        if alive is None and stale and force:
+            _close(con, run_id, "abandoned", "taken over with --force after its heartbeat went stale")
+            continue
+        ago = int((now - last).total_seconds())
+        where = f"PID {pid} on {host}" if pid else "unknown process"
+        hint = ("it looks stale: run again with --force to take over" if stale and alive is None
+                else "wait for it to finish")
+        raise SyncInProgressError(
+            f"a sync of {project_path} is already running (sync run {run_id}, {where}, "
+            f"last heartbeat {ago}s ago); {hint}")
+    run_id = con.execute("SELECT nextval('sync_run_ids')").fetchone()[0]
+    con.execute("""
+        INSERT INTO sync_runs (id, project_path, mode, status, started_at, heartbeat_at, pid, hostname,
+                               dagster_run_id, stats)
+        VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
+    """, [run_id, project_path, mode, now, now, os.getpid(), HOSTNAME, dagster_run_id,
+          json.dumps({"process_start": _process_start(os.getpid())})])
+    return int(run_id)
+
+
+def heartbeat(con: duckdb.DuckDBPyConnection, run_id: int, project_id: int | None = None) -> None:
+    con.execute("UPDATE sync_runs SET heartbeat_at = ?, project_id = COALESCE(?, project_id) WHERE id = ?",
+                [utcnow(), project_id, run_id])
+
+
+def _close(con: duckdb.DuckDBPyConnection, run_id: int, status: str, error: str | None,
+           stats: dict[str, Any] | None = None) -> None:
+    con.execute("""
+        UPDATE sync_runs SET status = ?, finished_at = ?, error = ?, stats = COALESCE(?, stats) WHERE id = ?
+    """, [status, utcnow(), redact(error) if error else None, json.dumps(stats) if stats is not None else None,
+          run_id])
+
+
+def finish_run(con: duckdb.DuckDBPyConnection, run_id: int, stats: dict[str, Any]) -> None:
+    _close(con, run_id, "succeeded", None, stats)
+
+
+def fail_run(con: duckdb.DuckDBPyConnection, run_id: int, error: str, stats: dict[str, Any]) -> None:
+    _close(con, run_id, "failed", error, stats)
