@@ -65,3 +65,9 @@ class SyncInProgressError(KnowledgeError):
 
 class StoreError(KnowledgeError):
     """The local store cannot be written or read (disk full, read-only, corrupt)."""
+
+
+class EmbeddingUnavailable(KnowledgeError):
+    """The embedding provider cannot embed right now (server down, model missing, timeout)."""
+
+    exit_code = 6

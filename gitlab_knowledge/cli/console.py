@@ -12,8 +12,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+# Piped output is not squeezed into 80 columns: tables stay one row per item for grep and agents.
+out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
 
 
 def print_json(data: Any) -> None:

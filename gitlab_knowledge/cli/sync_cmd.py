@@ -57,12 +57,25 @@ def _projects(config: Config, selected: list[str] | None) -> list[str]:
 
 def summary_rows(metadata: dict[str, dict[str, Any]]) -> dict[str, Any]:
     raw = metadata.get("raw_gitlab_payloads", {})
+    docs = metadata.get("search_documents", {})
+    emb = metadata.get("document_embeddings", {})
+    lex = metadata.get("lexical_index", {})
     return {
         "fetched": raw.get("items_fetched", 0), "new": raw.get("items_new", 0),
         "updated": raw.get("items_updated", 0), "deleted": raw.get("items_deleted", 0),
         "threads": raw.get("threads_fetched", 0), "api_calls": raw.get("api_calls", 0),
-        "rate_limited": raw.get("rate_limited_429", 0), "duration_s": raw.get("duration_s", 0.0),
+        "rate_limited": raw.get("rate_limited_429", 0), "sync_s": raw.get("duration_s", 0.0),
+        "documents_changed": sum(docs.get(f"documents_{k}", 0) for k in ("new", "content_changed",
+                                                                          "metadata_changed", "deleted")),
+        "embedded": emb.get("embeddings_embedded", 0), "embedding_failures": emb.get("embeddings_failed", 0),
+        "embedding_error": emb.get("embeddings_last_error"),
+        "documents": lex.get("lexical_documents", 0), "indexed": lex.get("lexical_index_documents", 0),
     }
+
+
+COLUMNS = (("fetched", "fetched"), ("new", "new"), ("updated", "updated"), ("deleted", "deleted"),
+           ("threads", "threads fetched"), ("api_calls", "API calls"), ("documents_changed", "docs changed"),
+           ("embedded", "embedded"), ("documents", "documents"))
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
@@ -85,20 +98,22 @@ def run(args: argparse.Namespace, config: Config) -> int:
     else:
         table = Table(title=f"{'Full sync' if args.full else 'Sync'} of {len(outcomes)} project(s) in {elapsed:.1f}s",
                       title_justify="left")
-        for column in ("project", "fetched", "new", "updated", "deleted", "threads fetched", "API calls", "time"):
-            table.add_column(column, justify="left" if column == "project" else "right")
+        table.add_column("project", no_wrap=True)
+        for _key, header in COLUMNS:
+            table.add_column(header, justify="right")
+        table.add_column("status")
         for o in outcomes:
             row = summary_rows(o.metadata)
-            if o.success or row["fetched"]:
-                table.add_row(o.project, *(str(row[k]) for k in ("fetched", "new", "updated", "deleted", "threads",
-                                                                    "api_calls")), f"{row['duration_s']:.1f}s")
-            else:
-                table.add_row(o.project, *(["-"] * 6), "failed")
+            table.add_row(o.project, *(str(row[k]) for k, _ in COLUMNS), "ok" if o.success else "[red]failed[/]")
         console.out.print(table)
         for o in outcomes:
-            extra = o.metadata.get("raw_gitlab_payloads", {}).get("rate_limited_429", 0)
-            if extra:
-                console.warn(f"{o.project}: GitLab rate-limited {extra} request(s); they were retried")
+            row = summary_rows(o.metadata)
+            if row["rate_limited"]:
+                console.warn(f"{o.project}: GitLab rate-limited {row['rate_limited']} request(s); they were retried")
+            if row["embedding_failures"]:
+                console.warn(f"{o.project}: {row['embedding_failures']} document(s) could not be embedded "
+                             f"({row['embedding_error']}); they are searchable by keyword and will be embedded "
+                             "on the next sync")
     for o in failed:
         console.fail(f"{o.project}: {o.error} (Dagster run {o.run_id[:8]})")
     return exit_code_for(failed[0].error_class) if failed else 0

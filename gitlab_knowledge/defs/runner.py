@@ -29,9 +29,16 @@ class ProjectOutcome:
     error_class: str | None = None
 
 
+def instance_yaml(base: Path) -> str:
+    """The repository's dagster.yaml settings with storage rooted at `base` (absolute paths), for
+    running outside the repository root."""
+    template = (Path(__file__).with_name("instance.yaml")).read_text()
+    return template.replace("data/dagster", str(base))
+
+
 def dagster_instance(config: Config) -> dg.DagsterInstance:
-    """$DAGSTER_HOME if set; else ./dagster.yaml (the repo's, storage under ./data/dagster);
-    else an instance under the data directory."""
+    """$DAGSTER_HOME if set; else ./dagster.yaml (the repository's, storage under ./data/dagster);
+    else an instance with the same settings under the configured data directory."""
     if os.environ.get("DAGSTER_HOME"):
         return dg.DagsterInstance.get()
     if Path("dagster.yaml").is_file():
@@ -40,7 +47,7 @@ def dagster_instance(config: Config) -> dg.DagsterInstance:
     home.mkdir(parents=True, exist_ok=True)
     yaml = home / "dagster.yaml"
     if not yaml.exists():
-        yaml.write_text("telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n")
+        yaml.write_text(instance_yaml(home))
     return dg.DagsterInstance.from_config(str(home))
 
 

@@ -1,0 +1,31 @@
+"""Documents layer: one search document per issue, MR and discussion thread (DuckDB)."""
+
+import dagster as dg
+
+from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
+from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
+from gitlab_knowledge.defs.partitions import project_partitions
+from gitlab_knowledge.defs.resources import KnowledgeSettings
+from gitlab_knowledge.documents.refresh import refresh_documents
+
+
+@dg.asset(
+    key="search_documents",
+    deps=[normalized_gitlab],
+    partitions_def=project_partitions,
+    group_name="documents",
+    kinds={"duckdb"},
+    pool=DUCKDB_POOL,
+    description=(
+        "One document per issue, MR and discussion thread: a thread starts with a header naming its "
+        "parent ([Issue #234: title] Discussion) then `@author (date):` notes. SHA-256 content hash "
+        "(re-embed iff it changes), metadata hash, middle-out truncation past ~8,000 tokens, and "
+        "provenance (raw payload ids, sync run, Dagster run)."
+    ),
+)
+def search_documents(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
+    config = settings.load()
+    stats = refresh_documents(config.duckdb_path, context.partition_key, dagster_run_id=context.run_id)
+    if stats.truncated:
+        context.log.warning(f"{stats.truncated} document(s) exceeded ~8,000 tokens and were cut from the middle")
+    return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in stats.as_dict().items()})

@@ -1,0 +1,1 @@
+"""Search documents: one per issue, MR and discussion thread, with parent context."""

@@ -1,0 +1,169 @@
+"""The documents layer: rebuild the documents of every parent that changed since the watermark.
+
+A changed parent (its row, labels or any thread) gets all of its documents rebuilt; a document is
+rewritten only when its text or metadata hash changed, and threads that vanished lose their
+document. Documents of parents that no longer exist are removed at the end of every run.
+"""
+
+import logging
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.documents.build import Document, parent_document, thread_document
+from gitlab_knowledge.store.bulk import insert_rows
+from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.store.normalize import get_watermark, project_id_for, set_watermark
+from gitlab_knowledge.timeutil import utcnow
+
+LAYER = "documents"
+BATCH_PARENTS = 1000
+log = logging.getLogger(__name__)
+TABLES = {"issue": ("issues", "Issue", "issue_id"), "merge_request": ("merge_requests", "MergeRequest", "merge_request_id")}
+
+
+@dataclass
+class DocumentStats:
+    parents: int = 0
+    built: int = 0
+    new: int = 0
+    content_changed: int = 0
+    metadata_changed: int = 0
+    deleted: int = 0
+    truncated: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def refresh_documents(db_path: Path, project_path: str, *, dagster_run_id: str | None = None,
+                      batch_parents: int = BATCH_PARENTS) -> DocumentStats:
+    stats = DocumentStats()
+    while True:
+        with write_connection(db_path) as con:
+            project_id = project_id_for(con, project_path)
+            if project_id is None:
+                return stats
+            low = get_watermark(con, project_id, LAYER)
+            batch = con.execute("""
+                SELECT kind, id, change_seq FROM (
+                    SELECT 'issue' AS kind, id, change_seq FROM issues WHERE project_id = ? AND change_seq > ?
+                    UNION ALL
+                    SELECT 'merge_request', id, change_seq FROM merge_requests WHERE project_id = ? AND change_seq > ?
+                ) ORDER BY change_seq LIMIT ?
+            """, [project_id, low, project_id, low, batch_parents]).fetchall()
+            with transaction(con):
+                if batch:
+                    by_kind: dict[str, list[int]] = defaultdict(list)
+                    for kind, pid, _seq in batch:
+                        by_kind[kind].append(int(pid))
+                    for kind, ids in by_kind.items():
+                        _rebuild(con, project_id, project_path, kind, ids, dagster_run_id, stats)
+                    set_watermark(con, project_id, LAYER, int(batch[-1][2]), dagster_run_id)
+                else:
+                    stats.deleted += _delete_orphans(con, project_id)
+        if not batch:
+            return stats
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, kind: str, ids: list[int],
+             dagster_run_id: str | None, stats: DocumentStats) -> None:
+    table, noteable_type, fk = TABLES[kind]
+    parents = _rows(con, f"""
+        SELECT t.*, r.sync_run_id AS raw_sync_run_id FROM {table} t
+        LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
+        WHERE t.id IN (SELECT unnest(?::BIGINT[]))
+    """, [ids])
+    threads = _rows(con, f"""
+        SELECT d.id, d.{fk} AS parent_id, d.position, d.raw_payload_id, r.sync_run_id AS raw_sync_run_id
+        FROM discussions d LEFT JOIN raw_payloads r ON r.id = d.raw_payload_id
+        WHERE d.{fk} IN (SELECT unnest(?::BIGINT[])) ORDER BY d.{fk}, d.position
+    """, [ids])
+    notes = _rows(con, """
+        SELECT n.discussion_id, n.id, n.author_username, n.body, n.created_at, n.updated_at, n.internal,
+               p.new_path, p.old_path, p.new_line, p.old_line
+        FROM notes n LEFT JOIN note_positions p ON p.note_id = n.id
+        WHERE n.noteable_type = ? AND n.noteable_id IN (SELECT unnest(?::BIGINT[]))
+        ORDER BY n.discussion_id, n.position
+    """, [noteable_type, ids])
+    notes_by_thread: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for note in notes:
+        notes_by_thread[note["discussion_id"]].append(note)
+    threads_by_parent: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for thread in threads:
+        threads_by_parent[thread["parent_id"]].append(thread)
+
+    docs: list[Document] = []
+    for parent in parents:
+        docs.append(parent_document(kind, parent, project_path, parent["raw_payload_id"], parent["raw_sync_run_id"]))
+        for thread in threads_by_parent.get(parent["id"], []):
+            thread_notes = notes_by_thread.get(thread["id"], [])
+            if thread_notes:
+                sync_run = max(filter(None, (parent["raw_sync_run_id"], thread["raw_sync_run_id"])), default=None)
+                docs.append(thread_document(kind, parent, thread, thread_notes, project_path,
+                                            parent["raw_payload_id"], sync_run))
+    stats.parents += len(parents)
+    stats.built += len(docs)
+
+    existing = {row[0]: (row[1], row[2]) for row in con.execute("""
+        SELECT id, content_hash, meta_hash FROM documents
+        WHERE parent_type = ? AND parent_id IN (SELECT unnest(?::BIGINT[]))
+    """, [kind, ids]).fetchall()}
+    changed: list[Document] = []
+    for doc in docs:
+        before = existing.get(doc.id)
+        if before is None:
+            stats.new += 1
+        elif before[0] != doc.content_hash:
+            stats.content_changed += 1
+        elif before[1] != doc.meta_hash:
+            stats.metadata_changed += 1
+        else:
+            continue
+        changed.append(doc)
+        if doc.truncated:
+            stats.truncated += 1
+            log.warning("document %s (%s) exceeded ~8,000 tokens and was cut from the middle", doc.id, doc.url)
+    gone = sorted(set(existing) - {d.id for d in docs})
+    stats.deleted += len(gone)
+    _delete(con, [d.id for d in changed] + gone)
+    now = utcnow()
+    insert_rows(con, "documents", [{
+        "id": d.id, "source_type": d.source_type, "source_id": d.source_id, "project_id": d.project_id,
+        "project_path": d.project_path, "parent_type": d.parent_type, "parent_id": d.parent_id,
+        "parent_iid": d.parent_iid, "parent_title": d.parent_title, "title": d.title,
+        "author_username": d.author_username, "labels": d.labels, "state": d.state, "created_at": d.created_at,
+        "updated_at": d.updated_at, "url": d.url, "confidential": d.confidential, "internal": d.internal,
+        "content_text": d.content_text, "content_hash": d.content_hash, "meta_hash": d.meta_hash,
+        "token_count": d.token_count, "truncated": d.truncated, "raw_payload_ids": d.raw_payload_ids,
+        "sync_run_id": d.sync_run_id, "dagster_run_id": dagster_run_id, "built_at": now,
+    } for d in changed], {"change_seq": "nextval('change_seq')"})
+    insert_rows(con, "document_labels", [{"document_id": d.id, "label_name": name}
+                                         for d in changed for name in sorted(set(d.labels))])
+
+
+def _delete(con: duckdb.DuckDBPyConnection, doc_ids: list[str]) -> None:
+    if doc_ids:
+        con.execute("DELETE FROM document_labels WHERE document_id IN (SELECT unnest(?::TEXT[]))", [doc_ids])
+        con.execute("DELETE FROM documents WHERE id IN (SELECT unnest(?::TEXT[]))", [doc_ids])
+
+
+def _delete_orphans(con: duckdb.DuckDBPyConnection, project_id: int) -> int:
+    orphans = [r[0] for r in con.execute("""
+        SELECT d.id FROM documents d
+        WHERE d.project_id = ? AND NOT EXISTS (
+            SELECT 1 FROM issues i WHERE d.parent_type = 'issue' AND i.id = d.parent_id
+            UNION ALL
+            SELECT 1 FROM merge_requests m WHERE d.parent_type = 'merge_request' AND m.id = d.parent_id)
+    """, [project_id]).fetchall()]
+    _delete(con, orphans)
+    return len(orphans)

@@ -1,0 +1,1 @@
+"""Embeddings: providers (embedded ONNX model, Ollama) and the LanceDB vector tables."""

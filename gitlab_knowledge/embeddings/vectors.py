@@ -1,0 +1,203 @@
+"""The LanceDB side: one vector table per (provider, model), plus a table of embedding failures.
+
+Each row is one chunk of one document and carries everything search filters on and shows, so the
+search path never opens DuckDB. Whether a document needs embedding is decided against this table
+itself (its `content_hash` per document), which makes the layer self-healing after a crash.
+"""
+
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import lancedb
+import pyarrow as pa
+
+from gitlab_knowledge.errors import StoreError
+
+FAILURES_TABLE = "embedding_failures"
+DELETE_BATCH = 500
+METADATA_COLUMNS = ("source_type", "project", "parent_type", "iid", "title", "url", "author", "labels", "state",
+                    "created_at", "updated_at", "confidential", "internal", "meta_hash")
+
+
+def table_name(provider: str, model: str) -> str:
+    return "vectors__" + re.sub(r"[^a-z0-9]+", "_", f"{provider}__{model}".lower()).strip("_")
+
+
+def vector_schema(dims: int) -> pa.Schema:
+    return pa.schema([
+        ("doc_id", pa.string()), ("chunk", pa.int32()), ("vector", pa.list_(pa.float32(), dims)),
+        ("excerpt", pa.string()), ("content_hash", pa.string()), ("meta_hash", pa.string()),
+        ("provider", pa.string()), ("model", pa.string()), ("dims", pa.int32()), ("embedded_at", pa.timestamp("us")),
+        ("source_type", pa.string()), ("project", pa.string()), ("parent_type", pa.string()), ("iid", pa.int64()),
+        ("title", pa.string()), ("url", pa.string()), ("author", pa.string()), ("labels", pa.list_(pa.string())),
+        ("state", pa.string()), ("created_at", pa.timestamp("us")), ("updated_at", pa.timestamp("us")),
+        ("confidential", pa.bool_()), ("internal", pa.bool_()),
+    ])
+
+
+FAILURE_SCHEMA = pa.schema([
+    ("table_name", pa.string()), ("doc_id", pa.string()), ("project", pa.string()), ("content_hash", pa.string()),
+    ("error", pa.string()), ("attempts", pa.int32()), ("failed_at", pa.timestamp("us")),
+])
+
+
+def sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def sql_in(column: str, values: Iterable[str]) -> str:
+    return f"{column} IN ({', '.join(sql_str(v) for v in values)})"
+
+
+class VectorStore:
+    """The vector table of one provider/model under `lancedb_dir`."""
+
+    def __init__(self, lancedb_dir: Path, provider: str, model: str) -> None:
+        self.dir = lancedb_dir
+        self.provider = provider
+        self.model = model
+        self.name = table_name(provider, model)
+        try:
+            self._db = lancedb.connect(str(lancedb_dir))
+        except Exception as exc:  # noqa: BLE001 - lancedb raises plain OSError/ValueError/RuntimeError
+            raise StoreError(f"cannot open the vector store {lancedb_dir}: {exc}") from None
+
+    # -- tables -----------------------------------------------------------------------------
+
+    def _names(self) -> set[str]:
+        return set(self._db.list_tables(limit=1000).tables)
+
+    def exists(self) -> bool:
+        return self.name in self._names()
+
+    def table(self) -> Any | None:
+        return self._db.open_table(self.name) if self.exists() else None
+
+    def _table_for_write(self, dims: int) -> Any:
+        if self.exists():
+            table = self._db.open_table(self.name)
+            have = table.schema.field("vector").type.list_size
+            if have != dims:
+                raise StoreError(f"vector table {self.name} holds {have}-dim vectors but the model gives {dims}")
+            return table
+        return self._db.create_table(self.name, schema=vector_schema(dims))
+
+    def _failures(self) -> Any:
+        if FAILURES_TABLE in self._names():
+            return self._db.open_table(FAILURES_TABLE)
+        return self._db.create_table(FAILURES_TABLE, schema=FAILURE_SCHEMA)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _scan(self, table: Any, where: str | None, columns: Sequence[str]) -> pa.Table:
+        query = table.search().select(list(columns)).limit(None)
+        if where:
+            query = query.where(where)
+        return query.to_arrow()
+
+    def document_state(self, project: str | None = None) -> dict[str, tuple[str, str]]:
+        """doc_id → (content_hash, meta_hash) of every embedded document (of one project)."""
+        table = self.table()
+        if table is None:
+            return {}
+        where = "chunk = 0" + (f" AND project = {sql_str(project)}" if project else "")
+        rows = self._scan(table, where, ["doc_id", "content_hash", "meta_hash"]).to_pylist()
+        return {r["doc_id"]: (r["content_hash"], r["meta_hash"]) for r in rows}
+
+    def count(self, project: str | None = None) -> tuple[int, int]:
+        """(documents, chunks)."""
+        table = self.table()
+        if table is None:
+            return 0, 0
+        where = f"project = {sql_str(project)}" if project else None
+        chunks = table.count_rows(where) if where else table.count_rows()
+        docs = table.count_rows(("chunk = 0 AND " + where) if where else "chunk = 0")
+        return docs, chunks
+
+    def rows_for(self, doc_ids: Sequence[str]) -> pa.Table:
+        table = self.table()
+        if table is None or not doc_ids:
+            return vector_schema(1).empty_table()
+        parts = [self._scan(table, sql_in("doc_id", doc_ids[i:i + DELETE_BATCH]), table.schema.names)
+                 for i in range(0, len(doc_ids), DELETE_BATCH)]
+        return pa.concat_tables(parts)
+
+    def failures(self, project: str | None = None) -> dict[str, dict[str, Any]]:
+        if FAILURES_TABLE not in self._names():
+            return {}
+        where = f"table_name = {sql_str(self.name)}" + (f" AND project = {sql_str(project)}" if project else "")
+        rows = self._scan(self._db.open_table(FAILURES_TABLE), where, FAILURE_SCHEMA.names).to_pylist()
+        return {r["doc_id"]: r for r in rows}
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def delete_docs(self, doc_ids: Sequence[str]) -> None:
+        table = self.table()
+        if table is None:
+            return
+        for i in range(0, len(doc_ids), DELETE_BATCH):
+            table.delete(sql_in("doc_id", doc_ids[i:i + DELETE_BATCH]))
+
+    def replace_docs(self, rows: list[dict[str, Any]], dims: int) -> None:
+        """Write these chunk rows, replacing whatever the same documents had before."""
+        if not rows:
+            return
+        table = self._table_for_write(dims)
+        self.delete_docs(sorted({r["doc_id"] for r in rows}))
+        table.add(pa.Table.from_pylist(rows, schema=vector_schema(dims)))
+
+    def update_metadata(self, metadata: dict[str, dict[str, Any]]) -> int:
+        """Rewrite the filterable metadata of documents whose text (and vectors) did not change."""
+        table = self.table()
+        if table is None or not metadata:
+            return 0
+        current = self.rows_for(sorted(metadata)).to_pylist()
+        for row in current:
+            row.update(metadata[row["doc_id"]])
+        dims = table.schema.field("vector").type.list_size
+        self.replace_docs(current, dims)
+        return len({r["doc_id"] for r in current})
+
+    def record_failures(self, failures: list[dict[str, Any]]) -> None:
+        if not failures:
+            return
+        table = self._failures()
+        self.clear_failures([f["doc_id"] for f in failures])
+        table.add(pa.Table.from_pylist([{**f, "table_name": self.name} for f in failures], schema=FAILURE_SCHEMA))
+
+    def clear_failures(self, doc_ids: Sequence[str]) -> None:
+        if not doc_ids or FAILURES_TABLE not in self._names():
+            return
+        table = self._db.open_table(FAILURES_TABLE)
+        for i in range(0, len(doc_ids), DELETE_BATCH):
+            table.delete(f"table_name = {sql_str(self.name)} AND " + sql_in("doc_id", doc_ids[i:i + DELETE_BATCH]))
+
+    def optimize(self) -> None:
+        """Compact fragments and fold new rows into the indexes (run inside the LanceDB pool)."""
+        table = self.table()
+        if table is not None:
+            table.optimize()
+
+
+def chunk_rows(doc: dict[str, Any], chunks: Sequence[Any], provider: str, model: str, now: datetime) -> list[dict[str, Any]]:
+    """LanceDB rows for one document's embedded chunks."""
+    dims = len(chunks[0].vector) if chunks else 0
+    return [{
+        "doc_id": doc["id"], "chunk": i, "vector": chunk.vector.tolist(), "excerpt": chunk.text,
+        "content_hash": doc["content_hash"], "meta_hash": doc["meta_hash"], "provider": provider, "model": model,
+        "dims": dims, "embedded_at": now, **metadata_of(doc),
+    } for i, chunk in enumerate(chunks)]
+
+
+def metadata_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """A documents-table row's filterable metadata, in vector-table column names."""
+    return {
+        "source_type": doc["source_type"], "project": doc["project_path"], "parent_type": doc["parent_type"],
+        "iid": doc["parent_iid"], "title": doc["title"], "url": doc["url"], "author": doc["author_username"],
+        "labels": list(doc["labels"] or []), "state": doc["state"], "created_at": doc["created_at"],
+        "updated_at": doc["updated_at"], "confidential": bool(doc["confidential"]), "internal": bool(doc["internal"]),
+        "meta_hash": doc["meta_hash"],
+    }

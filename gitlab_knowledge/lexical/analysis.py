@@ -1,0 +1,94 @@
+"""Text analysis shared by indexing and querying, so both sides make the same terms.
+
+Words go through an English analyzer (lowercase + Porter-style stemmer: "searching" finds
+"search"). Code identifiers get a field of their own, where each identifier is kept whole and also
+split at its joints:
+
+    src/auth/login.ts  → src/auth/login.ts, src, auth, login.ts, login, ts
+    AUTH_TOKEN_TTL     → auth_token_ttl, auth, token, ttl
+    parseJwtClaims     → parsejwtclaims, parse, jwt, claims
+    OrderRepository.find_all → orderrepository.find_all, orderrepository, order, repository,
+                               find_all, find, all
+
+so a query for the whole identifier matches it exactly (a rare term, so BM25 ranks it high) and a
+query for one of its parts still finds it.
+"""
+
+import re
+
+import tantivy
+
+WORD_ANALYZER = "gk_en"
+IDENT_ANALYZER = "gk_ident"
+MAX_TERM_CHARS = 80
+
+# An identifier-ish token: letters/digits joined by _ . / - : (a path, dotted name, snake_case),
+# or a single word with an inner capital (camelCase). Trailing punctuation is not part of it.
+_TOKEN = re.compile(r"[A-Za-z0-9_$][A-Za-z0-9_$./:\-]*[A-Za-z0-9_$]|[A-Za-z0-9_$]")
+_JOINTS = re.compile(r"[./:\-]+")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def word_analyzer() -> tantivy.TextAnalyzer:
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(MAX_TERM_CHARS))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.stemmer("english"))
+            .build())
+
+
+def ident_analyzer() -> tantivy.TextAnalyzer:
+    # The terms are produced by identifier_terms(); the index only splits on whitespace.
+    return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace())
+            .filter(tantivy.Filter.remove_long(MAX_TERM_CHARS))
+            .filter(tantivy.Filter.lowercase())
+            .build())
+
+
+def _is_identifier(token: str) -> bool:
+    return bool(_JOINTS.search(token) or "_" in token or re.search(r"[a-z][A-Z]", token))
+
+
+def identifier_terms(text: str) -> list[str]:
+    """Whole identifiers and their parts (lowercase), in order of appearance, without repeats
+    of the same term within one identifier."""
+    out: list[str] = []
+    for match in _TOKEN.finditer(text or ""):
+        token = match.group(0)
+        if not _is_identifier(token):
+            continue
+        terms = [token]
+        for segment in _JOINTS.split(token):
+            if not segment:
+                continue
+            terms.append(segment)
+            snake = [part for part in segment.split("_") if part]
+            if len(snake) > 1:
+                terms += snake
+            for part in snake:
+                camel = _CAMEL.findall(part)
+                if len(camel) > 1:
+                    terms += camel
+        # Dotted file names keep their stem + extension together too (login.ts).
+        for piece in token.split("/"):
+            if "." in piece and piece != token:
+                terms.append(piece)
+        seen: set[str] = set()
+        for term in terms:
+            lowered = term.lower()
+            if lowered not in seen and len(lowered) <= MAX_TERM_CHARS:
+                seen.add(lowered)
+                out.append(lowered)
+    return out
+
+
+REFERENCE = re.compile(r"(?<![\w&])(?:(?P<project>[\w.\-]+(?:/[\w.\-]+)+))?(?P<sigil>[#!])(?P<iid>\d{1,9})\b")
+
+
+def references(text: str) -> list[tuple[str | None, str, int]]:
+    """`#234`, `!847`, `group/project#12` → (project or None, 'issue'|'merge_request', iid)."""
+    out = []
+    for m in REFERENCE.finditer(text or ""):
+        kind = "issue" if m.group("sigil") == "#" else "merge_request"
+        out.append((m.group("project"), kind, int(m.group("iid"))))
+    return out
