@@ -31,7 +31,6 @@ RAW_FIELDS = ("doc_id", "source_type", "project", "parent_type", "author", "stat
               "content_hash", "meta_hash", "url", "parent_title")
 SIGIL = {"issue": "#", "merge_request": "!"}
 BOOST = {"title": 2.0, "body": 1.0, "ident_whole": 4.0, "ident_part": 1.0, "ref": 30.0, "mention": 2.0}
-SNIPPET_CHARS = 240
 
 
 def build_schema() -> tantivy.Schema:
@@ -234,37 +233,15 @@ class LexicalIndex:
             hits.append(LexicalHit(fields["doc_id"], float(score), fields))
         return hits
 
-    def snippets(self, text: str, doc_ids: Sequence[str]) -> dict[str, tuple[str, list[tuple[int, int]]]]:
-        """For each document: a fragment of its body around the query's words, and the
-        highlighted character ranges within that fragment."""
-        out: dict[str, tuple[str, list[tuple[int, int]]]] = {}
-        scoring = self.text_query(text)
+    def bodies(self, doc_ids: Sequence[str]) -> dict[str, str]:
+        """The full stored text of these documents (for snippets)."""
         searcher = self.index.searcher()
-        generator = None
-        if scoring is not None:
-            generator = tantivy.SnippetGenerator.create(searcher, scoring, self.schema, "body")
-            generator.set_max_num_chars(SNIPPET_CHARS)
+        out = {}
         for doc_id in doc_ids:
             found = searcher.search(self._term("doc_id", doc_id), limit=1, count=False).hits
-            if not found:
-                continue
-            stored = searcher.doc(found[0][1])
-            fragment, ranges = "", []
-            if generator is not None:
-                snippet = generator.snippet_from_doc(stored)
-                fragment = snippet.fragment()
-                ranges = [(r.start, r.end) for r in snippet.highlighted()]
-            if not fragment:
-                fragment = _lead(stored["body"][0])
-            out[doc_id] = (fragment, ranges)
+            if found:
+                out[doc_id] = searcher.doc(found[0][1])["body"][0]
         return out
-
-
-def _lead(body: str) -> str:
-    # Skip the header line(s) a document starts with; the first real sentence is the better lead.
-    parts = body.split("\n\n", 1)
-    text = parts[1] if len(parts) > 1 else body
-    return " ".join(text.split())[:SNIPPET_CHARS]
 
 
 def stored_fields(stored: tantivy.Document) -> dict[str, Any]:

@@ -1,0 +1,102 @@
+"""`python -m gitlab_knowledge.search "why did we choose redis" [filters] [--json]`."""
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from gitlab_knowledge.errors import KnowledgeError, UsageError
+from gitlab_knowledge.redact import redact
+
+DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `python -m gitlab_knowledge.search --help`)")
+
+
+def _limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"expected 1 to 100, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m gitlab_knowledge.search",
+                description="Search synced GitLab issues, merge requests and discussion threads by meaning and keyword.")
+    p.add_argument("query", nargs="*", help="what to look for (quote it, or pass several words)")
+    p.add_argument("--type", action="append", metavar="TYPE", help="issue, mr or discussion (repeatable)")
+    p.add_argument("--author", metavar="USER")
+    p.add_argument("--label", action="append", metavar="LABEL", help="repeatable: every label must match")
+    p.add_argument("--after", metavar="YYYY-MM-DD", help="created on or after this date")
+    p.add_argument("--before", metavar="YYYY-MM-DD", help="created before this date")
+    p.add_argument("--project", metavar="PATH")
+    p.add_argument("--state", metavar="STATE", help="opened, closed, merged, ...")
+    p.add_argument("--no-confidential", action="store_true", help="leave out confidential issues and their threads")
+    p.add_argument("--no-internal", action="store_true", help="leave out threads with internal notes")
+    p.add_argument("--mode", choices=("hybrid", "lexical", "semantic"), default="hybrid")
+    p.add_argument("--limit", type=_limit, default=10, metavar="N", help="results to show (1-100, default 10)")
+    p.add_argument("--model", metavar="PROVIDER[:MODEL]", help="vector table to search, e.g. ollama:nomic-embed-text")
+    p.add_argument("--json", action="store_true", help="machine-readable output (schema: search/schema.json)")
+    p.add_argument("--explain", action="store_true", help="show each retriever's rank and the RRF arithmetic")
+    p.add_argument("--config", metavar="PATH")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    as_json = False
+    try:
+        args = build_parser().parse_args(argv)
+        as_json = args.json
+        from gitlab_knowledge.config import load_config
+        from gitlab_knowledge.search.engine import Searcher
+        from gitlab_knowledge.search.filters import Filters
+        from gitlab_knowledge.search.output import render_human, response_json
+
+        config = load_config(args.config)
+        filters = Filters.build(types=args.type, author=args.author, labels=args.label, after=args.after,
+                                before=args.before, project=args.project, state=args.state,
+                                exclude_confidential=args.no_confidential, exclude_internal=args.no_internal)
+        provider, model = None, None
+        if args.model:
+            provider, _, model = args.model.partition(":")
+            if provider not in ("embedded", "ollama"):
+                raise UsageError(f"--model expects embedded or ollama[:MODEL], got {args.model!r}")
+        response = Searcher(config, provider, model or None).search(" ".join(args.query), filters, args.mode, args.limit)
+        if args.json:
+            sys.stdout.write(json.dumps(response_json(response), ensure_ascii=False, indent=2) + "\n")
+        else:
+            for warning in response.warnings:
+                sys.stderr.write(f"warning: {warning}\n")
+            sys.stdout.write(render_human(response, color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
+                                          explain=args.explain))
+        return 0
+    except KnowledgeError as exc:
+        return _fail(str(exc), exc.exit_code, as_json)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130, as_json)
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - no traceback reaches a user
+        if os.environ.get(DEBUG_ENV):
+            raise
+        return _fail(redact(f"internal error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the traceback)"),
+                     70, as_json)
+
+
+def _fail(message: str, code: int, as_json: bool) -> int:
+    if as_json:
+        sys.stdout.write(json.dumps({"schema_version": 1, "error": message, "exit_code": code}) + "\n")
+    sys.stderr.write(f"error: {message}\n")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
