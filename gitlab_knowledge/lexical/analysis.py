@@ -29,6 +29,23 @@ _JOINTS = re.compile(r"[./:\-]+")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 
+# Function words carry no topic; in a query they only let long, chatty documents outscore the one
+# that is about the query's subject. They are still indexed (a query made only of them works).
+STOPWORDS = frozenset("""a about an and any are as at be been but by can could did do does for from had has have how
+    i if in into is it its me my of on or our out so than that the their them then there these they this to too
+    was we were what when where which while who whom why will with would you your""".split())
+
+
+def query_words(analyzer: tantivy.TextAnalyzer, text: str) -> list[str]:
+    """The stemmed terms of a query, without stopwords unless it has nothing else."""
+    words = re.findall(r"\w+", text.lower())
+    content = [w for w in words if w not in STOPWORDS] or words
+    terms: list[str] = []
+    for word in content:
+        terms += analyzer.analyze(word)
+    return list(dict.fromkeys(terms))
+
+
 def word_analyzer() -> tantivy.TextAnalyzer:
     return (tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
             .filter(tantivy.Filter.remove_long(MAX_TERM_CHARS))

@@ -20,6 +20,7 @@ from gitlab_knowledge.lexical.analysis import (
     WORD_ANALYZER,
     ident_analyzer,
     identifier_terms,
+    query_words,
     references,
     word_analyzer,
 )
@@ -206,7 +207,7 @@ class LexicalIndex:
             query = self._term(field, value)
             should.append(tantivy.Query.boost_query(query, boost) if boost != 1.0 else query)
 
-        for term in dict.fromkeys(self.words.analyze(text)):
+        for term in query_words(self.words, text):
             add("title", term, BOOST["title"])
             add("body", term, BOOST["body"])
         for term in dict.fromkeys(identifier_terms(text)):

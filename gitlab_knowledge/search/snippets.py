@@ -8,15 +8,10 @@ identifiers) wins; those terms are returned as highlight ranges within the snipp
 import re
 from functools import lru_cache
 
-from gitlab_knowledge.lexical.analysis import identifier_terms, word_analyzer
+from gitlab_knowledge.lexical.analysis import STOPWORDS, identifier_terms, word_analyzer
 
 SNIPPET_CHARS = 240
 _WORD = re.compile(r"\w+", re.UNICODE)
-# Words that say nothing about where a document matched; they still match, they just do not
-# choose the window.
-STOPWORDS = frozenset("""a an and are as at be but by did do does for from had has have how i if in into is it its
-    of on or our so that the their them then there these they this to was we were what when where which who why
-    will with would you your""".split())
 _analyzer = word_analyzer()
 
 
