@@ -164,7 +164,7 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
         raise ConfigError(f"config field gitlab.token_env must be an environment variable name, got {token_env!r}")
     ca_bundle = gl.get("ca_bundle")
     if ca_bundle is not None:
-        ca_path = (base_dir / _expect(ca_bundle, str, "gitlab.ca_bundle")).expanduser()
+        ca_path = base_dir / Path(_expect(ca_bundle, str, "gitlab.ca_bundle")).expanduser()
         if not ca_path.is_file():
             raise ConfigError(f"config field gitlab.ca_bundle: no such file {ca_path}")
         ca_bundle = ca_path
@@ -196,7 +196,7 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
     if env.get("GITLAB_KNOWLEDGE_DATA"):
         data_dir = Path(env["GITLAB_KNOWLEDGE_DATA"]).expanduser()
     else:
-        data_dir = base_dir / _expect(storage.get("data_dir", "data"), str, "storage.data_dir")
+        data_dir = base_dir / Path(_expect(storage.get("data_dir", "data"), str, "storage.data_dir")).expanduser()
     data_dir = data_dir.expanduser().resolve()
 
     emb = _section(doc, "embedding")
@@ -207,9 +207,8 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
     model = emb.get("model")
     if model is not None:
         _expect(model, str, "embedding.model")
-    ollama_host = env.get("OLLAMA_HOST") or emb.get("ollama_host", "http://127.0.0.1:11434")
-    if "://" not in ollama_host:
-        ollama_host = "http://" + ollama_host
+    ollama_host = ollama_url(env.get("OLLAMA_HOST")
+                             or _expect(emb.get("ollama_host", "127.0.0.1:11434"), str, "embedding.ollama_host"))
     embedding = EmbeddingSettings(
         provider=provider,
         model=model or None,
@@ -232,6 +231,22 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
     )
     return Config(gitlab=gitlab, projects=tuple(projects), data_dir=data_dir, embedding=embedding,
                   search=search, sync=sync, source=source)
+
+
+def ollama_url(host: str) -> str:
+    """OLLAMA_HOST as Ollama reads it: a bare `host` or `host:port` is http on port 11434 by
+    default, while an explicit `http(s)://host` keeps its scheme's default port."""
+    host = host.strip().rstrip("/") or "127.0.0.1:11434"
+    if "://" in host:
+        return host
+    if host.startswith(":"):
+        host = "127.0.0.1" + host
+    authority, slash, path = host.partition("/")
+    bracketed = authority.startswith("[")
+    has_port = authority.rsplit("]", 1)[-1].count(":") == 1 if bracketed else authority.count(":") == 1
+    if not has_port:
+        authority += ":11434"
+    return f"http://{authority}{slash}{path}"
 
 
 def config_path(explicit: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None) -> Path | None:

@@ -39,6 +39,10 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if _secrets:
+            if record.exc_info and not record.exc_text:
+                # Formatters fill exc_text only later, from exc_info; fill it now, masked, so the
+                # traceback a handler prints is this one.
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
             message = record.getMessage()
             cleaned = redact(message)
             if cleaned != message:

@@ -15,8 +15,13 @@ from gitlab_knowledge.defs.jobs import SYNC_JOB
 from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.defs.reporting import installed
 from gitlab_knowledge.sync.progress import SyncProgress
+from gitlab_knowledge.sync.runs import HOSTNAME, process_alive, process_start
 
 PROJECT_TAG = "gitlab_knowledge/project"
+TRIGGER_TAG = "gitlab_knowledge/trigger"
+PID_TAG = "gitlab_knowledge/pid"
+HOST_TAG = "gitlab_knowledge/host"
+PROCESS_START_TAG = "gitlab_knowledge/process_start"
 
 
 @dataclass
@@ -74,6 +79,34 @@ def exit_code_for(error_class: str | None) -> int:
     return getattr(cls, "exit_code", 1) if isinstance(cls, type) else 1
 
 
+def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Fail the in-process runs whose process died (kill -9, a crash) and give back their pool
+    slots. Nothing else does it for a run the CLI started (Dagster's run monitoring watches the
+    runs its own launcher started), and a slot held by a dead run would make every later run of
+    the pool wait forever."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+
+    reaped = []
+    live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
+    for run in instance.get_runs(RunsFilter(statuses=live, tags={TRIGGER_TAG: "cli"})):
+        pid = run.tags.get(PID_TAG, "")
+        if run.tags.get(HOST_TAG) != HOSTNAME or not pid.isdigit():
+            continue
+        if process_alive(int(pid), run.tags.get(PROCESS_START_TAG) or None) is False:
+            instance.report_run_failed(run, f"the process running this sync (PID {pid}) ended without finishing: "
+                                            "killed or crashed; the next sync resumed from the cursor")
+            reaped.append(run.run_id)
+    storage = instance.event_log_storage
+    if storage.supports_global_concurrency_limits:
+        terminal = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+        for pool in storage.get_concurrency_keys():
+            for slot in storage.get_concurrency_info(pool).claimed_slots:
+                run = instance.get_run_by_id(slot.run_id)
+                if run is None or run.status in terminal:
+                    storage.free_concurrency_slots_for_run(slot.run_id)
+    return reaped
+
+
 def run_sync(config: Config, projects: list[str], *, full: bool = False, force: bool = False,
              progress: SyncProgress | None = None, instance: dg.DagsterInstance | None = None,
              config_path: str | None = None) -> list[ProjectOutcome]:
@@ -82,6 +115,7 @@ def run_sync(config: Config, projects: list[str], *, full: bool = False, force: 
     from gitlab_knowledge.defs import defs  # import late: loading Dagster definitions costs ~1 s
 
     instance = instance or dagster_instance(config)
+    reap_dead_runs(instance)
     ensure_partitions(instance, projects)
     job = defs.resolve_job_def(SYNC_JOB)
     outcomes = []
@@ -94,7 +128,8 @@ def run_sync(config: Config, projects: list[str], *, full: bool = False, force: 
         with installed(progress) if progress else contextlib.nullcontext():
             result = job.execute_in_process(
                 run_config=run_config, instance=instance, partition_key=project, raise_on_error=False,
-                tags={PROJECT_TAG: project, "gitlab_knowledge/trigger": "cli"},
+                tags={PROJECT_TAG: project, TRIGGER_TAG: "cli", PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
+                      PROCESS_START_TAG: process_start(os.getpid()) or ""},
             )
         outcome = ProjectOutcome(project=project, success=result.success, run_id=result.run_id)
         for event in result.get_asset_materialization_events():

@@ -51,7 +51,7 @@ class OllamaProvider:
             raise EmbeddingUnavailable(f"Ollama is not reachable at {self.host}: start it (`ollama serve`) or set "
                                        f"OLLAMA_HOST ({exc})") from None
         except httpx.TimeoutException:
-            raise EmbeddingUnavailable(f"Ollama at {self.host} did not answer within {self.timeout:.0f}s") from None
+            raise EmbeddingUnavailable(f"Ollama at {self.host} did not answer within {self.timeout:g}s") from None
         except httpx.HTTPError as exc:
             raise EmbeddingUnavailable(f"Ollama at {self.host} failed: {type(exc).__name__}: {exc}") from None
         except ollama.ResponseError as exc:

@@ -234,6 +234,10 @@ class GitLabClient:
                         self.stats.throttle_wait += wait
                         self.stats.retries += 1
                         continue
+                    if 300 <= status < 400:
+                        target = response.headers.get("location", "elsewhere")
+                        raise GitLabError(f"GitLab redirected {what} to {redact(target)} ({status}): check gitlab.url "
+                                          f"(scheme, host, no trailing path) in the config", status=status)
                     if status in RETRYABLE_STATUS:
                         failure = f"HTTP {status}"
                     elif status >= 400:

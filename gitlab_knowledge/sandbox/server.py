@@ -36,6 +36,14 @@ class _HTTPServer(ThreadingHTTPServer):
         self.connections_lock = threading.Lock()
         super().__init__(address, _Handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that went away (killed mid-request, timed out) is routine for a test server;
+        # anything else still gets the default traceback.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionResetError, BrokenPipeError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
     def close_connections(self) -> None:
         # Idle keep-alive connections would otherwise keep being served after stop().
         with self.connections_lock:

@@ -218,6 +218,24 @@ def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[Parent
     return counts
 
 
+def thread_signature(threads: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(discussion id, content hash) in GitLab's order: equal iff the stored threads are current."""
+    return [(str(d["id"]), payload_hash(canonical_json(d))) for d in threads]
+
+
+def stored_thread_signatures(con: duckdb.DuckDBPyConnection, parent_type: str,
+                             parent_ids: Sequence[int]) -> dict[int, list[tuple[str, str]]]:
+    out: dict[int, list[tuple[str, str]]] = {int(i): [] for i in parent_ids}
+    for parent_id, key, digest in con.execute("""
+        SELECT parent_id, gitlab_key, payload_hash FROM raw_payloads
+        WHERE resource_type = 'discussion' AND deleted_at IS NULL AND parent_type = ?
+          AND parent_id IN (SELECT unnest(?::BIGINT[]))
+        ORDER BY parent_id, position
+    """, [parent_type, list(parent_ids)]).fetchall():
+        out[int(parent_id)].append((key, digest))
+    return out
+
+
 def stored_hashes(con: duckdb.DuckDBPyConnection, resource_type: str, ids: Sequence[int]) -> dict[int, str]:
     """Content hashes of the live stored versions of these objects."""
     if not ids:

@@ -85,6 +85,7 @@ class _Parent:
     item: dict[str, Any] | None  # None: a recheck, the stored item payload stays
     threads: list[dict[str, Any]] | None = None  # None: the parent vanished (404)
     fetched_at: datetime | None = None
+    recheck: bool = False  # fetched for the ThrottledTouch recheck, not because the list showed a change
 
 
 class ProjectSync:
@@ -270,11 +271,12 @@ class ProjectSync:
         def work(con: Any, prov: raw.Provenance) -> None:
             items = [raw.RawRow.for_item(kind, p.item, p.fetched_at) for p in alive if p.item is not None]
             counts = raw.upsert_rows(con, items, prov)
-            rechecked = [p for p in alive if p.item is None]
-            if rechecked:
+            rechecked = [p for p in alive if p.recheck]
+            unchanged = [p for p in rechecked if p.item is None]
+            if unchanged:
                 con.executemany(
                     "UPDATE raw_payloads SET discussions_fetched_at = ? WHERE resource_type = ? AND gitlab_key = ?",
-                    [[p.fetched_at, kind, str(p.gitlab_id)] for p in rechecked])
+                    [[p.fetched_at, kind, str(p.gitlab_id)] for p in unchanged])
             threads = raw.replace_discussions(
                 con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads) for p in alive], prov)
             deleted = raw.tombstone_parents(con, kind, gone)
@@ -289,7 +291,7 @@ class ProjectSync:
             stats.new += counts.new
             stats.updated += counts.updated
             stats.deleted += deleted
-            stats.discussion_fetches += sum(1 for p in alive if p.item is None or int(p.item.get("user_notes_count") or 0) > 0)
+            stats.discussion_fetches += sum(1 for p in alive if p.recheck or int(p.item.get("user_notes_count") or 0) > 0)
             stats.rechecked += len(rechecked)
             stats.threads_new += threads.new
             stats.threads_updated += threads.updated
@@ -306,8 +308,18 @@ class ProjectSync:
             self.progress.message(f"{self.project_path}: rechecking {len(candidates)} {resource} "
                                   "updated within GitLab's 60 s note throttle")
         for start in range(0, len(candidates), RECHECK_BATCH):
-            batch = [_Parent(kind, gid, iid, None) for gid, iid in candidates[start:start + RECHECK_BATCH]]
+            batch = [_Parent(kind, gid, iid, None, recheck=True) for gid, iid in candidates[start:start + RECHECK_BATCH]]
             await self._fetch_threads(client, batch)
+            with write_connection(self.config.duckdb_path) as con:
+                stored = raw.stored_thread_signatures(con, kind, [p.gitlab_id for p in batch])
+            # Threads changed under an unchanged updated_at: the parent's own payload is stale too
+            # (user_notes_count), so it is refetched, once, for those parents only.
+            for p in batch:
+                if p.threads is not None and raw.thread_signature(p.threads) != stored.get(p.gitlab_id):
+                    try:
+                        p.item = await client.get(f"/projects/{self._project_id}/{resource}/{p.iid}")
+                    except NotFoundError:
+                        p.threads = None
             self._commit_parents(kind, resource, batch, stats, None)
 
     async def _reconcile(self, kind: str, resource: str, seen: set[int], stats: ResourceStats) -> None:

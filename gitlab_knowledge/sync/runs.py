@@ -22,7 +22,7 @@ from gitlab_knowledge.timeutil import utcnow
 HOSTNAME = socket.gethostname()
 
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The kernel's start time of `pid` (guards against PID reuse), or None if unknown."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -44,7 +44,7 @@ def process_alive(pid: int | None, start_token: str | None = None) -> bool | Non
         return False
     except PermissionError:
         return True
-    started = _process_start(pid)
+    started = process_start(pid)
     if started == "zombie":
         return False
     # A different start time means the PID now belongs to another process.
@@ -84,7 +84,7 @@ def begin_run(con: duckdb.DuckDBPyConnection, project_path: str, mode: str, *, f
                                dagster_run_id, stats)
         VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
     """, [run_id, project_path, mode, now, now, os.getpid(), HOSTNAME, dagster_run_id,
-          json.dumps({"process_start": _process_start(os.getpid())})])
+          json.dumps({"process_start": process_start(os.getpid())})])
     return int(run_id)
 
 

@@ -1,0 +1,82 @@
+"""Shared fixtures: generated datasets, a sandbox GitLab on 127.0.0.1, configs on tmp data dirs."""
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitlab_knowledge.config import Config, parse_config
+from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab, generate_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN_ENV = "GITLAB_TOKEN"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False, help="also run the larger, slower drills")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--runslow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two projects, 60 issues+MRs, a few hundred threads: generated, deterministic."""
+    out = tmp_path_factory.mktemp("small-dataset")
+    generate_dataset(out, projects=2, issues=36, mrs=24, seed=11, threads_per_parent_mean=3.0)
+    return out
+
+
+@pytest.fixture
+def sandbox(small_dataset: Path) -> Iterator[SandboxGitLab]:
+    with SandboxGitLab(dataset=small_dataset) as sb:
+        yield sb
+
+
+@pytest.fixture
+def token_env(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(TOKEN_ENV, DEFAULT_TOKEN)
+    for name in ("GITLAB_URL", "GITLAB_PROJECTS", "GITLAB_KNOWLEDGE_DATA", "GITLAB_KNOWLEDGE_EMBEDDING",
+                 "GITLAB_KNOWLEDGE_CONFIG", "DAGSTER_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    return DEFAULT_TOKEN
+
+
+def project_paths(sb: SandboxGitLab) -> list[str]:
+    return [p["path_with_namespace"] for p in sb.state.list_projects(order_by="id", sort="asc")]
+
+
+@pytest.fixture
+def make_config(tmp_path: Path, token_env: str) -> Callable[..., Config]:
+    def factory(sb: SandboxGitLab, data_dir: Path | None = None, **gitlab: Any) -> Config:
+        doc = {
+            "gitlab": {"url": sb.url, "rate_limit": 0, "max_retries": 4, "timeout": 5, **gitlab},
+            "projects": project_paths(sb),
+            "storage": {"data_dir": str(data_dir or tmp_path / "data")},
+        }
+        return parse_config(doc, tmp_path, {}, "test")
+
+    return factory
+
+
+def write_config_file(path: Path, sb: SandboxGitLab, data_dir: Path, **gitlab: Any) -> Path:
+    lines = [f'projects = {project_paths(sb)!r}'.replace("'", '"'), "[gitlab]", f'url = "{sb.url}"']
+    settings = {"rate_limit": 0, "max_retries": 4, "timeout": 5, **gitlab}
+    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in settings.items()]
+    lines += ["[storage]", f'data_dir = "{data_dir}"']
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITLAB", "DAGSTER_HOME", "OLLAMA"))}
+    env.update({TOKEN_ENV: DEFAULT_TOKEN, "NO_COLOR": "1", **extra})
+    return env

@@ -1,0 +1,59 @@
+"""Test helpers: run the pipeline's layers (the functions the Dagster assets call) and read the store."""
+
+from typing import Any
+
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.documents.refresh import refresh_documents
+from gitlab_knowledge.embeddings.refresh import refresh_embeddings
+from gitlab_knowledge.lexical.refresh import refresh_lexical
+from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.store.normalize import normalize_project
+from gitlab_knowledge.sync.engine import ProjectSync, SyncResult
+
+
+def sync(config: Config, project: str, **kwargs: Any) -> SyncResult:
+    result = ProjectSync(config, project, **kwargs).run()
+    normalize_project(config.duckdb_path, project)
+    return result
+
+
+def sync_all(config: Config, **kwargs: Any) -> dict[str, SyncResult]:
+    return {p: sync(config, p, **kwargs) for p in config.projects}
+
+
+def index_all(config: Config, provider: Any = None) -> dict[str, dict[str, Any]]:
+    out = {}
+    for project in config.projects:
+        out[project] = {
+            "documents": refresh_documents(config.duckdb_path, project),
+            "embeddings": refresh_embeddings(config, project, provider=provider),
+            "lexical": refresh_lexical(config, project),
+        }
+    return out
+
+
+def rows(config: Config, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    with read_connection(config.duckdb_path) as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+def scalar(config: Config, sql: str, params: list[Any] | None = None) -> Any:
+    return rows(config, sql, params)[0][0]
+
+
+NORMALIZED_SNAPSHOT = {
+    "issues": "SELECT id, project_id, iid, title, description, state, labels, updated_at FROM issues ORDER BY id",
+    "merge_requests": "SELECT id, project_id, iid, title, description, state, labels, updated_at FROM merge_requests ORDER BY id",
+    "discussions": "SELECT id, noteable_type, issue_id, merge_request_id, individual_note, note_count, position "
+                   "FROM discussions ORDER BY id",
+    "notes": "SELECT id, discussion_id, author_username, body, created_at, updated_at, position, internal FROM notes ORDER BY id",
+    "labels": "SELECT project_id, name FROM labels ORDER BY 1, 2",
+    "issue_labels": "SELECT * FROM issue_labels ORDER BY 1, 2",
+    "note_positions": "SELECT * FROM note_positions ORDER BY 1",
+    "raw": "SELECT resource_type, gitlab_key, payload_hash, deleted_at IS NULL FROM raw_payloads ORDER BY 1, 2",
+}
+
+
+def snapshot(config: Config) -> dict[str, list[tuple[Any, ...]]]:
+    """The store's content without run-specific columns (ids of runs, fetch times)."""
+    return {name: rows(config, sql) for name, sql in NORMALIZED_SNAPSHOT.items()}

@@ -1,0 +1,118 @@
+"""kill -9 of a real `python -m gitlab_knowledge sync` at random points, then a sync that runs to the
+end: the store must equal a from-scratch sync of the same GitLab (same rows, no duplicates), and
+every layer must agree (documents == vectors == lexical entries).
+
+GitLab changes between attempts (new notes, edits, a new issue), so every attempt has work to be
+killed in. Kill points alternate between "after N API requests" (inside fetching and page commits)
+and "after T seconds" (anywhere, including documents, embeddings and index writes).
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
+from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.helpers import rows, scalar, snapshot
+
+KILLS = int(os.environ.get("GK_KILL_POINTS", "4"))
+_children: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_orphans():
+    yield
+    for child in _children:
+        if child.poll() is None:
+            child.kill()
+            child.wait(30)
+    _children.clear()
+
+
+def _sync(config_path: Path, cwd: Path) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge", "--config", str(config_path), "sync"],
+                             cwd=cwd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _children.append(child)
+    return child
+
+
+def _finish(child: subprocess.Popen) -> None:
+    _out, err = child.communicate(timeout=180)
+    assert child.returncode == 0, err.decode()
+
+
+def _layer_counts(config) -> tuple[int, int, int]:
+    from gitlab_knowledge.embeddings.vectors import VectorStore
+    from gitlab_knowledge.lexical.index import LexicalIndex
+
+    documents = scalar(config, "SELECT count(*) FROM documents")
+    vectors = VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8").count()[0]
+    return documents, vectors, LexicalIndex(config.tantivy_dir).count()
+
+
+def _change_gitlab(sb: SandboxGitLab, rng: random.Random, attempt: int) -> None:
+    project = sb.state.list_projects()[0]["id"]
+    issues = sb.state.list_items(project, "issues")
+    for issue in rng.sample(issues, 3):
+        sb.state.add_note(project, "issues", issue["iid"], f"attempt {attempt}: a note on #{issue['iid']}")
+    threads = [t for t in sb.state.discussions(project, "issues", issues[0]["iid"]) if not t["notes"][0]["system"]]
+    if threads:
+        sb.state.edit_note(project, "issues", issues[0]["iid"], threads[0]["notes"][0]["id"], f"edited in {attempt}")
+    sb.state.create_issue(project, f"Issue created before attempt {attempt}", description="websocket reconnects")
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    generate_dataset(out, projects=1, issues=18, mrs=8, seed=5, threads_per_parent_mean=2.5)
+    return out
+
+
+def test_kill_9_at_random_points_then_sync_equals_a_clean_sync(tiny_dataset, tmp_path, make_config):
+    rng = random.Random(20261122)
+    with SandboxGitLab(dataset=tiny_dataset, latency_ms=10) as sb:
+        config_path = write_config_file(tmp_path / "victim.toml", sb, tmp_path / "victim-data", per_page=4)
+        started = time.monotonic()
+        _finish(_sync(config_path, tmp_path))  # a first complete sync: the store has every layer
+        full_run = time.monotonic() - started
+        landed = 0
+        for attempt in range(KILLS * 3):
+            if landed == KILLS:
+                break
+            _change_gitlab(sb, rng, attempt)
+            sb.reset_stats()
+            victim = _sync(config_path, tmp_path)
+            if attempt % 2 == 0:
+                threshold = rng.randint(1, 12)
+                deadline = time.monotonic() + 60
+                while victim.poll() is None and sb.stats()["requests"] < threshold and time.monotonic() < deadline:
+                    time.sleep(0.002)
+            else:
+                end = time.monotonic() + rng.uniform(0.3, full_run)
+                while victim.poll() is None and time.monotonic() < end:
+                    time.sleep(0.002)
+            if victim.poll() is None:
+                os.kill(victim.pid, signal.SIGKILL)
+                landed += 1
+            victim.communicate(timeout=60)
+        assert landed == KILLS, f"only {landed} of {KILLS} kill points landed while a sync was running"
+        _finish(_sync(config_path, tmp_path))
+
+        reference_path = write_config_file(tmp_path / "ref.toml", sb, tmp_path / "ref-data", per_page=4)
+        _finish(_sync(reference_path, tmp_path))
+
+    victim_config = make_config(sb, data_dir=tmp_path / "victim-data")
+    reference_config = make_config(sb, data_dir=tmp_path / "ref-data")
+    assert snapshot(victim_config) == snapshot(reference_config)
+    assert scalar(victim_config, "SELECT count(*) - count(DISTINCT id) FROM notes") == 0
+    assert scalar(victim_config, "SELECT count(*) FROM notes WHERE body LIKE 'attempt %'") >= 3 * KILLS
+    documents, vectors, lexical = _layer_counts(victim_config)
+    assert documents == vectors == lexical == _layer_counts(reference_config)[0]
+    statuses = {status for (status,) in rows(victim_config, "SELECT status FROM sync_runs")}
+    assert "running" not in statuses, "killed runs are marked abandoned by the next sync"
