@@ -64,6 +64,15 @@ def build_parser() -> Parser:
     p.add_argument("what", choices=["issues", "mrs", "discussions", "notes"])
     p.add_argument("--project", metavar="PATH")
 
+    p = add("demo", "sync the bundled sample from a sandbox GitLab, then search it", json_flag=False)
+    p.add_argument("--ui", action="store_true", help="afterwards, keep the sandbox up and start the Dagster UI")
+    p.add_argument("--port", type=int, default=0, help="sandbox port (default: a free one)")
+    p.add_argument("--ui-port", type=int, default=3000)
+
+    p = add("ui", "start the Dagster UI and daemon (webserver on 127.0.0.1)", json_flag=False)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=3000)
+
     p = add("show", "an issue or merge request with its discussion threads")
     p.add_argument("what", choices=["issue", "mr"])
     p.add_argument("iid", type=_positive_int)
@@ -72,7 +81,7 @@ def build_parser() -> Parser:
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
-    from gitlab_knowledge.cli import doctor, inspect_cmd, sync_cmd
+    from gitlab_knowledge.cli import demo, doctor, inspect_cmd, sync_cmd, ui
 
     return {
         "auth-test": doctor.auth_test,
@@ -82,6 +91,8 @@ def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
         "list": inspect_cmd.list_cmd,
         "count": inspect_cmd.count_cmd,
         "show": inspect_cmd.show_cmd,
+        "demo": demo.run,
+        "ui": ui.run,
     }
 
 
@@ -97,7 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         _setup_logging(args.verbose)
-        config = load_config(args.config)
+        # The demo brings its own GitLab and config; everything else needs the user's.
+        config = None if args.command == "demo" else load_config(args.config)
         return _commands()[args.command](args, config)
     except KnowledgeError as exc:
         console.fail(str(exc))

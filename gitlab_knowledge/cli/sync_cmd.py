@@ -78,6 +78,27 @@ COLUMNS = (("fetched", "fetched"), ("new", "new"), ("updated", "updated"), ("del
            ("embedded", "embedded"), ("documents", "documents"))
 
 
+def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
+    table = Table(title=f"{'Full sync' if full else 'Sync'} of {len(outcomes)} project(s) in {elapsed:.1f}s",
+                  title_justify="left")
+    table.add_column("project", no_wrap=True)
+    for _key, header in COLUMNS:
+        table.add_column(header, justify="right")
+    table.add_column("status")
+    for o in outcomes:
+        row = summary_rows(o.metadata)
+        table.add_row(o.project, *(str(row[k]) for k, _ in COLUMNS), "ok" if o.success else "[red]failed[/]")
+    console.out.print(table)
+    for o in outcomes:
+        row = summary_rows(o.metadata)
+        if row["rate_limited"]:
+            console.warn(f"{o.project}: GitLab rate-limited {row['rate_limited']} request(s); they were retried")
+        if row["embedding_failures"]:
+            console.warn(f"{o.project}: {row['embedding_failures']} document(s) could not be embedded "
+                         f"({row['embedding_error']}); they are searchable by keyword and will be embedded "
+                         "on the next sync")
+
+
 def run(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.defs.runner import exit_code_for, run_sync
 
@@ -96,24 +117,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
                           "error": o.error, **summary_rows(o.metadata), "assets": o.metadata} for o in outcomes],
         })
     else:
-        table = Table(title=f"{'Full sync' if args.full else 'Sync'} of {len(outcomes)} project(s) in {elapsed:.1f}s",
-                      title_justify="left")
-        table.add_column("project", no_wrap=True)
-        for _key, header in COLUMNS:
-            table.add_column(header, justify="right")
-        table.add_column("status")
-        for o in outcomes:
-            row = summary_rows(o.metadata)
-            table.add_row(o.project, *(str(row[k]) for k, _ in COLUMNS), "ok" if o.success else "[red]failed[/]")
-        console.out.print(table)
-        for o in outcomes:
-            row = summary_rows(o.metadata)
-            if row["rate_limited"]:
-                console.warn(f"{o.project}: GitLab rate-limited {row['rate_limited']} request(s); they were retried")
-            if row["embedding_failures"]:
-                console.warn(f"{o.project}: {row['embedding_failures']} document(s) could not be embedded "
-                             f"({row['embedding_error']}); they are searchable by keyword and will be embedded "
-                             "on the next sync")
+        print_summary(outcomes, elapsed, full=args.full)
     for o in failed:
         console.fail(f"{o.project}: {o.error} (Dagster run {o.run_id[:8]})")
     return exit_code_for(failed[0].error_class) if failed else 0

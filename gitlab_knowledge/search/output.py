@@ -50,10 +50,11 @@ def headline(r: Result) -> str:
 
 
 def _highlight(snippet: str, ranges: list[tuple[int, int]], color: bool) -> str:
-    if not ranges:
+    # Piped output gets no markers: note bodies are Markdown, where ** already means bold.
+    if not ranges or not color:
         return snippet
     out, last = [], 0
-    start_mark, end_mark = ("\x1b[1;33m", "\x1b[0m") if color else ("**", "**")
+    start_mark, end_mark = "\x1b[1;33m", "\x1b[0m"
     for start, end in sorted(ranges):
         if start < last:
             continue

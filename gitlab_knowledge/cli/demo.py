@@ -1,0 +1,84 @@
+"""`demo`: the bundled sample through the whole pipeline, then example searches.
+
+A sandbox GitLab serves the sample dataset on 127.0.0.1; a config under data/demo/ points at it;
+the sync runs the same Dagster job as `sync`; then a few searches show what the index can do.
+With `--ui` the sandbox stays up and the Dagster UI starts against the demo config, so syncs can
+be launched and watched from the browser.
+"""
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from gitlab_knowledge.cli import console
+from gitlab_knowledge.config import Config, load_config
+
+DEMO_TOKEN_ENV = "GITLAB_KNOWLEDGE_DEMO_TOKEN"
+EXAMPLES = (
+    ("why did we choose redis", {}),
+    ("AUTH_TOKEN_TTL", {}),
+    ("how do we roll back a bad deploy", {"types": ["discussion"]}),
+)
+
+
+def demo_dir(base: Path) -> Path:
+    return base / "data" / "demo"
+
+
+def write_demo_config(directory: Path, url: str, projects: list[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "gitlab_knowledge.toml"
+    path.write_text(
+        "# Written by `python -m gitlab_knowledge demo`: the sandbox GitLab serving the bundled sample.\n"
+        f"projects = [{', '.join(repr(p).replace(chr(39), chr(34)) for p in projects)}]\n\n"
+        f'[gitlab]\nurl = "{url}"\ntoken_env = "{DEMO_TOKEN_ENV}"\nrate_limit = 0\n\n'
+        '[storage]\ndata_dir = "."\n')
+    return path
+
+
+def run(args: argparse.Namespace, _config: Config | None) -> int:
+    from gitlab_knowledge.defs.runner import run_sync
+    from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
+    from gitlab_knowledge.search.engine import Searcher
+    from gitlab_knowledge.search.filters import Filters
+    from gitlab_knowledge.search.output import render_human
+
+    os.environ[DEMO_TOKEN_ENV] = DEFAULT_TOKEN
+    directory = demo_dir(Path.cwd())
+    with SandboxGitLab(dataset=SAMPLE_DATASET, port=args.port) as sandbox:
+        projects = [p["path_with_namespace"] for p in sandbox.state.list_projects(order_by="id", sort="asc")]
+        config_path = write_demo_config(directory, sandbox.url, projects)
+        config = load_config(config_path)
+        console.out.print(f"[bold]Sandbox GitLab[/] serving the bundled sample at {sandbox.url} "
+                          f"({', '.join(projects)})")
+        from gitlab_knowledge.cli.sync_cmd import BarProgress, print_summary
+
+        started = time.monotonic()
+        with BarProgress() as bar:
+            outcomes = run_sync(config, projects, progress=bar, config_path=str(config_path))
+        print_summary(outcomes, time.monotonic() - started, full=False)
+        if not all(o.success for o in outcomes):
+            for o in outcomes:
+                if not o.success:
+                    console.fail(f"{o.project}: {o.error}")
+            return 1
+        searcher = Searcher(config)
+        for query, filters in EXAMPLES:
+            console.out.print(f"\n[bold]$ python -m gitlab_knowledge.search \"{query}\"" +
+                              "".join(f" --type {t}" for t in filters.get("types", [])) + "[/]")
+            response = searcher.search(query, Filters.build(**filters), "hybrid", 3)
+            console.out.print(render_human(response, color=console.out.is_terminal), markup=False, highlight=False)
+        console.out.print(
+            "[bold]Next[/]\n"
+            f"  search the demo:   python -m gitlab_knowledge.search \"authentication redesign\" --config {config_path}\n"
+            f"  inspect it:        python -m gitlab_knowledge --config {config_path} show issue 234\n"
+            "  the Dagster UI:    python -m gitlab_knowledge demo --ui   (then open http://127.0.0.1:3000)\n"
+            "  a real GitLab:     see README, \"Point it at your GitLab\"")
+        if args.ui:
+            from gitlab_knowledge.cli.ui import launch
+
+            console.out.print(f"\nDagster UI on http://127.0.0.1:{args.ui_port} (Ctrl-C stops it and the sandbox)")
+            return launch(config, host="127.0.0.1", port=args.ui_port, config_path=config_path,
+                          extra_env={DEMO_TOKEN_ENV: DEFAULT_TOKEN})
+    return 0

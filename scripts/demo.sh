@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# First contact: install into .venv, then sync the bundled sample from a sandbox GitLab through
+# every layer (Dagster job: raw → normalized → documents → embeddings + lexical index) and search it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[test]'
+exec .venv/bin/python -m gitlab_knowledge demo "$@"
