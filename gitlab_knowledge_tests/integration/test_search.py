@@ -1,0 +1,249 @@
+"""Search over the synced sample dataset: golden queries, filters pushed down into both
+retrievers, exact references, degradation, hostile input, the JSON contract, the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from gitlab_knowledge.config import Config, parse_config
+from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.sandbox import SAMPLE_DATASET, SandboxGitLab
+from gitlab_knowledge.search.engine import UNAVAILABLE, Searcher
+from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.output import render_human, response_json
+from gitlab_knowledge_tests.conftest import REPO, subprocess_env
+from gitlab_knowledge_tests.helpers import index_all, rows, scalar, sync_all
+
+GOLDEN = json.loads((REPO / "gitlab_knowledge_tests" / "fixtures" / "golden_queries.json").read_text())
+SCHEMA = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_text())
+
+
+@dataclass
+class SampleStore:
+    config: Config
+    config_path: Path
+    dead_ollama: str  # an Ollama URL that built a vector table, then went away
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
+    """The bundled sample, synced through every layer once for the whole session."""
+    from gitlab_knowledge.sandbox import DEFAULT_TOKEN
+
+    base = tmp_path_factory.mktemp("sample-store")
+    os.environ.setdefault("GITLAB_TOKEN", DEFAULT_TOKEN)
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": ["acme/platform", "acme/web-app"],
+               "storage": {"data_dir": str(base / "data")}}
+        config = parse_config(doc, base, {}, "test")
+        sync_all(config)
+        index_all(config)
+    # A second vector table, from an Ollama that then goes away: what degradation looks like.
+    from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
+    from gitlab_knowledge.embeddings.refresh import refresh_embeddings
+    from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
+
+    with FakeOllama() as fake:
+        for project in config.projects:
+            refresh_embeddings(config, project, provider=OllamaProvider(host=fake.url))
+        gone = fake.url
+    path = base / "gitlab_knowledge.toml"
+    path.write_text('projects = ["acme/platform", "acme/web-app"]\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
+                    f'[storage]\ndata_dir = "{base / "data"}"\n')
+    return SampleStore(config, path, gone)
+
+
+@pytest.fixture(scope="session")
+def searcher(sample) -> Searcher:
+    return Searcher(sample.config)
+
+
+def urls(response) -> list[str]:
+    return [r.fields["url"] for r in response.results]
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=[g["query"][:40] for g in GOLDEN])
+def test_golden_queries(searcher, case):
+    modes = ["hybrid"] + (["lexical"] if case["lexical"] else [])
+    for mode in modes:
+        found = urls(searcher.search(case["query"], mode=mode, limit=10))
+        missing = [u for u in case["expected_urls"] if u not in found]
+        assert not missing, f"{mode}: {missing} not in the top 10 for {case['query']!r} ({case['why']})"
+
+
+@pytest.mark.parametrize("query,first", [
+    ("#234", "https://gitlab.example.com/acme/platform/-/issues/234"),
+    ("!847", "https://gitlab.example.com/acme/platform/-/merge_requests/847"),
+    ("acme/web-app#67", "https://gitlab.example.com/acme/web-app/-/issues/67"),
+    ("what happened in !847", "https://gitlab.example.com/acme/platform/-/merge_requests/847"),
+])
+def test_exact_references_come_first(searcher, query, first):
+    response = searcher.search(query, limit=5)
+    assert response.results[0].fields["url"] == first
+    assert response.results[0].match == "exact_reference"
+
+
+@pytest.mark.parametrize("identifier", ["src/auth/login.ts", "AUTH_TOKEN_TTL", "parseJwtClaims",
+                                        "OrderRepository.find_all", "migrations/0042_add_sessions.sql"])
+def test_identifiers_and_paths_surface_documents_that_contain_them_first(sample, searcher, identifier):
+    config = sample.config
+    for mode in ("hybrid", "lexical"):
+        response = searcher.search(identifier, mode=mode, limit=3)
+        top = response.results[0]
+        text = rows(config, "SELECT content_text FROM documents WHERE id = ?", [top.doc_id])[0][0]
+        assert identifier.lower() in text.lower(), (mode, top.fields["url"])
+
+
+FILTER_CASES = [
+    ({"types": ["discussion"]}, lambda f: f["source_type"] == "discussion"),
+    ({"types": ["mr", "issue"]}, lambda f: f["source_type"] in ("merge_request", "issue")),
+    ({"author": "johndoe"}, lambda f: f["author"] == "johndoe"),
+    ({"labels": ["auth", "security"]}, lambda f: {"auth", "security"} <= set(f["labels"])),
+    ({"after": "2025-01-01"}, lambda f: f["created_at"].year >= 2025),
+    ({"before": "2024-06-01"}, lambda f: f["created_at"].isoformat() < "2024-06-01"),
+    ({"project": "acme/web-app"}, lambda f: f["project"] == "acme/web-app"),
+    ({"state": "merged"}, lambda f: f["state"] == "merged"),
+    ({"exclude_confidential": True}, lambda f: not f["confidential"]),
+    ({"exclude_internal": True}, lambda f: not f["internal"]),
+]
+
+
+@pytest.mark.parametrize("mode", ["lexical", "semantic", "hybrid"])
+@pytest.mark.parametrize("filters,holds", FILTER_CASES, ids=[str(c[0]) for c in FILTER_CASES])
+def test_every_filter_applies_in_every_retriever(searcher, mode, filters, holds):
+    response = searcher.search("authentication tokens and caching", Filters.build(**filters), mode, 50)
+    assert response.results, f"{filters} should match something in {mode}"
+    assert all(holds(r.fields) for r in response.results)
+
+
+def test_filters_are_applied_before_the_top_n_cut(sample, searcher):
+    config = sample.config
+    # Only 2 closed MRs exist; neither is in the unfiltered top 50 for a query about something else.
+    closed = {r[0] for r in rows(config, "SELECT id FROM documents WHERE source_type = 'merge_request' "
+                                         "AND state = 'closed'")}
+    assert closed
+    unfiltered = {r.doc_id for r in searcher.search("authentication redesign", mode="semantic", limit=50).results}
+    assert not closed <= unfiltered
+    filtered = searcher.search("authentication redesign", Filters.build(types=["mr"], state="closed"),
+                               "semantic", 50)
+    assert {r.doc_id for r in filtered.results} == closed
+    lexical = searcher.search("the", Filters.build(types=["mr"], state="closed"), "lexical", 50)
+    assert {r.doc_id for r in lexical.results} == closed
+
+
+def test_label_filters_must_all_match(sample, searcher):
+    config = sample.config
+    both = {r[0] for r in rows(config, "SELECT id FROM documents WHERE list_contains(labels, 'auth') "
+                                       "AND list_contains(labels, 'security') "
+                                       "AND regexp_matches(content_text, '(?i)\\bthe\\b')")}
+    assert len(both) > 3
+    response = searcher.search("the", Filters.build(labels=["auth", "security"]), "lexical", 100)
+    assert {r.doc_id for r in response.results} == both
+    assert searcher.search("the", Filters.build(labels=["auth", "no-such-label"]), "lexical", 100).results == []
+
+
+def test_degrades_to_lexical_when_the_embedding_service_is_down(sample, tmp_path):
+    config = sample.config
+    from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
+    from gitlab_knowledge.embeddings.vectors import VectorStore
+
+    down = Searcher(config, "ollama", "nomic-embed-text")
+    down._provider = OllamaProvider(host="http://127.0.0.1:9", timeout=2)
+    down._vectors = VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8")  # a table exists
+    started = time.monotonic()
+    response = down.search("why did we choose redis", limit=5)
+    assert time.monotonic() - started < 5
+    assert response.effective_mode == "lexical" and response.mode == "hybrid"
+    assert UNAVAILABLE in response.warnings
+    assert response.results
+    assert down.search("why did we choose redis", mode="semantic").effective_mode == "lexical"
+
+
+HOSTILE = ['"unbalanced quote', "title:redis AND(", "field:value OR", "((()))", "*", "-redis", "redis~2^3",
+           "🔥🚀 deploy", "🔥", "\\", "a\x00b", "[x](javascript:alert(1))", "SELECT * FROM documents; --",
+           "x" * 10_000, "redis " * 2_000, "' OR 1=1 --", "#", "!", "#0", "!99999999999", "../../etc/passwd"]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "lexical", "semantic"])
+def test_hostile_queries_never_crash(searcher, mode):
+    for query in HOSTILE:
+        response = searcher.search(query, mode=mode, limit=5)
+        jsonschema.validate(response_json(response), SCHEMA)
+        render_human(response, color=False)
+    for empty in ("", "   ", "\n\t"):
+        with pytest.raises(UsageError):
+            searcher.search(empty, mode=mode)
+
+
+def test_json_output_validates_against_the_shipped_schema(searcher):
+    validator = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
+    for query, filters in (("why did we choose redis", {}), ("#234", {}), ("tokens", {"types": ["discussion"]}),
+                           ("nothing matches this zzqxv", {"project": "acme/web-app"})):
+        payload = response_json(searcher.search(query, Filters.build(**filters), "hybrid", 10))
+        validator.validate(json.loads(json.dumps(payload)))
+
+
+def test_human_output(searcher):
+    text = render_human(searcher.search("authentication redesign", limit=3), color=False)
+    lines = text.splitlines()
+    assert lines[0].startswith("Found ") and "(hybrid search, " in lines[0]
+    assert lines[2].startswith("[1] ") and lines[2].rstrip().endswith(")")
+    assert lines[3].strip().startswith("@") and " · " in lines[3]
+    assert any(line.strip().startswith("https://gitlab.example.com/") for line in lines)
+    assert "\x1b[" not in text
+    colored = render_human(searcher.search("authentication redesign", limit=3), color=True)
+    assert "\x1b[" in colored
+    empty = render_human(searcher.search("zzqxv qqqxz", mode="lexical"), color=False)
+    assert empty.startswith('No results for "zzqxv qqqxz"')
+
+
+def _cli(args: list[str], config_path: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", *args, "--config", str(config_path)],
+                          capture_output=True, text=True, env=subprocess_env(**env), timeout=120)
+
+
+def test_cli_json_and_degradation_and_bad_input(sample):
+    path = sample.config_path
+    ok = _cli(["why did we choose redis", "--json", "--limit", "3"], path)
+    assert ok.returncode == 0, ok.stderr
+    payload = json.loads(ok.stdout)
+    jsonschema.validate(payload, SCHEMA)
+    assert payload["effective_mode"] == "hybrid" and len(payload["results"]) == 3
+
+    dead = sample.dead_ollama
+    down = _cli(["why did we choose redis", "--json"], path, GITLAB_KNOWLEDGE_EMBEDDING="ollama", OLLAMA_HOST=dead)
+    assert down.returncode == 0
+    payload = json.loads(down.stdout)
+    assert UNAVAILABLE in payload["warnings"] and payload["effective_mode"] == "lexical" and payload["results"]
+    human = _cli(["why did we choose redis"], path, GITLAB_KNOWLEDGE_EMBEDDING="ollama", OLLAMA_HOST=dead)
+    assert human.returncode == 0 and UNAVAILABLE in human.stderr and human.stdout.startswith("Found ")
+
+    for bad in (["redis", "--after", "2024-13-01"], ["redis", "--before", "tomorrow"], ["redis", "--limit", "0"],
+                ["redis", "--mode", "fuzzy"], ["redis", "--type", "epic"], [""]):
+        result = _cli(bad, path)
+        assert result.returncode == 2, (bad, result.stderr)
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_search_works_while_a_writer_holds_the_duckdb_file(sample):
+    config, path = sample.config, sample.config_path
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('held', flush=True); "
+                               "time.sleep(120)", str(config.duckdb_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = _cli(["authentication redesign", "--json", "--limit", "2"], path)
+        assert result.returncode == 0, result.stderr
+        assert len(json.loads(result.stdout)["results"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    assert scalar(config, "SELECT count(*) FROM documents") > 0

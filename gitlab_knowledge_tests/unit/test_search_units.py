@@ -1,0 +1,117 @@
+"""RRF arithmetic, filters and dates, identifier analysis, references, snippets."""
+
+import pytest
+
+from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.lexical.analysis import identifier_terms, query_words, references, word_analyzer
+from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.rrf import normalized, rrf
+from gitlab_knowledge.search.semantic import where_clause
+from gitlab_knowledge.search.snippets import make_snippet
+
+
+def test_rrf_sums_reciprocal_ranks_with_k():
+    fused = rrf({"lexical": ["a", "b", "c"], "semantic": ["c", "a"]}, k=60)
+    scores = {f.doc_id: f.score for f in fused}
+    assert scores["a"] == pytest.approx(1 / 61 + 1 / 62)
+    assert scores["c"] == pytest.approx(1 / 63 + 1 / 61)
+    assert scores["b"] == pytest.approx(1 / 62)  # in one list only: that list's term alone
+    assert [f.doc_id for f in fused] == ["a", "c", "b"]
+    assert fused[0].ranks == {"lexical": 1, "semantic": 2}
+    assert rrf({"lexical": ["a", "b"]}, k=1)[0].score == pytest.approx(1 / 2)
+
+
+def test_rrf_k_changes_the_order():
+    lists = {"lexical": ["x", "y", "z", "w"], "semantic": ["w", "z", "y", "x"]}
+    # Small k rewards a single top rank; large k rewards agreement.
+    assert rrf(lists, k=1)[0].doc_id in ("x", "w")
+    small = {f.doc_id: f.score for f in rrf(lists, k=1)}
+    assert small["x"] > small["y"]
+    large = {f.doc_id: f.score for f in rrf(lists, k=1000)}
+    assert large["x"] == pytest.approx(large["y"], rel=1e-3)
+
+
+def test_rrf_ties_are_deterministic():
+    # a and b tie on score and on best rank (1): the id decides.
+    fused = rrf({"lexical": ["b", "a"], "semantic": ["a", "b"]}, k=60)
+    assert [f.doc_id for f in fused] == ["a", "b"]
+    assert rrf({"lexical": ["b", "a"], "semantic": ["a", "b"]}, k=60) == fused
+    fused = rrf({"one": ["p", "q"], "two": ["q", "p"], "three": []}, k=60)
+    assert [f.doc_id for f in fused] == ["p", "q"]
+
+
+def test_rrf_ignores_duplicates_within_a_list_and_rejects_bad_k():
+    assert rrf({"lexical": ["a", "a", "b"]})[1].ranks == {"lexical": 3}
+    with pytest.raises(ValueError):
+        rrf({"lexical": ["a"]}, k=0)
+    assert normalized(2 / 61, 2, 60) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("bad", ["2024-1-1", "yesterday", "2024/01/01", "2024-02-30", "20240101", " 2024-01-01"])
+def test_dates_must_be_iso(bad):
+    with pytest.raises(UsageError) as err:
+        Filters.build(after=bad)
+    assert "YYYY-MM-DD" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_filters_are_normalized_and_validated():
+    f = Filters.build(types=["mr", "Issue", "discussion", "mr"], author="@janedoe", labels=["a", "b", "a"],
+                      after="2024-01-01", before="2024-06-01", project="g/p", state="merged")
+    assert f.types == ("merge_request", "issue", "discussion")
+    assert f.author == "janedoe" and f.labels == ("a", "b")
+    with pytest.raises(UsageError):
+        Filters.build(types=["epic"])
+    with pytest.raises(UsageError):
+        Filters.build(after="2024-06-01", before="2024-01-01")
+
+
+def test_vector_filter_sql_quotes_values():
+    where = where_clause(Filters.build(types=["issue"], author="o'brien", labels=["needs 'review'", "bug"],
+                                       after="2024-01-01", before="2024-02-01", project="g/p", state="opened",
+                                       exclude_confidential=True))
+    assert "author = 'o''brien'" in where
+    assert "array_has_all(labels, ['needs ''review''', 'bug'])" in where
+    assert "created_at >= CAST('2024-01-01 00:00:00' AS TIMESTAMP)" in where
+    assert "created_at < CAST('2024-02-01 00:00:00' AS TIMESTAMP)" in where
+    assert "confidential = false" in where
+    assert where_clause(Filters()) is None
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("src/auth/login.ts", {"src/auth/login.ts", "src", "auth", "login.ts", "login", "ts"}),
+    ("AUTH_TOKEN_TTL", {"auth_token_ttl", "auth", "token", "ttl"}),
+    ("parseJwtClaims", {"parsejwtclaims", "parse", "jwt", "claims"}),
+    ("OrderRepository.find_all()", {"orderrepository.find_all", "orderrepository", "order", "repository",
+                                    "find_all", "find", "all"}),
+    ("HTTPServerError", {"httpservererror", "http", "server", "error"}),
+])
+def test_identifiers_are_kept_whole_and_split(text, expected):
+    assert set(identifier_terms(f"see `{text}` please")) == expected
+
+
+def test_plain_words_are_not_identifiers():
+    assert identifier_terms("The quick brown fox, jumps.") == []
+
+
+def test_references_are_parsed():
+    assert references("see #234, !847 and group/sub/project#12; not x#1 or &#39;") == [
+        (None, "issue", 234), (None, "merge_request", 847), ("group/sub/project", "issue", 12)]
+
+
+def test_query_words_drop_stopwords_unless_nothing_else_is_left():
+    analyzer = word_analyzer()
+    assert query_words(analyzer, "why did we choose Redis") == ["choos", "redi"]
+    assert query_words(analyzer, "Searching searched searches") == ["search"]
+    assert query_words(analyzer, "what is this") == ["what", "is", "this"]
+
+
+def test_snippet_skips_the_header_and_highlights_query_terms():
+    text = ("[Issue #196: Users are logged out] Discussion\n\n@johndoe (2024-03-13):\n"
+            "Lots of unrelated words here. " * 20 + "We chose Redis because we need persistence and sorted sets.")
+    snippet, ranges = make_snippet(text, "why did we choose redis")
+    assert "Discussion" not in snippet
+    highlighted = [snippet[a:b].lower() for a, b in ranges]
+    assert "redis" in highlighted and "chose" not in highlighted  # chose ≠ choose after stemming
+    assert len(snippet) <= 240
+    snippet, ranges = make_snippet("Title\n\nfix in src/auth/login.ts today", "src/auth/login.ts")
+    assert snippet[ranges[0][0]:ranges[0][1]] == "src/auth/login.ts"
