@@ -54,6 +54,17 @@ def build_parser() -> Parser:
 
     add("sync-status", "last sync runs, cursors and layer watermarks")
 
+    p = add("embed", "embed documents whose text or model changed (runs the Dagster embeddings asset)")
+    p.add_argument("--all", action="store_true", help="re-embed every document")
+    p.add_argument("--model", metavar="PROVIDER[:MODEL]", help="build/refresh this model's table, e.g. ollama:nomic-embed-text")
+    p.add_argument("--project", action="append", metavar="PATH")
+
+    add("stats", "documents by type, embedded %, failures, index sizes, last sync")
+
+    p = add("index", "index health: which documents are indexed, stale or missing in each index")
+    p.add_argument("what", choices=["status"])
+    p.add_argument("--model", metavar="PROVIDER[:MODEL]")
+
     p = add("list", "list issues or merge requests")
     p.add_argument("what", choices=["issues", "mrs"])
     p.add_argument("--project", metavar="PATH")
@@ -81,7 +92,7 @@ def build_parser() -> Parser:
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
-    from gitlab_knowledge.cli import demo, doctor, inspect_cmd, sync_cmd, ui
+    from gitlab_knowledge.cli import demo, doctor, index_cmd, inspect_cmd, sync_cmd, ui
 
     return {
         "auth-test": doctor.auth_test,
@@ -91,6 +102,9 @@ def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
         "list": inspect_cmd.list_cmd,
         "count": inspect_cmd.count_cmd,
         "show": inspect_cmd.show_cmd,
+        "embed": index_cmd.embed_cmd,
+        "stats": index_cmd.stats_cmd,
+        "index": index_cmd.index_status_cmd,
         "demo": demo.run,
         "ui": ui.run,
     }

@@ -78,11 +78,24 @@ def _store_check(config: Config) -> Check:
     return Check("store", "ok", f"{config.duckdb_path} writable ({size / 1e6:.1f} MB)")
 
 
+def _embedding_check(config: Config) -> Check:
+    from gitlab_knowledge.embeddings.provider import get_provider
+
+    try:
+        return Check("embeddings", "ok", get_provider(config).check())
+    except KnowledgeError as exc:
+        if config.embedding.provider == "ollama":
+            # Search still works by keyword and failed documents are embedded later: a warning.
+            return Check("embeddings", "warn", f"{exc} (search falls back to keywords)", required=False)
+        return Check("embeddings", "fail", str(exc))
+
+
 def collect(config: Config, extra: list[Callable[[Config], Check]] | None = None) -> list[Check]:
     checks = [Check("config", "ok", f"{config.source}: {config.gitlab.url}, {len(config.projects)} project(s), "
                                     f"data in {config.data_dir}")]
     checks += asyncio.run(_gitlab_checks(config))
     checks.append(_store_check(config))
+    checks.append(_embedding_check(config))
     for check in extra or []:
         checks.append(check(config))
     return checks

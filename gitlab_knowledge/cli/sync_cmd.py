@@ -46,7 +46,7 @@ class BarProgress:
         self._progress.console.print(text, markup=False, highlight=False)
 
 
-def _projects(config: Config, selected: list[str] | None) -> list[str]:
+def selected_projects(config: Config, selected: list[str] | None) -> list[str]:
     if not selected:
         return list(config.projects)
     unknown = [p for p in selected if p not in config.projects]
@@ -102,7 +102,7 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.defs.runner import exit_code_for, run_sync
 
-    projects = _projects(config, args.project)
+    projects = selected_projects(config, args.project)
     config.token()  # a missing token is a config problem: say so before Dagster starts
     started = time.monotonic()
     with BarProgress() as bar:

@@ -11,7 +11,7 @@ import dagster as dg
 
 from gitlab_knowledge import errors
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.defs.jobs import SYNC_JOB
+from gitlab_knowledge.defs.jobs import EMBED_JOB, SYNC_JOB
 from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.defs.reporting import installed
 from gitlab_knowledge.sync.progress import SyncProgress
@@ -110,18 +110,35 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
 def run_sync(config: Config, projects: list[str], *, full: bool = False, force: bool = False,
              progress: SyncProgress | None = None, instance: dg.DagsterInstance | None = None,
              config_path: str | None = None) -> list[ProjectOutcome]:
-    """Run the sync job once per project, in this process; stops at the first failed project
-    only if the failure is not specific to that project (auth, config)."""
+    """Run the sync job once per project, in this process."""
+    return run_job(config, SYNC_JOB, projects, {"raw_gitlab_payloads": {"full": full, "force": force}},
+                   progress=progress, instance=instance, config_path=config_path)
+
+
+def run_embed(config: Config, projects: list[str], *, everything: bool = False, provider: str | None = None,
+              model: str | None = None, progress: SyncProgress | None = None,
+              instance: dg.DagsterInstance | None = None, config_path: str | None = None) -> list[ProjectOutcome]:
+    """Run the embeddings asset alone once per project, in this process."""
+    op_config = {"document_embeddings": {"everything": everything, "provider": provider or "", "model": model or ""}}
+    return run_job(config, EMBED_JOB, projects, op_config, progress=progress, instance=instance,
+                   config_path=config_path)
+
+
+def run_job(config: Config, job_name: str, projects: list[str], op_config: dict[str, dict[str, Any]], *,
+            progress: SyncProgress | None = None, instance: dg.DagsterInstance | None = None,
+            config_path: str | None = None) -> list[ProjectOutcome]:
+    """Run a partitioned job once per project, in this process and in the project's Dagster
+    instance; stops early only on failures that are not specific to one project (auth, config)."""
     from gitlab_knowledge.defs import defs  # import late: loading Dagster definitions costs ~1 s
 
     instance = instance or dagster_instance(config)
     reap_dead_runs(instance)
     ensure_partitions(instance, projects)
-    job = defs.resolve_job_def(SYNC_JOB)
+    job = defs.resolve_job_def(job_name)
     outcomes = []
     for project in projects:
         run_config = {
-            "ops": {"raw_gitlab_payloads": {"config": {"full": full, "force": force}}},
+            "ops": {name: {"config": values} for name, values in op_config.items()},
             "resources": {"settings": {"config": {"config_path": config_path}}},
             "loggers": {"console": {"config": {"log_level": "ERROR"}}},
         }

@@ -7,8 +7,15 @@ from gitlab_knowledge.defs.assets.pools import LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.defs.reporting import progress_for
 from gitlab_knowledge.defs.resources import KnowledgeSettings
+from gitlab_knowledge.embeddings.provider import get_provider
 from gitlab_knowledge.embeddings.refresh import refresh_embeddings
 from gitlab_knowledge.lexical.refresh import refresh_lexical
+
+
+class EmbedRunConfig(dg.Config):
+    everything: bool = False  # re-embed every document, not only changed ones
+    provider: str = ""  # "" = the configured provider; "embedded" or "ollama" builds that model's table
+    model: str = ""
 
 
 @dg.asset(
@@ -24,9 +31,12 @@ from gitlab_knowledge.lexical.refresh import refresh_lexical
         "A failing batch is retried once, then recorded in embedding_failures and retried next run."
     ),
 )
-def document_embeddings(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
-    config = settings.load()
-    stats = refresh_embeddings(config, context.partition_key, progress=progress_for(context))
+def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfig,
+                        settings: KnowledgeSettings) -> dg.MaterializeResult:
+    loaded = settings.load()
+    provider = get_provider(loaded, config.provider or None, config.model or None)
+    stats = refresh_embeddings(loaded, context.partition_key, provider=provider, everything=config.everything,
+                               progress=progress_for(context))
     if stats.failed:
         context.log.warning(f"{stats.failed} document(s) failed to embed and will be retried next run: "
                             f"{stats.errors[-1] if stats.errors else ''}")

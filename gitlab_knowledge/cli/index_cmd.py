@@ -1,0 +1,134 @@
+"""`embed`, `stats` and `index status`."""
+
+import argparse
+import time
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from gitlab_knowledge.cli import console
+from gitlab_knowledge.cli.sync_cmd import BarProgress, selected_projects
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import UsageError
+
+
+def _model(value: str | None) -> tuple[str | None, str | None]:
+    if not value:
+        return None, None
+    provider, _, model = value.partition(":")
+    if provider not in ("embedded", "ollama"):
+        raise UsageError(f"--model expects embedded or ollama[:MODEL], got {value!r}")
+    return provider, model or None
+
+
+class EtaProgress(BarProgress):
+    def __init__(self) -> None:
+        super().__init__()
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("ETA"), TimeRemainingColumn(), console=console.err, disable=not console.err.is_terminal)
+
+
+def embed_cmd(args: argparse.Namespace, config: Config) -> int:
+    from gitlab_knowledge.defs.runner import exit_code_for, run_embed
+
+    provider, model = _model(args.model)
+    projects = selected_projects(config, args.project)
+    started = time.monotonic()
+    with EtaProgress() as bar:
+        outcomes = run_embed(config, projects, everything=args.all, provider=provider, model=model, progress=bar,
+                             config_path=args.config)
+    rows = []
+    for o in outcomes:
+        m = o.metadata.get("document_embeddings", {})
+        rows.append({"project": o.project, "success": o.success, "error": o.error,
+                     **{k.removeprefix("embeddings_"): v for k, v in m.items()}})
+    if args.json:
+        console.print_json({"duration_s": round(time.monotonic() - started, 3), "projects": rows})
+    else:
+        if all(r.get("to_embed", 0) == 0 for r in rows if r["success"]):
+            console.out.print("0 documents to embed: every document's vector is current.")
+        table = Table(title=f"Embeddings ({rows[0].get('provider', '?')}/{rows[0].get('model', '?')})"
+                      if rows else "Embeddings", title_justify="left")
+        for column in ("project", "documents", "embedded", "chunks", "metadata updated", "deleted", "failed",
+                       "docs/s"):
+            table.add_column(column, justify="left" if column == "project" else "right")
+        for r in rows:
+            table.add_row(r["project"], *(str(r.get(k, "-")) for k in ("documents", "embedded", "chunks",
+                                                                       "metadata_updated", "deleted", "failed")),
+                          f"{r.get('docs_per_second', 0):.1f}")
+        console.out.print(table)
+        for r in rows:
+            if r.get("failed"):
+                console.warn(f"{r['project']}: {r['failed']} document(s) failed to embed ({r.get('last_error')}); "
+                             "they are retried on the next run")
+    failed = [o for o in outcomes if not o.success]
+    for o in failed:
+        console.fail(f"{o.project}: {o.error}")
+    return exit_code_for(failed[0].error_class) if failed else 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def stats_cmd(args: argparse.Namespace, config: Config) -> int:
+    from gitlab_knowledge.index_status import stats
+
+    data = stats(config)
+    if args.json:
+        console.print_json(data)
+        return 0
+    o = console.out
+    totals = data["totals"]
+    o.print(f"Issues {totals['issues']:,} · merge requests {totals['merge_requests']:,} · "
+            f"discussions {totals['discussions']:,} · notes {totals['notes']:,} · model {data['model']}")
+    table = Table(box=None)
+    for column in ("project", "documents", "issues", "MRs", "threads", "embedded", "failed", "lexical", "truncated",
+                   "last sync"):
+        table.add_column(column, justify="left" if column in ("project", "last sync") else "right")
+    for p in data["projects"]:
+        t = p["documents_by_type"]
+        table.add_row(p["project"], str(p["documents"]), str(t.get("issue", 0)), str(t.get("merge_request", 0)),
+                      str(t.get("discussion", 0)), f"{p['embedded_pct']}%", str(p["embedding_failed"]),
+                      str(p["lexical_documents"]), str(p["truncated"]),
+                      f"{console.when(p['last_sync'])} ({console.ago(p['last_sync'])})")
+    o.print(table)
+    disk = data["disk_bytes"]
+    o.print(f"On disk: DuckDB {_mb(disk['duckdb'])}, LanceDB {_mb(disk['lancedb'])}, Tantivy {_mb(disk['tantivy'])}")
+    return 0
+
+
+def index_status_cmd(args: argparse.Namespace, config: Config) -> int:
+    from gitlab_knowledge.index_status import index_status
+
+    provider, model = _model(args.model)
+    data = index_status(config, provider, model)
+    if args.json:
+        console.print_json(data)
+        return 0
+    table = Table(title=f"Index status (vectors: {data['model']})", title_justify="left")
+    table.add_column("project")
+    table.add_column("index")
+    for column in ("documents", "indexed", "stale", "unindexed", "failed", "orphaned"):
+        table.add_column(column, justify="right")
+    for p in data["projects"]:
+        for name in ("vectors", "lexical"):
+            s = p[name]
+            style = "" if s["stale"] + s["unindexed"] + s["failed"] + s["orphaned"] == 0 else "[yellow]"
+            table.add_row(p["project"], name, str(p["documents"]),
+                          *(f"{style}{s[k]}" for k in ("indexed", "stale", "unindexed", "failed", "orphaned")))
+    console.out.print(table)
+    behind = sum(p[n]["stale"] + p[n]["unindexed"] + p[n]["orphaned"] for p in data["projects"]
+                 for n in ("vectors", "lexical"))
+    if behind:
+        console.out.print(f"{behind} entr{'y is' if behind == 1 else 'ies are'} behind the documents: the next "
+                          "`sync` (or `embed`) brings them up to date.")
+    return 0
