@@ -4,11 +4,11 @@ import argparse
 import asyncio
 import tempfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gitlab_knowledge.cli import console
-from gitlab_knowledge.config import Config
+from gitlab_knowledge.config import Config, GitLabSettings
 from gitlab_knowledge.errors import KnowledgeError, StoreBusyError
 from gitlab_knowledge.gitlab.client import GitLabClient
 
@@ -25,8 +25,13 @@ def _user_line(user: dict[str, Any], url: str) -> str:
     return f"Authenticated as @{user.get('username')} ({user.get('name')}) on {url}"
 
 
+def _interactive(config: Config) -> GitLabSettings:
+    # A person is waiting: one retry, not the sync's minute of backoff, before saying GitLab is down.
+    return replace(config.gitlab, max_retries=1, timeout=min(config.gitlab.timeout, 15.0))
+
+
 async def _whoami(config: Config) -> dict[str, Any]:
-    async with GitLabClient(config.gitlab, config.token()) as client:
+    async with GitLabClient(_interactive(config), config.token()) as client:
         return await client.current_user()
 
 
@@ -44,7 +49,7 @@ async def _gitlab_checks(config: Config) -> list[Check]:
         return [Check("token", "fail", str(exc)), Check("gitlab", "fail", "skipped: no token")]
     checks.append(Check("token", "ok", f"${config.gitlab.token_env} is set"))
     try:
-        async with GitLabClient(config.gitlab, token) as client:
+        async with GitLabClient(_interactive(config), token) as client:
             user = await client.current_user()
             checks.append(Check("gitlab", "ok", _user_line(user, config.gitlab.url)))
             for project in config.projects:

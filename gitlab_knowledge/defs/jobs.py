@@ -7,15 +7,12 @@ writers), so a run is one process.
 
 import dagster as dg
 
-from gitlab_knowledge.defs.partitions import project_partitions
-
 SYNC_JOB = "sync_project"
 EMBED_JOB = "embed_project"
 
 sync_project_job = dg.define_asset_job(
     SYNC_JOB,
     selection=dg.AssetSelection.all(),
-    partitions_def=project_partitions,
     executor_def=dg.in_process_executor,
     description="Sync one GitLab project through every layer: raw → normalized (and the layers downstream).",
 )
@@ -23,7 +20,6 @@ sync_project_job = dg.define_asset_job(
 embed_project_job = dg.define_asset_job(
     EMBED_JOB,
     selection=dg.AssetSelection.assets("document_embeddings"),
-    partitions_def=project_partitions,
     executor_def=dg.in_process_executor,
     description="(Re-)embed one project's documents, e.g. `--all` after a model change or a second model's table.",
 )

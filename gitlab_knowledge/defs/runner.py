@@ -140,7 +140,8 @@ def run_job(config: Config, job_name: str, projects: list[str], op_config: dict[
         run_config = {
             "ops": {name: {"config": values} for name, values in op_config.items()},
             "resources": {"settings": {"config": {"config_path": config_path}}},
-            "loggers": {"console": {"config": {"log_level": "ERROR"}}},
+            # The CLI prints its own one-line error; the event log keeps the traceback for the UI.
+            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
         }
         with installed(progress) if progress else contextlib.nullcontext():
             result = job.execute_in_process(
