@@ -98,6 +98,8 @@ def refresh_embeddings(config: Config, project: str, *, provider: EmbeddingProvi
             store.delete_docs(stale)
             stats.deleted = len(stale)
         if not wanted:
+            if stale:
+                store.optimize()
             stats.duration_s = time.monotonic() - started
             return stats
         embed_set = set(to_embed)
@@ -141,6 +143,8 @@ def refresh_embeddings(config: Config, project: str, *, provider: EmbeddingProvi
         store.clear_failures(succeeded)
         store.record_failures(failures)
         stats.failed = len(failures)
+        if stats.embedded or stats.metadata_updated:
+            store.optimize()
     stats.duration_s = time.monotonic() - started
     return stats
 

@@ -5,14 +5,20 @@ search path never opens DuckDB. Whether a document needs embedding is decided ag
 itself (its `content_hash` per document), which makes the layer self-healing after a crash.
 """
 
+import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import lancedb
-import pyarrow as pa
+# lance logs from Rust at warn level by default (e.g. a k-means warning per partition while an
+# index trains); a user's own LANCE_LOG still wins.
+os.environ.setdefault("LANCE_LOG", "error")
+
+import lancedb  # noqa: E402 - after LANCE_LOG, which lance reads when it loads
+import pyarrow as pa  # noqa: E402
 
 from gitlab_knowledge.errors import StoreError
 
@@ -60,6 +66,8 @@ class VectorStore:
         self.provider = provider
         self.model = model
         self.name = table_name(provider, model)
+        self._reader: Any = None
+        self._reader_at = 0.0
         try:
             self._db = lancedb.connect(str(lancedb_dir))
         except Exception as exc:  # noqa: BLE001 - lancedb raises plain OSError/ValueError/RuntimeError
@@ -75,6 +83,14 @@ class VectorStore:
 
     def table(self) -> Any | None:
         return self._db.open_table(self.name) if self.exists() else None
+
+    def reader(self, max_age: float = 1.0) -> Any | None:
+        """A read handle reused for up to `max_age` seconds: reopening costs ~2.5 ms, which a
+        search that runs every few milliseconds should not pay twice per query."""
+        now = time.monotonic()
+        if self._reader is None or now - self._reader_at > max_age:
+            self._reader, self._reader_at = self.table(), now
+        return self._reader
 
     def _table_for_write(self, dims: int) -> Any:
         if self.exists():
@@ -125,6 +141,14 @@ class VectorStore:
                  for i in range(0, len(doc_ids), DELETE_BATCH)]
         return pa.concat_tables(parts)
 
+    def excerpts(self, chunks: dict[str, int]) -> dict[str, str]:
+        """The text of one chunk per document ({doc_id: chunk index})."""
+        table = self.reader()
+        if table is None or not chunks:
+            return {}
+        rows = self._scan(table, sql_in("doc_id", sorted(chunks)), ["doc_id", "chunk", "excerpt"]).to_pylist()
+        return {r["doc_id"]: r["excerpt"] or "" for r in rows if chunks.get(r["doc_id"]) == r["chunk"]}
+
     def failures(self, project: str | None = None) -> dict[str, dict[str, Any]]:
         if FAILURES_TABLE not in self._names():
             return {}
@@ -148,6 +172,12 @@ class VectorStore:
         table = self._table_for_write(dims)
         self.delete_docs(sorted({r["doc_id"] for r in rows}))
         table.add(pa.Table.from_pylist(rows, schema=vector_schema(dims)))
+        if not table.list_indices():
+            # Deletes and display lookups go by doc_id: a B-tree keeps them off full scans.
+            # optimize() folds later rows into it.
+            from lancedb.index import BTree
+
+            table.create_index("doc_id", config=BTree())
 
     def update_metadata(self, metadata: dict[str, dict[str, Any]]) -> int:
         """Rewrite the filterable metadata of documents whose text (and vectors) did not change."""

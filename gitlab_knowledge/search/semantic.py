@@ -23,6 +23,7 @@ class SemanticHit:
     distance: float  # LanceDB's squared L2 between unit vectors: 0 (same) … 4 (opposite)
     fields: dict[str, Any]
     excerpt: str
+    chunk: int = 0
 
     @property
     def similarity(self) -> float:
@@ -73,7 +74,99 @@ def search_vectors(store: VectorStore, vector: np.ndarray, filters: Filters, lim
             doc_id = row["doc_id"]
             if doc_id not in best or row["_distance"] < best[doc_id].distance:
                 fields = {k: row[k] for k in DISPLAY_COLUMNS if k not in ("chunk", "excerpt")}
-                best[doc_id] = SemanticHit(doc_id, float(row["_distance"]), fields, row["excerpt"] or "")
+                best[doc_id] = SemanticHit(doc_id, float(row["_distance"]), fields, row["excerpt"] or "",
+                                           chunk=int(row["chunk"]))
         if len(best) >= limit or len(rows) < fetch:
             return sorted(best.values(), key=lambda h: (h.distance, h.doc_id))[:limit]
         fetch *= 3
+
+
+MEMORY_COLUMNS = ["doc_id", "chunk", "vector", "source_type", "project", "parent_type", "iid", "title", "url", "author",
+                  "labels", "state", "created_at", "updated_at", "confidential", "internal"]
+
+
+class MemoryVectors:
+    """Exact nearest-neighbour search over the vector table held in memory, for processes that
+    search many times (benchmarks, an agent server). Loading costs ~0.5 s per 100K chunks; each
+    search is then one matrix-vector product (~8 ms at 100K x 384) with the filters as a mask, so
+    it has the exact results of the LanceDB scan at a tenth of its latency. The table is reloaded
+    when its version changes."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        self.version: int | None = None
+        self._label_masks: dict[str, np.ndarray] = {}
+
+    def _fresh(self) -> bool:
+        table = self.store.reader()
+        if table is None:
+            return False
+        if table.version != self.version:
+            self._load(table)
+        return True
+
+    def _load(self, table: Any) -> None:
+        data = table.search().select(MEMORY_COLUMNS).limit(None).to_arrow().combine_chunks()
+        vectors = data.column("vector").combine_chunks()
+        self.vectors = vectors.flatten().to_numpy().reshape(len(vectors), -1) if len(vectors) else np.zeros((0, 1))
+        self.meta = data.drop_columns(["vector"])
+        self.doc_ids = np.asarray(data.column("doc_id").to_pylist(), dtype=object)
+        self.columns = {name: np.asarray(data.column(name).to_pylist(), dtype=object)
+                        for name in ("source_type", "project", "author", "state")}
+        self.created = data.column("created_at").to_numpy(zero_copy_only=False).astype("datetime64[us]")
+        self.confidential = np.asarray(data.column("confidential").to_pylist(), dtype=bool)
+        self.internal = np.asarray(data.column("internal").to_pylist(), dtype=bool)
+        self.labels = data.column("labels").to_pylist()
+        self._label_masks = {}
+        self.version = table.version
+
+    def _label(self, label: str) -> np.ndarray:
+        if label not in self._label_masks:
+            self._label_masks[label] = np.fromiter((label in (labels or ()) for labels in self.labels), bool,
+                                                   len(self.labels))
+        return self._label_masks[label]
+
+    def mask(self, filters: Filters) -> np.ndarray:
+        keep = np.ones(len(self.doc_ids), dtype=bool)
+        if filters.types:
+            keep &= np.isin(self.columns["source_type"], list(filters.types))
+        for name, value in (("project", filters.project), ("author", filters.author), ("state", filters.state)):
+            if value:
+                keep &= self.columns[name] == value
+        for label in filters.labels:
+            keep &= self._label(label)
+        if filters.after_dt:
+            keep &= self.created >= np.datetime64(filters.after_dt, "us")
+        if filters.before_dt:
+            keep &= self.created < np.datetime64(filters.before_dt, "us")
+        if filters.exclude_confidential:
+            keep &= ~self.confidential
+        if filters.exclude_internal:
+            keep &= ~self.internal
+        return keep
+
+    def search(self, vector: np.ndarray, filters: Filters, limit: int) -> list[SemanticHit]:
+        if not self._fresh() or not len(self.doc_ids):
+            return []
+        scores = self.vectors @ vector.astype(np.float32)
+        if not filters.is_empty():
+            scores[~self.mask(filters)] = -np.inf
+        candidates = int(np.isfinite(scores).sum())
+        fetch = min(limit * 3, candidates)
+        while True:
+            top = np.argpartition(-scores, fetch - 1)[:fetch] if fetch < len(scores) else np.arange(len(scores))
+            top = top[np.argsort(-scores[top], kind="stable")]
+            best: dict[str, int] = {}
+            for row in top:
+                if not np.isfinite(scores[row]):
+                    break
+                best.setdefault(self.doc_ids[row], int(row))
+            if len(best) >= limit or fetch >= candidates:
+                break
+            fetch = min(fetch * 3, candidates)
+        rows = sorted(best.values(), key=lambda r: (-scores[r], self.doc_ids[r]))[:limit]
+        picked = self.meta.take(rows).to_pylist()
+        # |a-b|² = 2 - 2·cos for unit vectors: the same distance LanceDB reports.
+        return [SemanticHit(m["doc_id"], float(2.0 - 2.0 * scores[r]),
+                            {k: m[k] for k in DISPLAY_COLUMNS if k not in ("chunk", "excerpt")}, "",
+                            chunk=int(m["chunk"])) for r, m in zip(rows, picked, strict=True)]

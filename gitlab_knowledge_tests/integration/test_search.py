@@ -247,3 +247,18 @@ def test_search_works_while_a_writer_holds_the_duckdb_file(sample):
         holder.kill()
         holder.wait()
     assert scalar(config, "SELECT count(*) FROM documents") > 0
+
+
+@pytest.mark.parametrize("filters", [{}, {"types": ["discussion"]}, {"labels": ["auth"], "after": "2024-06-01"},
+                                     {"project": "acme/web-app", "exclude_internal": True}])
+def test_in_memory_vectors_rank_exactly_like_the_lancedb_scan(sample, filters):
+    cold, warm = Searcher(sample.config), Searcher(sample.config, warm=True)
+    for query in ("why did we choose redis", "roll back a deploy", "translations"):
+        a = cold.search(query, Filters.build(**filters), "semantic", 20).results
+        b = warm.search(query, Filters.build(**filters), "semantic", 20).results
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            # Both are exact; only documents within float rounding of each other may swap places.
+            assert x.doc_id == y.doc_id or abs(x.retriever_scores["semantic"] - y.retriever_scores["semantic"]) < 1e-5
+            assert x.retriever_scores["semantic"] == pytest.approx(y.retriever_scores["semantic"], abs=1e-5)
+        assert [r.snippet for r in b if r.snippet] and all(r.fields["url"] for r in b)
