@@ -59,6 +59,16 @@ def test_the_sync_job_materializes_a_partition_in_process(sandbox, tmp_path, tok
     with dg.instance_for_test() as instance:
         outcomes = run_sync(config, [project], instance=instance, config_path=str(path))
         assert [o.success for o in outcomes] == [True], outcomes[0].error
+        evaluations = {}
+        for record in instance.all_logs(outcomes[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
+            evaluation = record.dagster_event.event_specific_data
+            evaluations[evaluation.check_name] = evaluation
+        assert len(evaluations) == 10
+        failed = {n: e.metadata for n, e in evaluations.items() if not e.passed}
+        # Only the other project is stale: it has never been synced.
+        assert set(failed) == {"projects_synced_recently"}, failed
+        assert evaluations["projects_synced_recently"].severity == dg.AssetCheckSeverity.WARN
+        assert evaluations["vectors_match_documents"].metadata["scope"].value == project
         assert set(outcomes[0].metadata) == set(ASSETS)
         raw = outcomes[0].metadata["raw_gitlab_payloads"]
         assert raw["items_new"] == raw["items_fetched"] > 0 and raw["api_calls"] > 0

@@ -1,0 +1,100 @@
+"""Asset checks: the integrity rules of store/integrity.py, evaluated after every sync.
+
+A check run inside a project's sync run looks at that project only (another project's sync may be
+half-way through its layers, which is not an inconsistency); run on its own it looks at the whole
+store. Freshness is a warning, and a schedule evaluates it even when nothing syncs.
+"""
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import dagster as dg
+
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.defs.assets.index import document_embeddings, lexical_index
+from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
+from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
+from gitlab_knowledge.defs.resources import KnowledgeSettings
+from gitlab_knowledge.store import integrity
+from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.store.normalize import project_id_for
+
+FRESHNESS = timedelta(minutes=30)
+ASSETS = {"raw": raw_gitlab_payloads, "normalized": normalized_gitlab}
+
+
+def _project(context: dg.AssetCheckExecutionContext) -> str | None:
+    op = context.op_execution_context
+    return op.partition_key if op.has_partition_key else None
+
+
+def _result(outcome: integrity.Outcome, project: str | None,
+            severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+    metadata = {"scope": project or "all projects", "violations": outcome.violations, "rule": outcome.description,
+                **outcome.metadata}
+    if outcome.samples:
+        metadata["examples"] = dg.MetadataValue.md("\n".join(f"- `{s}`" for s in outcome.samples))
+    return dg.AssetCheckResult(passed=outcome.passed, severity=severity, metadata=metadata,
+                               description=outcome.description)
+
+
+def _store_rule(name: str, rule: Callable[..., integrity.Outcome], asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=asset, name=name, description=rule.__doc__ or name.replace("_", " "))
+    def check(context: dg.AssetCheckExecutionContext, settings: KnowledgeSettings) -> dg.AssetCheckResult:
+        config = settings.load()
+        project = _project(context)
+        with read_connection(config.duckdb_path, wait=120.0) as con:
+            project_id = project_id_for(con, project) if project else None
+            return _result(rule(con, project_id), project)
+
+    return check
+
+
+STORE_CHECKS = [_store_rule(name, rule, ASSETS[layer]) for name, (rule, layer) in integrity.RULES.items()]
+
+
+def _index_status(config: Config, project: str | None) -> dict:
+    from gitlab_knowledge.index_status import index_status
+
+    status = index_status(config)
+    if project:
+        status["projects"] = [p for p in status["projects"] if p["project"] == project]
+    return status
+
+
+@dg.asset_check(asset=document_embeddings, description="documents == vectors, every vector's content hash "
+                                                       "equal to its document's")
+def vectors_match_documents(context: dg.AssetCheckExecutionContext, settings: KnowledgeSettings) -> dg.AssetCheckResult:
+    project = _project(context)
+    return _result(integrity.index_agreement(_index_status(settings.load(), project), project, "vectors"), project)
+
+
+@dg.asset_check(asset=document_embeddings, description="no document waits for a failed embedding to be retried")
+def no_failed_embeddings(context: dg.AssetCheckExecutionContext, settings: KnowledgeSettings) -> dg.AssetCheckResult:
+    project = _project(context)
+    return _result(integrity.no_failed_embeddings(_index_status(settings.load(), project), project), project,
+                   dg.AssetCheckSeverity.WARN)
+
+
+@dg.asset_check(asset=lexical_index, description="documents == lexical entries, with equal content hashes")
+def lexical_matches_documents(context: dg.AssetCheckExecutionContext,
+                              settings: KnowledgeSettings) -> dg.AssetCheckResult:
+    project = _project(context)
+    return _result(integrity.index_agreement(_index_status(settings.load(), project), project, "lexical"), project)
+
+
+@dg.asset_check(asset=raw_gitlab_payloads, description="every configured project synced successfully in the "
+                                                      "last 30 minutes")
+def projects_synced_recently(context: dg.AssetCheckExecutionContext,
+                             settings: KnowledgeSettings) -> dg.AssetCheckResult:
+    config = settings.load()
+    if not config.duckdb_path.exists():
+        return _result(integrity.Outcome(False, len(config.projects), "no project has been synced yet"), None,
+                       dg.AssetCheckSeverity.WARN)
+    with read_connection(config.duckdb_path, wait=120.0) as con:
+        outcome = integrity.projects_synced_recently(con, list(config.projects), FRESHNESS)
+    return _result(outcome, None, dg.AssetCheckSeverity.WARN)
+
+
+ALL_CHECKS = [*STORE_CHECKS, vectors_match_documents, no_failed_embeddings, lexical_matches_documents,
+              projects_synced_recently]

@@ -1,0 +1,46 @@
+"""Schedules: the weekly full reconciliation, and the freshness check between syncs."""
+
+import dagster as dg
+
+from gitlab_knowledge.defs.checks import projects_synced_recently
+from gitlab_knowledge.defs.jobs import sync_project_job
+from gitlab_knowledge.defs.partitions import ensure_partitions
+from gitlab_knowledge.defs.resources import KnowledgeSettings
+from gitlab_knowledge.defs.sensors import PROJECT_TAG, TRIGGER_TAG
+
+freshness_job = dg.define_asset_job(
+    "sync_freshness",
+    selection=dg.AssetSelection.checks(projects_synced_recently),
+    executor_def=dg.in_process_executor,
+    description="Warns when a project's last successful sync is older than 30 minutes.",
+)
+
+
+@dg.schedule(
+    name="weekly_full_reconciliation",
+    job=sync_project_job,
+    cron_schedule="0 3 * * 0",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Sundays 03:00 UTC: a full sync of every project, which removes what GitLab no longer lists "
+                "(deletions are invisible to incremental syncs).",
+)
+def weekly_full_reconciliation(context: dg.ScheduleEvaluationContext,
+                               settings: KnowledgeSettings) -> list[dg.RunRequest]:
+    config = settings.load()
+    ensure_partitions(context.instance, config.projects)
+    day = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    return [dg.RunRequest(run_key=f"full|{project}|{day}", partition_key=project,
+                          run_config={"ops": {"raw_gitlab_payloads": {"config": {"full": True}}}},
+                          tags={TRIGGER_TAG: "weekly-full", PROJECT_TAG: project})
+            for project in config.projects]
+
+
+freshness_schedule = dg.ScheduleDefinition(
+    name="sync_freshness_check",
+    job=freshness_job,
+    cron_schedule="*/15 * * * *",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Evaluates projects_synced_recently every 15 minutes, so a stalled sync shows up even "
+                "when nothing else runs.",
+)

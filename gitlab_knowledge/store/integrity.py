@@ -1,0 +1,158 @@
+"""The store's integrity rules, each a query that counts violations (0 = the rule holds).
+
+Scoped to one project (the partition a run synced) or the whole store. The Dagster asset checks
+evaluate them after every sync and on a schedule; tests break the store on purpose to see each
+one fail.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.timeutil import parse_time, utcnow
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    violations: int
+    description: str
+    samples: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _scope(project_id: int | None, column: str = "project_id") -> tuple[str, list[Any]]:
+    return (f" AND {column} = ?", [project_id]) if project_id is not None else ("", [])
+
+
+def _count(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], description: str,
+           sample_sql: str | None = None) -> Outcome:
+    n = int(con.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()[0])
+    samples = []
+    if n and sample_sql is not None:
+        samples = [str(r[0]) for r in con.execute(f"SELECT {sample_sql} FROM ({sql}) LIMIT 5", params).fetchall()]
+    return Outcome(n == 0, n, description if n == 0 else f"{n} violation(s): {description}", samples)
+
+
+def items_have_raw_payloads(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """Every issue and merge request has its live raw payload."""
+    scope, params = _scope(project_id, "t.project_id")
+    sql = " UNION ALL ".join(f"""
+        SELECT '{table}:' || t.id AS ref FROM {table} t LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
+        WHERE (r.id IS NULL OR r.deleted_at IS NOT NULL){scope}""" for table in ("issues", "merge_requests"))
+    return _count(con, sql, params * 2, "every issue and MR has its live raw payload", "ref")
+
+
+def no_system_notes(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """No system note is stored."""
+    scope, params = _scope(project_id, "n.project_id")
+    sql = f"""
+        SELECT n.id FROM notes n JOIN raw_payloads r ON r.id = n.raw_payload_id,
+             unnest(CAST(json_extract(r.json, '$.notes') AS JSON[])) AS t(note)
+        WHERE CAST(json_extract(note, '$.id') AS BIGINT) = n.id
+          AND coalesce(CAST(json_extract(note, '$.system') AS BOOLEAN), false){scope}"""
+    return _count(con, sql, params, "no system note is stored", "id")
+
+
+def no_orphans(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """Every note belongs to a thread, every thread to an issue or MR."""
+    scope_n, params = _scope(project_id, "n.project_id")
+    scope_d, _ = _scope(project_id, "d.project_id")
+    sql = f"""
+        SELECT 'note:' || n.id AS ref FROM notes n LEFT JOIN discussions d ON d.id = n.discussion_id
+        WHERE d.id IS NULL{scope_n}
+        UNION ALL
+        SELECT 'discussion:' || d.id FROM discussions d
+        LEFT JOIN issues i ON i.id = d.issue_id LEFT JOIN merge_requests m ON m.id = d.merge_request_id
+        WHERE i.id IS NULL AND m.id IS NULL{scope_d}"""
+    return _count(con, sql, params * 2, "every note belongs to a thread and every thread to an issue or MR", "ref")
+
+
+def threads_have_their_notes(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """Every thread has at least one note; a standalone (individual_note) thread exactly one."""
+    scope, params = _scope(project_id, "d.project_id")
+    sql = f"""
+        SELECT d.id, d.individual_note, count(n.id) AS notes FROM discussions d
+        LEFT JOIN notes n ON n.discussion_id = d.id
+        WHERE true{scope}
+        GROUP BY d.id, d.individual_note, d.note_count
+        HAVING count(n.id) = 0 OR count(n.id) <> d.note_count OR (d.individual_note AND count(n.id) <> 1)"""
+    return _count(con, sql, params, "every thread has at least one note, and a standalone note exactly one", "id")
+
+
+def note_dates_ordered(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """Every thread's first_note_at is at or before its last_note_at."""
+    scope, params = _scope(project_id)
+    sql = f"SELECT id FROM discussions WHERE first_note_at > last_note_at{scope}"
+    return _count(con, sql, params, "every thread's first_note_at is at or before its last_note_at", "id")
+
+
+def cursors_within_data(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """Every sync cursor is at or before the newest updated_at stored for its resource."""
+    scope, params = _scope(project_id, "c.project_id")
+    rows = con.execute(f"""
+        SELECT c.project_id, c.resource_type, c.updated_at_cursor,
+               (SELECT max(r.updated_at) FROM raw_payloads r WHERE r.project_id = c.project_id
+                  AND r.resource_type = CASE c.resource_type WHEN 'issues' THEN 'issue' ELSE 'merge_request' END)
+        FROM sync_cursors c WHERE true{scope}
+    """, params).fetchall()
+    bad = [f"{p}/{r}: cursor {c} > newest {m}" for p, r, c, m in rows if m is None or (parse_time(c) or m) > m]
+    return Outcome(not bad, len(bad), "every cursor is at or before the newest updated_at stored"
+                   if not bad else f"{len(bad)} cursor(s) ahead of the stored data", bad[:5])
+
+
+def projects_synced_recently(con: duckdb.DuckDBPyConnection, projects: list[str],
+                             max_age: timedelta = timedelta(minutes=30)) -> Outcome:
+    last = dict(con.execute(
+        "SELECT project_path, max(finished_at) FROM sync_runs WHERE status = 'succeeded' GROUP BY 1").fetchall())
+    now = utcnow()
+    stale = []
+    ages = {}
+    for project in projects:
+        when = last.get(project)
+        ages[project] = round((now - when).total_seconds() / 60, 1) if when else None
+        if when is None or now - when > max_age:
+            stale.append(f"{project}: last successful sync " + (f"{ages[project]} min ago" if when else "never"))
+    minutes = int(max_age.total_seconds() // 60)
+    return Outcome(not stale, len(stale), f"every project synced successfully in the last {minutes} minutes"
+                   if not stale else f"{len(stale)} project(s) not synced in the last {minutes} minutes",
+                   stale, {"minutes_since_last_success": {k: v for k, v in ages.items() if v is not None}})
+
+
+RULES: dict[str, tuple[Callable[[duckdb.DuckDBPyConnection, int | None], Outcome], str]] = {
+    "items_have_raw_payloads": (items_have_raw_payloads, "normalized"),
+    "no_system_notes": (no_system_notes, "normalized"),
+    "no_orphan_notes_or_threads": (no_orphans, "normalized"),
+    "threads_have_their_notes": (threads_have_their_notes, "normalized"),
+    "note_dates_ordered": (note_dates_ordered, "normalized"),
+    "cursors_within_data": (cursors_within_data, "raw"),
+}
+
+
+def index_agreement(status: dict[str, Any], project: str | None, index: str) -> Outcome:
+    """Documents == entries of `index` ('vectors' or 'lexical'), same content hashes."""
+    rows = [p for p in status["projects"] if project is None or p["project"] == project]
+    bad = []
+    for p in rows:
+        s = p[index]
+        off = s["stale"] + s["unindexed"] + s["orphaned"]
+        if off:
+            bad.append(f"{p['project']}: {s['stale']} stale, {s['unindexed']} missing, {s['orphaned']} orphaned "
+                       f"of {p['documents']} documents")
+    what = {"vectors": "vector", "lexical": "lexical entry"}[index]
+    return Outcome(not bad, len(bad), f"every document has exactly one {what} with its current content hash"
+                   if not bad else f"{index} out of step with the documents", bad,
+                   {"documents": sum(p["documents"] for p in rows),
+                    f"{index}_indexed": sum(p[index]["indexed"] for p in rows)})
+
+
+def no_failed_embeddings(status: dict[str, Any], project: str | None) -> Outcome:
+    failed = {p["project"]: p["vectors"]["failed"] for p in status["projects"]
+              if (project is None or p["project"] == project) and p["vectors"]["failed"]}
+    total = sum(failed.values())
+    return Outcome(not failed, total, "no document is waiting for a failed embedding to be retried" if not failed
+                   else f"{total} document(s) failed to embed and wait for the next run", [f"{k}: {v}" for k, v in
+                                                                                         failed.items()])

@@ -1,0 +1,100 @@
+"""Has a project changed since its last sync? Two cheap API calls per project.
+
+For issues and for MRs: the newest item updated at or after the cursor
+(`order_by=updated_at&sort=desc&per_page=1&updated_after=<cursor>`). It is a change unless that
+item is already stored at exactly that version. A project is also due when a ThrottledTouch
+recheck is pending (a thread fetched inside GitLab's 60 s window: a note GitLab did not signal
+may be waiting). Nothing is written: the cursor moves only when a sync commits.
+"""
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import KnowledgeError
+from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
+from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.store.raw import canonical_json, payload_hash
+from gitlab_knowledge.sync.engine import RESOURCES, THROTTLE_WINDOW_SECONDS
+
+
+@dataclass
+class Probe:
+    project: str
+    changed: bool
+    reasons: list[str] = field(default_factory=list)
+    fingerprint: str = ""  # what GitLab looked like: equal fingerprints describe the same change
+    api_calls: int = 0
+
+
+def _stored_state(config: Config) -> dict[str, dict[str, Any]]:
+    """Per project path: cursors, stored hashes of candidate items, pending rechecks."""
+    if not config.duckdb_path.exists():
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        for project_id, path in con.execute(
+                "SELECT CAST(gitlab_key AS BIGINT), json_extract_string(json, '$.path_with_namespace') "
+                "FROM raw_payloads WHERE resource_type = 'project' AND deleted_at IS NULL").fetchall():
+            cursors = dict(((r, (c, t)) for r, c, t in con.execute(
+                "SELECT resource_type, updated_at_cursor, tie_breaker_id FROM sync_cursors WHERE project_id = ?",
+                [project_id]).fetchall()))
+            pending = con.execute(f"""
+                SELECT count(*) FROM raw_payloads
+                WHERE project_id = ? AND resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
+                  AND (discussions_fetched_at IS NULL
+                       OR discussions_fetched_at <= updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND)
+            """, [project_id]).fetchone()[0]
+            out[path] = {"project_id": project_id, "cursors": cursors, "pending": int(pending)}
+    return out
+
+
+def _is_stored(config: Config, kind: str, item: dict[str, Any]) -> bool:
+    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        row = con.execute("SELECT payload_hash FROM raw_payloads WHERE resource_type = ? AND gitlab_key = ? "
+                          "AND deleted_at IS NULL", [kind, str(item["id"])]).fetchone()
+    return bool(row) and row[0] == payload_hash(canonical_json(item))
+
+
+async def _probe_project(client: GitLabClient, config: Config, project: str, state: dict[str, Any] | None) -> Probe:
+    probe = Probe(project, changed=False)
+    parts = []
+    if state is None:
+        probe.changed = True
+        probe.reasons.append("never synced")
+    for resource, kind in RESOURCES:
+        cursor = (state or {}).get("cursors", {}).get(resource)
+        params = {"order_by": "updated_at", "sort": "desc", "per_page": 1,
+                  "updated_after": cursor[0] if cursor else None}
+        page = await client.get_page(f"/projects/{encode_project(project)}/{resource}", params)
+        probe.api_calls += 1
+        newest = page.items[0] if page.items else None
+        parts.append(f"{resource}={newest['updated_at']}#{newest['id']}" if newest else f"{resource}=-")
+        if state is not None and newest is not None and not _is_stored(config, kind, newest):
+            probe.changed = True
+            probe.reasons.append(f"{resource.replace('_', ' ')} updated (newest {newest['updated_at']})")
+    if state is not None and state["pending"]:
+        probe.changed = True
+        probe.reasons.append(f"{state['pending']} thread recheck(s) pending (GitLab's 60 s note throttle)")
+        parts.append(f"pending={state['pending']}")
+    probe.fingerprint = "|".join(parts)
+    return probe
+
+
+async def _probe_all(config: Config, projects: list[str], state: dict[str, dict[str, Any]]) -> list[Probe]:
+    async with GitLabClient(config.gitlab, config.token()) as client:
+        out = []
+        for project in projects:
+            try:
+                out.append(await _probe_project(client, config, project, state.get(project)))
+            except KnowledgeError as exc:
+                out.append(Probe(project, changed=False, reasons=[f"probe failed: {exc}"]))
+        return out
+
+
+def probe_projects(config: Config, projects: list[str] | None = None) -> list[Probe]:
+    """Probe every configured project (or the given ones). Raises StoreError when the store is
+    busy for longer than the configured wait (a sync is writing it: nothing to decide now)."""
+    state = _stored_state(config)
+    return asyncio.run(_probe_all(config, list(projects or config.projects), state))

@@ -1,0 +1,160 @@
+"""Each asset check passes on a consistent store and fails on a store broken on purpose, through
+Dagster (a job of every check, run in-process, scope: all projects)."""
+
+import json
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from gitlab_knowledge.config import load_config
+from gitlab_knowledge.defs import defs
+from gitlab_knowledge.defs.checks import ALL_CHECKS
+from gitlab_knowledge.embeddings.vectors import VectorStore
+from gitlab_knowledge.lexical.index import LexicalIndex
+from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge_tests.conftest import write_config_file
+from gitlab_knowledge_tests.helpers import index_all, sync_all
+
+CHECK_NAMES = {c.check_key.name for c in ALL_CHECKS}
+
+
+@pytest.fixture(scope="module")
+def consistent(small_dataset, tmp_path_factory):
+    import os
+
+    from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab
+
+    os.environ.setdefault("GITLAB_TOKEN", DEFAULT_TOKEN)
+    base = tmp_path_factory.mktemp("consistent")
+    with SandboxGitLab(dataset=small_dataset) as sb:
+        path = write_config_file(base / "gitlab_knowledge.toml", sb, base / "data")
+        config = load_config(path)
+        sync_all(config)
+        index_all(config)
+    return base
+
+
+def copy_store(base: Path, tmp_path: Path):
+    shutil.copytree(base / "data", tmp_path / "data")
+    text = (base / "gitlab_knowledge.toml").read_text().replace(str(base / "data"), str(tmp_path / "data"))
+    path = tmp_path / "gitlab_knowledge.toml"
+    path.write_text(text)
+    return path, load_config(path)
+
+
+def run_checks(config_path: Path) -> dict[str, dg.AssetCheckEvaluation]:
+    job = dg.define_asset_job("every_check", selection=dg.AssetSelection.all_asset_checks(),
+                              executor_def=dg.in_process_executor)
+    resolved = dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def("every_check")
+    with dg.instance_for_test() as instance:
+        result = resolved.execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config={"resources": {"settings": {"config": {"config_path": str(config_path)}}}})
+        assert result.success
+        return {e.event_specific_data.check_name: e.event_specific_data
+                for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def sql(config, statement: str, params=None) -> None:
+    with write_connection(config.duckdb_path) as con, transaction(con):
+        con.execute(statement, params or [])
+
+
+def break_raw_payload(config):
+    sql(config, "UPDATE raw_payloads SET deleted_at = now() WHERE id = (SELECT min(raw_payload_id) FROM issues)")
+
+
+def break_system_note(config):
+    with write_connection(config.duckdb_path) as con, transaction(con):
+        note_id, raw_id, text = con.execute("SELECT n.id, r.id, r.json FROM notes n JOIN raw_payloads r "
+                                            "ON r.id = n.raw_payload_id LIMIT 1").fetchone()
+        thread = json.loads(text)
+        for note in thread["notes"]:
+            if note["id"] == note_id:
+                note["system"] = True
+        con.execute("UPDATE raw_payloads SET json = ? WHERE id = ?", [json.dumps(thread), raw_id])
+
+
+def break_orphan(config):
+    sql(config, "INSERT INTO notes (id, discussion_id, project_id, noteable_type, noteable_id, body, position) "
+                "SELECT 999999999, 'no-such-thread', project_id, 'Issue', 1, 'orphan', 0 FROM issues LIMIT 1")
+
+
+def break_thread_notes(config):
+    sql(config, "UPDATE discussions SET individual_note = true WHERE id = (SELECT id FROM discussions "
+                "WHERE note_count > 1 LIMIT 1)")
+
+
+def break_note_dates(config):
+    sql(config, "UPDATE discussions SET first_note_at = last_note_at + INTERVAL 1 DAY "
+                "WHERE id = (SELECT min(id) FROM discussions)")
+
+
+def break_cursor(config):
+    sql(config, "UPDATE sync_cursors SET updated_at_cursor = '2099-01-01T00:00:00.000Z' "
+                "WHERE resource_type = 'issues'")
+
+
+def break_vector(config):
+    sql(config, "UPDATE documents SET content_hash = 'not-the-embedded-text' WHERE id = (SELECT min(id) FROM documents)")
+
+
+def break_lexical(config):
+    index = LexicalIndex(config.tantivy_dir, create=True)
+    victim = next(iter(index.state()))
+    with index.writer() as writer:
+        writer.delete_documents_by_term("doc_id", victim)
+        writer.commit()
+
+
+def break_embedding_failure(config):
+    store = VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8")
+    victim = next(iter(store.document_state()))
+    store.delete_docs([victim])
+    store.record_failures([{"doc_id": victim, "project": config.projects[0], "content_hash": "x",
+                            "error": "simulated", "attempts": 2, "failed_at": utcnow()}])
+
+
+def break_freshness(config):
+    sql(config, "UPDATE sync_runs SET finished_at = ?", [utcnow() - timedelta(hours=2)])
+
+
+BREAKAGES = {
+    "items_have_raw_payloads": break_raw_payload,
+    "no_system_notes": break_system_note,
+    "no_orphan_notes_or_threads": break_orphan,
+    "threads_have_their_notes": break_thread_notes,
+    "note_dates_ordered": break_note_dates,
+    "cursors_within_data": break_cursor,
+    "vectors_match_documents": break_vector,
+    "lexical_matches_documents": break_lexical,
+    "no_failed_embeddings": break_embedding_failure,
+    "projects_synced_recently": break_freshness,
+}
+
+
+def test_every_check_is_covered_here():
+    assert set(BREAKAGES) == CHECK_NAMES
+
+
+def test_all_checks_pass_on_a_consistent_store(consistent, tmp_path):
+    path, _ = copy_store(consistent, tmp_path)
+    evaluations = run_checks(path)
+    assert set(evaluations) == CHECK_NAMES
+    assert {n: e.metadata for n, e in evaluations.items() if not e.passed} == {}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKAGES))
+def test_each_check_fails_on_a_store_broken_for_it(consistent, tmp_path, name):
+    path, config = copy_store(consistent, tmp_path)
+    BREAKAGES[name](config)
+    evaluations = run_checks(path)
+    assert not evaluations[name].passed, f"{name} did not notice"
+    assert evaluations[name].metadata["violations"].value >= 1
+    expected = dg.AssetCheckSeverity.WARN if name in ("no_failed_embeddings", "projects_synced_recently") \
+        else dg.AssetCheckSeverity.ERROR
+    assert evaluations[name].severity == expected
