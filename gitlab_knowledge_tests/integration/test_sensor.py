@@ -1,0 +1,105 @@
+"""The change sensor against the sandbox: no change → no run; a change in one project → one run
+for that partition; the same tick twice → the same run key; projects become partitions; a run in
+flight is not doubled; a failed sync gets a new key; the weekly schedule asks for full syncs."""
+
+from datetime import UTC, datetime
+
+import dagster as dg
+import pytest
+
+from gitlab_knowledge.config import load_config
+from gitlab_knowledge.defs import defs
+from gitlab_knowledge.defs.resources import KnowledgeSettings
+from gitlab_knowledge.defs.runner import run_sync
+from gitlab_knowledge_tests.conftest import write_config_file
+
+
+@pytest.fixture
+def env(sandbox, tmp_path, token_env):
+    path = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
+    with dg.instance_for_test() as instance:
+        yield sandbox, load_config(path), str(path), instance
+
+
+def tick(instance: dg.DagsterInstance, config_path: str) -> dg.SensorResult:
+    sensor = defs.resolve_sensor_def("gitlab_change_sensor")
+    with dg.build_sensor_context(instance=instance,
+                                 resources={"settings": KnowledgeSettings(config_path=config_path)}) as context:
+        return sensor(context)
+
+
+def test_never_synced_projects_become_partitions_and_runs(env):
+    sb, config, path, instance = env
+    result = tick(instance, path)
+    assert {r.partition_key for r in result.run_requests} == set(config.projects)
+    assert result.dynamic_partitions_requests[0].partition_keys == list(config.projects)
+
+
+def test_no_change_no_run_then_one_change_one_run(env):
+    sb, config, path, instance = env
+    assert all(o.success for o in run_sync(config, list(config.projects), instance=instance, config_path=path))
+    sb.reset_stats()
+    quiet = tick(instance, path)
+    assert quiet.run_requests == [] and "no change" in quiet.skip_reason.skip_message
+    assert sb.stats()["requests"] == 2 * len(config.projects)  # two probes a project, nothing else
+
+    project = config.projects[1]
+    issue = sb.state.list_items(project, "issues")[0]
+    sb.clock.advance(3600)
+    sb.state.add_note(project, "issues", issue["iid"], "a new note only the second project has")
+    first = tick(instance, path)
+    assert [r.partition_key for r in first.run_requests] == [project]
+    assert first.run_requests[0].tags["gitlab_knowledge/trigger"] == "sensor"
+    again = tick(instance, path)  # a retried tick describes the same change: the same key
+    assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
+
+
+def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(env):
+    sb, config, path, instance = env
+    run_sync(config, list(config.projects), instance=instance, config_path=path)
+    project = config.projects[0]
+    sb.clock.advance(3600)
+    sb.state.create_issue(project, "something new")
+    key = tick(instance, path).run_requests[0].run_key
+    job = defs.resolve_job_def("sync_project")
+    run = instance.create_run_for_job(job, tags={"dagster/partition": project}, status=dg.DagsterRunStatus.STARTED)
+    assert tick(instance, path).run_requests == []  # that project's sync is already running
+    instance.report_run_failed(run)
+    retried = tick(instance, path).run_requests
+    assert [r.partition_key for r in retried] == [project] and retried[0].run_key != key
+
+
+def test_a_pending_throttle_recheck_requests_a_run(env):
+    sb, config, path, instance = env
+    project = config.projects[0]
+    sb.clock.set(datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
+    issue = sb.state.list_items(project, "issues")[0]
+    sb.state.update_issue(project, issue["iid"], description="touched now: its threads are fetched in the window")
+    run_sync(config, list(config.projects), instance=instance, config_path=path)
+    requests = tick(instance, path).run_requests
+    assert [r.partition_key for r in requests] == [project]
+    sb.clock.advance(120)
+    run_sync(config, [project], instance=instance, config_path=path)  # fetched after the window: settled
+    assert tick(instance, path).run_requests == []
+
+
+def test_an_unreachable_gitlab_fails_the_tick_with_one_line(env, tmp_path):
+    sb, config, path, instance = env
+    quick = write_config_file(tmp_path / "quick.toml", sb, tmp_path / "data", max_retries=1)
+    sb.set_faults("503")
+    with pytest.raises(Exception) as failure:
+        tick(instance, str(quick))
+    assert "503" in str(failure.value)
+
+
+def test_weekly_schedule_requests_a_full_sync_per_project(env):
+    sb, config, path, instance = env
+    schedule = defs.resolve_schedule_def("weekly_full_reconciliation")
+    with dg.build_schedule_context(instance=instance, resources={"settings": KnowledgeSettings(config_path=path)},
+                                   scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
+                                   repository_def=defs.get_repository_def()) as context:
+        requests = schedule.evaluate_tick(context).run_requests
+    assert {r.partition_key for r in requests} == set(config.projects)
+    assert all(r.run_config["ops"]["raw_gitlab_payloads"]["config"]["full"] for r in requests)
+    assert set(instance.get_dynamic_partitions("gitlab_projects")) == set(config.projects)
+    assert {r.run_key for r in requests} == {f"full|{p}|2026-11-22" for p in config.projects}
