@@ -25,7 +25,7 @@ from gitlab_knowledge.documents.refresh import refresh_documents
 )
 def search_documents(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
     config = settings.load()
-    stats = refresh_documents(config.duckdb_path, context.partition_key, dagster_run_id=context.run_id)
+    stats = refresh_documents(config.duckdb_path, context.partition_key, dagster_run_id=context.run.run_id)
     if stats.truncated:
         context.log.warning(f"{stats.truncated} document(s) exceeded ~8,000 tokens and were cut from the middle")
     return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in stats.as_dict().items()})

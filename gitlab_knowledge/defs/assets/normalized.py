@@ -26,7 +26,7 @@ from gitlab_knowledge.store.queries import project_counts
 )
 def normalized_gitlab(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
     config = settings.load()
-    stats = normalize_project(config.duckdb_path, context.partition_key, dagster_run_id=context.run_id)
+    stats = normalize_project(config.duckdb_path, context.partition_key, dagster_run_id=context.run.run_id)
     counts = project_counts(config, context.partition_key)
     return dg.MaterializeResult(metadata={
         **{f"changed_{k}": v for k, v in stats.as_dict().items()},

@@ -64,5 +64,5 @@ def sync_metadata(result: SyncResult) -> dict[str, object]:
 def raw_gitlab_payloads(context: dg.AssetExecutionContext, config: SyncRunConfig,
                         settings: KnowledgeSettings) -> dg.MaterializeResult:
     result = ProjectSync(settings.load(), context.partition_key, full=config.full, force=config.force,
-                         dagster_run_id=context.run_id, progress=progress_for(context)).run()
+                         dagster_run_id=context.run.run_id, progress=progress_for(context)).run()
     return dg.MaterializeResult(metadata=sync_metadata(result))
