@@ -75,6 +75,11 @@ def build_parser() -> Parser:
     p.add_argument("what", choices=["issues", "mrs", "discussions", "notes"])
     p.add_argument("--project", metavar="PATH")
 
+    p = add("explain", "the provenance chain of a document (raw payload → … → indexes) and whether it is fresh")
+    p.add_argument("ref", help="#IID, !IID, group/project#IID, a GitLab URL (…#note_N for a thread) or a document id")
+    p.add_argument("--project", metavar="PATH")
+    p.add_argument("--live", action="store_true", help="also ask GitLab for the item's current version")
+
     p = add("demo", "sync the bundled sample from a sandbox GitLab, then search it", json_flag=False)
     p.add_argument("--ui", action="store_true", help="afterwards, keep the sandbox up and start the Dagster UI")
     p.add_argument("--port", type=int, default=0, help="sandbox port (default: a free one)")
@@ -92,7 +97,7 @@ def build_parser() -> Parser:
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
-    from gitlab_knowledge.cli import demo, doctor, index_cmd, inspect_cmd, sync_cmd, ui
+    from gitlab_knowledge.cli import demo, doctor, explain_cmd, index_cmd, inspect_cmd, sync_cmd, ui
 
     return {
         "auth-test": doctor.auth_test,
@@ -105,6 +110,7 @@ def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
         "embed": index_cmd.embed_cmd,
         "stats": index_cmd.stats_cmd,
         "index": index_cmd.index_status_cmd,
+        "explain": explain_cmd.explain_cmd,
         "demo": demo.run,
         "ui": ui.run,
     }
