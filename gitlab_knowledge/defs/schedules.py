@@ -6,7 +6,7 @@ from gitlab_knowledge.defs.checks import projects_synced_recently
 from gitlab_knowledge.defs.jobs import sync_project_job
 from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.defs.resources import KnowledgeSettings
-from gitlab_knowledge.defs.sensors import PROJECT_TAG, TRIGGER_TAG
+from gitlab_knowledge.defs.sensors import PROJECT_TAG, SCHEDULE_STATUS, TRIGGER_TAG
 
 freshness_job = dg.define_asset_job(
     "sync_freshness",
@@ -21,7 +21,7 @@ freshness_job = dg.define_asset_job(
     job=sync_project_job,
     cron_schedule="0 3 * * 0",
     execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
+    default_status=SCHEDULE_STATUS,
     description="Sundays 03:00 UTC: a full sync of every project, which removes what GitLab no longer lists "
                 "(deletions are invisible to incremental syncs).",
 )
@@ -40,7 +40,7 @@ freshness_schedule = dg.ScheduleDefinition(
     name="sync_freshness_check",
     job=freshness_job,
     cron_schedule="*/15 * * * *",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
+    default_status=SCHEDULE_STATUS,
     description="Evaluates projects_synced_recently every 15 minutes, so a stalled sync shows up even "
                 "when nothing else runs.",
 )

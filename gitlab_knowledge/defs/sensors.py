@@ -16,8 +16,13 @@ from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
 from gitlab_knowledge.defs.resources import KnowledgeSettings
 from gitlab_knowledge.errors import StoreBusyError
 
-# The interval is an environment knob so an end-to-end test can watch a tick within seconds.
+# Knobs read when the definitions load: the interval (an end-to-end test watches ticks within
+# seconds), and GITLAB_KNOWLEDGE_AUTOMATION=off to have the sensor and schedules start stopped
+# (they can then be switched on one by one in the UI).
 INTERVAL_SECONDS = int(os.environ.get("GITLAB_KNOWLEDGE_SENSOR_INTERVAL", "600"))
+AUTOMATION_ON = os.environ.get("GITLAB_KNOWLEDGE_AUTOMATION", "on").strip().lower() not in ("off", "0", "false", "no")
+SENSOR_STATUS = dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultSensorStatus.STOPPED
+SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
 TRIGGER_TAG = "gitlab_knowledge/trigger"
 PROJECT_TAG = "gitlab_knowledge/project"
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -47,7 +52,7 @@ def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
     name="gitlab_change_sensor",
     job=sync_project_job,
     minimum_interval_seconds=INTERVAL_SECONDS,
-    default_status=dg.DefaultSensorStatus.RUNNING,
+    default_status=SENSOR_STATUS,
     description="Probes each configured GitLab project (2 API calls) and syncs those that changed.",
 )
 def gitlab_change_sensor(context: dg.SensorEvaluationContext, settings: KnowledgeSettings) -> dg.SensorResult:

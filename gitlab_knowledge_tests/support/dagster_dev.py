@@ -1,0 +1,130 @@
+"""The real Dagster webserver and daemon (`dagster dev`) as a subprocess group, for end-to-end
+tests: a free port, DAGSTER_HOME in a temp dir, GraphQL helpers, and a stop that always ends the
+whole group (webserver, daemon, code server, run workers), even when the test fails."""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gitlab_knowledge.cli.ui import WORKSPACE, dagster_dev_command
+from gitlab_knowledge.defs.runner import instance_yaml
+
+REPOSITORY = {"repositoryLocationName": "gitlab_knowledge", "repositoryName": "__repository__"}
+DONE = ("SUCCESS", "FAILURE", "CANCELED")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class DagsterDev:
+    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+        self.home = workdir / "dagster"
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "dagster.yaml").write_text(instance_yaml(self.home))
+        self.workspace = workdir / "workspace.yaml"
+        self.workspace.write_text(WORKSPACE)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / "dagster-dev.log"
+        self.env = {**env, "DAGSTER_HOME": str(self.home)}
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "DagsterDev":
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                dagster_dev_command(self.workspace, "127.0.0.1", self.port), cwd=self.home, env=self.env,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"dagster dev exited: {self.log.read_text()[-3000:]}"
+            try:
+                if httpx.get(f"{self.url}/server_info", timeout=2).status_code == 200 and self.location_loaded():
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise AssertionError(f"dagster dev did not come up: {self.log.read_text()[-3000:]}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
+        response.raise_for_status()
+        body = response.json()
+        assert "errors" not in body, body["errors"]
+        return body["data"]
+
+    def location_loaded(self) -> bool:
+        data = self.gql("{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
+                        "locationOrLoadError { __typename } } } } }")
+        entries = data["workspaceOrError"]["locationEntries"]
+        return bool(entries) and all(e["loadStatus"] == "LOADED" and e["locationOrLoadError"]["__typename"] ==
+                                     "RepositoryLocation" for e in entries)
+
+    def add_partition(self, key: str) -> None:
+        result = self.gql("""mutation($r: RepositorySelector!, $k: String!) {
+            addDynamicPartition(repositorySelector: $r, partitionsDefName: "gitlab_projects", partitionKey: $k) {
+              __typename ... on PythonError { message } } }""", {"r": REPOSITORY, "k": key})
+        assert result["addDynamicPartition"]["__typename"] in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError")
+
+    def launch(self, job: str, partition: str) -> str:
+        result = self.gql("""mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+            __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+            ... on RunConfigValidationInvalid { errors { message } } } }""",
+                          {"p": {"selector": {**REPOSITORY, "jobName": job},
+                                 "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}}})
+        assert result["launchRun"]["__typename"] == "LaunchRunSuccess", result
+        return result["launchRun"]["run"]["runId"]
+
+    def wait_run(self, run_id: str, timeout: float = 240) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.gql("query($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }",
+                              {"id": run_id})["runOrError"]["status"]
+            if status in DONE:
+                return status
+            time.sleep(0.5)
+        raise AssertionError(f"run {run_id} still not finished after {timeout}s")
+
+    def check_results(self, run_id: str) -> dict[str, bool]:
+        events = self.gql("""query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection(afterCursor: null) {
+            events { __typename ... on AssetCheckEvaluationEvent { evaluation { checkName success } } } } } } }""",
+                          {"id": run_id})["runOrError"]["eventConnection"]["events"]
+        return {e["evaluation"]["checkName"]: e["evaluation"]["success"] for e in events
+                if e["__typename"] == "AssetCheckEvaluationEvent"}
+
+    def start_sensor(self, name: str) -> None:
+        result = self.gql("""mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
+            __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
+                          {"s": {**REPOSITORY, "sensorName": name}})
+        assert result["startSensor"]["__typename"] == "Sensor", result
+
+    def runs(self, tag_key: str, tag_value: str) -> list[dict[str, str]]:
+        data = self.gql("""query($f: RunsFilter) { runsOrError(filter: $f) { ... on Runs { results {
+            runId status tags { key value } } } } }""", {"f": {"tags": [{"key": tag_key, "value": tag_value}]}})
+        return data["runsOrError"]["results"]
