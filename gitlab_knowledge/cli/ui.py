@@ -69,13 +69,14 @@ def launch(config: Config, *, host: str, port: int, config_path: Path | str | No
         return child.wait()
     except KeyboardInterrupt:
         stop()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
         return 0
     finally:
         signal.signal(signal.SIGTERM, previous)
+        # Whatever is left of the group (a code server respawned while shutting down) goes too.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

@@ -2,6 +2,7 @@
 tests: a free port, DAGSTER_HOME in a temp dir, GraphQL helpers, and a stop that always ends the
 whole group (webserver, daemon, code server, run workers), even when the test fails."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -59,18 +60,21 @@ class DagsterDev:
         self.stop()
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
         for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            if self.process.poll() is not None:
+                break
             try:
                 os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
                 self.process.wait(wait)
-                return
+            except ProcessLookupError:
+                break
             except subprocess.TimeoutExpired:
                 continue
+        # Code servers respawned during shutdown would linger until their heartbeat times out.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
 
     def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         response = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
@@ -117,6 +121,12 @@ class DagsterDev:
                           {"id": run_id})["runOrError"]["eventConnection"]["events"]
         return {e["evaluation"]["checkName"]: e["evaluation"]["success"] for e in events
                 if e["__typename"] == "AssetCheckEvaluationEvent"}
+
+    def timings(self, run_id: str) -> dict[str, Any]:
+        """The run's start/end and each step's start/end (unix seconds)."""
+        run = self.gql("""query($id: ID!) { runOrError(runId: $id) { ... on Run { startTime endTime status
+            stepStats { stepKey startTime endTime status } } } }""", {"id": run_id})["runOrError"]
+        return run
 
     def start_sensor(self, name: str) -> None:
         result = self.gql("""mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) {
