@@ -1,33 +1,13 @@
-"""`ui`: the Dagster UI (webserver + daemon) for this project, started the way it must be.
-
-`dagster dev` started from a script ignores SIGINT/SIGTERM unless both are reset to their
-defaults before exec, and killing only its parent orphans the webserver and the daemon
-(DESIGN.md pitfalls). So it runs in its own process group with default signal handlers, and
-Ctrl-C or SIGTERM here stops the whole group.
-"""
+"""`ui`: the Dagster UI (webserver + daemon) for this project, stopped as a whole by Ctrl-C."""
 
 import argparse
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from gitlab_knowledge.cli import console
+from gitlab_knowledge.cli.dagster_server import WORKSPACE, DagsterServer
 from gitlab_knowledge.config import Config
-
-WORKSPACE = """load_from:
-  - python_module:
-      module_name: gitlab_knowledge.defs
-      attribute: defs
-      location_name: gitlab_knowledge
-"""
-
-
-def _reset_signals() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def dagster_paths(config: Config) -> tuple[Path, Path]:
@@ -47,36 +27,21 @@ def dagster_paths(config: Config) -> tuple[Path, Path]:
     return home, workspace
 
 
-def dagster_dev_command(workspace: Path, host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "dagster", "dev", "-w", str(workspace), "-h", host, "-p", str(port)]
-
-
 def launch(config: Config, *, host: str, port: int, config_path: Path | str | None,
            extra_env: dict[str, str] | None = None) -> int:
     home, workspace = dagster_paths(config)
-    env = {**os.environ, "DAGSTER_HOME": str(home), **(extra_env or {})}
+    env = {**os.environ, **(extra_env or {})}
     if config_path:
         env["GITLAB_KNOWLEDGE_CONFIG"] = str(Path(config_path).resolve())
-    child = subprocess.Popen(dagster_dev_command(workspace, host, port), env=env, cwd=home,
-                             start_new_session=True, preexec_fn=_reset_signals)
-
-    def stop(*_: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM)
-
-    previous = signal.signal(signal.SIGTERM, stop)
+    server = DagsterServer(home, workspace, host=host, port=port, env=env).start()
+    previous = signal.signal(signal.SIGTERM, lambda *_: server.stop())
     try:
-        return child.wait()
+        return server.wait()
     except KeyboardInterrupt:
-        stop()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(30)
         return 0
     finally:
+        server.stop()
         signal.signal(signal.SIGTERM, previous)
-        # Whatever is left of the group (a code server respawned while shutting down) goes too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGKILL)
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

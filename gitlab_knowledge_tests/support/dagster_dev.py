@@ -2,18 +2,14 @@
 tests: a free port, DAGSTER_HOME in a temp dir, GraphQL helpers, and a stop that always ends the
 whole group (webserver, daemon, code server, run workers), even when the test fails."""
 
-import contextlib
-import os
-import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from gitlab_knowledge.cli.ui import WORKSPACE, dagster_dev_command
+from gitlab_knowledge.cli.dagster_server import WORKSPACE, DagsterServer
 from gitlab_knowledge.defs.runner import instance_yaml
 
 REPOSITORY = {"repositoryLocationName": "gitlab_knowledge", "repositoryName": "__repository__"}
@@ -26,55 +22,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class DagsterDev:
+class DagsterDev(DagsterServer):
+    """dagster dev on a free port with a temp DAGSTER_HOME, plus GraphQL helpers."""
+
     def __init__(self, workdir: Path, env: dict[str, str]) -> None:
-        self.home = workdir / "dagster"
-        self.home.mkdir(parents=True, exist_ok=True)
-        (self.home / "dagster.yaml").write_text(instance_yaml(self.home))
-        self.workspace = workdir / "workspace.yaml"
-        self.workspace.write_text(WORKSPACE)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "dagster-dev.log"
-        self.env = {**env, "DAGSTER_HOME": str(self.home)}
-        self.process: subprocess.Popen | None = None
-
-    def __enter__(self) -> "DagsterDev":
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                dagster_dev_command(self.workspace, "127.0.0.1", self.port), cwd=self.home, env=self.env,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"dagster dev exited: {self.log.read_text()[-3000:]}"
-            try:
-                if httpx.get(f"{self.url}/server_info", timeout=2).status_code == 200 and self.location_loaded():
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise AssertionError(f"dagster dev did not come up: {self.log.read_text()[-3000:]}")
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            if self.process.poll() is not None:
-                break
-            try:
-                os.killpg(self.process.pid, sig)
-                self.process.wait(wait)
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # Code servers respawned during shutdown would linger until their heartbeat times out.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        home = workdir / "dagster"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "dagster.yaml").write_text(instance_yaml(home))
+        workspace = workdir / "workspace.yaml"
+        workspace.write_text(WORKSPACE)
+        super().__init__(home, workspace, port=free_port(), env=env, log=workdir / "dagster-dev.log")
 
     def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         response = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
@@ -82,13 +39,6 @@ class DagsterDev:
         body = response.json()
         assert "errors" not in body, body["errors"]
         return body["data"]
-
-    def location_loaded(self) -> bool:
-        data = self.gql("{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
-                        "locationOrLoadError { __typename } } } } }")
-        entries = data["workspaceOrError"]["locationEntries"]
-        return bool(entries) and all(e["loadStatus"] == "LOADED" and e["locationOrLoadError"]["__typename"] ==
-                                     "RepositoryLocation" for e in entries)
 
     def add_partition(self, key: str) -> None:
         result = self.gql("""mutation($r: RepositorySelector!, $k: String!) {
