@@ -1,0 +1,49 @@
+"""Embedding throughput: the bare model vs the pipeline on the same documents.
+
+Bare: the embedded provider on the documents' texts, nothing else. Pipeline: `refresh_embeddings`
+on a store holding exactly those documents (diff against the vector table, staging through
+Parquet, chunking, LanceDB writes, index upkeep). The ratio is the pipeline's overhead.
+"""
+
+import time
+from pathlib import Path
+from typing import Any
+
+from gitlab_knowledge.config import parse_config
+from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
+from gitlab_knowledge.embeddings.refresh import refresh_embeddings
+from gitlab_knowledge.store.db import read_connection, write_connection
+
+BENCH_PROJECT = "bench/documents"
+
+
+def mini_store(source_db: Path, project: str | None, limit: int | None, target: Path) -> Any:
+    """A store under `target` holding the first `limit` documents of `project` (None: all), filed
+    under one project so one pipeline run embeds them all."""
+    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": [BENCH_PROJECT],
+                           "storage": {"data_dir": str(target)}}, target, {}, "benchmark")
+    where = f"WHERE project_path = '{project}'" if project else ""
+    with read_connection(source_db) as src:
+        docs = src.sql(f"SELECT * REPLACE ('{BENCH_PROJECT}' AS project_path) FROM documents {where} ORDER BY id"
+                       + (f" LIMIT {int(limit)}" if limit else "")).to_arrow_table()
+    with write_connection(config.duckdb_path) as con:
+        con.register("incoming", docs)
+        con.execute("INSERT INTO documents SELECT * FROM incoming")
+    return config, docs.column("content_text").to_pylist()
+
+
+def run(source_db: Path, project: str | None, limit: int | None, workdir: Path, batch: int = 32) -> dict[str, Any]:
+    config, texts = mini_store(source_db, project, limit, workdir)
+    model = EmbeddedProvider()
+    model.check()  # load outside the timings
+    t0 = time.perf_counter()
+    chunks = 0
+    for start in range(0, len(texts), batch):
+        chunks += sum(len(c) for c in model.embed_documents(texts[start:start + batch]))
+    bare = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    stats = refresh_embeddings(config, BENCH_PROJECT, provider=model, batch_size=batch)
+    pipeline = time.perf_counter() - t0
+    return {"documents": len(texts), "chunks": chunks, "bare_s": round(bare, 2), "pipeline_s": round(pipeline, 2),
+            "bare_docs_per_s": round(len(texts) / bare, 1), "pipeline_docs_per_s": round(stats.embedded / pipeline, 1),
+            "overhead_pct": round(100 * (pipeline - bare) / bare, 1), "embedded": stats.embedded}

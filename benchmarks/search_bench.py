@@ -1,0 +1,76 @@
+"""Search latency at scale, in its own process (so its peak RSS is its own).
+
+The vector table was filled by the feature-hashing stand-in (see hashing_provider.py): latency
+depends on the table's size and dimensions, not on the model. Query embedding is therefore
+measured apart, with the real embedded model on the same queries, and reported both ways:
+"excluding query embedding" (the search itself) and "with it" (search + the real model's time).
+
+    python -m benchmarks.search_bench --data-dir DIR --queries FILE
+"""
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.hashing_provider import HashingProvider
+from gitlab_knowledge.config import parse_config
+from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
+from gitlab_knowledge.search.engine import Searcher
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument("--queries", required=True, type=Path)
+    parser.add_argument("--projects", required=True)
+    args = parser.parse_args()
+    queries = json.loads(args.queries.read_text())
+    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": args.projects.split(","),
+                           "storage": {"data_dir": str(args.data_dir)}}, args.data_dir, {}, "benchmark")
+    model = EmbeddedProvider()
+    model.check()
+    embed_ms = []
+    for q in queries:
+        t0 = time.perf_counter()
+        model.embed_query(q)
+        embed_ms.append((time.perf_counter() - t0) * 1000)
+    out: dict = {"queries": len(queries), "embed_query_ms": {"p50": pct(embed_ms, 0.5), "p95": pct(embed_ms, 0.95)}}
+    warm = Searcher(config, warm=True)
+    warm._provider = HashingProvider()
+    t0 = time.perf_counter()
+    warm.search(queries[0], mode="semantic")
+    out["warm_load_s"] = round(time.perf_counter() - t0, 2)
+    for mode in ("lexical", "semantic", "hybrid"):
+        for q in queries[:5]:
+            warm.search(q, mode=mode)
+        search_ms = []
+        for q in queries:
+            response = warm.search(q, mode=mode, limit=10)
+            search_ms.append(response.took_ms - response.embed_ms)
+        with_embed = search_ms if mode == "lexical" else [s + e for s, e in zip(search_ms, embed_ms, strict=True)]
+        out[mode] = {"p50": pct(search_ms, 0.5), "p95": pct(search_ms, 0.95),
+                     "p50_with_embedding": pct(with_embed, 0.5), "p95_with_embedding": pct(with_embed, 0.95)}
+    cold = Searcher(config)
+    cold._provider = HashingProvider()
+    cold_ms = []
+    for q in queries[:60]:
+        response = cold.search(q, mode="hybrid", limit=10)
+        cold_ms.append(response.took_ms - response.embed_ms)
+    out["hybrid_one_shot"] = {"p50": pct(cold_ms, 0.5), "p95": pct(cold_ms, 0.95), "queries": len(cold_ms)}
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    out["median_hits"] = statistics.median(len(warm.search(q, mode="hybrid").results) for q in queries[:20])
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
