@@ -2,13 +2,14 @@
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gitlab_knowledge.config import Config, parse_config
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab, generate_dataset
+from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab, generate_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "GITLAB_TOKEN"
@@ -48,6 +49,41 @@ def token_env(monkeypatch: pytest.MonkeyPatch) -> str:
                  "GITLAB_KNOWLEDGE_CONFIG", "DAGSTER_HOME"):
         monkeypatch.delenv(name, raising=False)
     return DEFAULT_TOKEN
+
+
+@dataclass
+class SampleStore:
+    config: Config
+    config_path: Path
+    dead_ollama: str  # an Ollama URL that built a vector table, then went away
+
+
+@pytest.fixture(scope="session")
+def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
+    """The bundled sample, synced through every layer once for the whole session."""
+    from gitlab_knowledge_tests.helpers import index_all, sync_all
+
+    base = tmp_path_factory.mktemp("sample-store")
+    os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": ["acme/platform", "acme/web-app"],
+               "storage": {"data_dir": str(base / "data")}}
+        config = parse_config(doc, base, {}, "test")
+        sync_all(config)
+        index_all(config)
+    # A second vector table, from an Ollama that then goes away: what degradation looks like.
+    from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
+    from gitlab_knowledge.embeddings.refresh import refresh_embeddings
+    from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
+
+    with FakeOllama() as fake:
+        for project in config.projects:
+            refresh_embeddings(config, project, provider=OllamaProvider(host=fake.url))
+        gone = fake.url
+    path = base / "gitlab_knowledge.toml"
+    path.write_text('projects = ["acme/platform", "acme/web-app"]\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
+                    f'[storage]\ndata_dir = "{base / "data"}"\n')
+    return SampleStore(config, path, gone)
 
 
 def project_paths(sb: SandboxGitLab) -> list[str]:

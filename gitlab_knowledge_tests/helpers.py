@@ -57,3 +57,43 @@ NORMALIZED_SNAPSHOT = {
 def snapshot(config: Config) -> dict[str, list[tuple[Any, ...]]]:
     """The store's content without run-specific columns (ids of runs, fetch times)."""
     return {name: rows(config, sql) for name, sql in NORMALIZED_SNAPSHOT.items()}
+
+
+def layer_counts(config: Config) -> tuple[int, int, int]:
+    """(documents, documents with vectors, lexical entries)."""
+    from gitlab_knowledge.embeddings.vectors import VectorStore
+    from gitlab_knowledge.lexical.index import LexicalIndex
+
+    documents = scalar(config, "SELECT count(*) FROM documents")
+    vectors = VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8").count()[0]
+    return documents, vectors, LexicalIndex(config.tantivy_dir).count()
+
+
+def change_gitlab(sb: Any, rng: Any, attempt: int) -> None:
+    """A few changes in the sandbox's first project: new notes, an edit, a new issue."""
+    project = sb.state.list_projects()[0]["id"]
+    issues = sb.state.list_items(project, "issues")
+    for issue in rng.sample(issues, 3):
+        sb.state.add_note(project, "issues", issue["iid"], f"attempt {attempt}: a note on #{issue['iid']}")
+    threads = [t for t in sb.state.discussions(project, "issues", issues[0]["iid"]) if not t["notes"][0]["system"]]
+    if threads:
+        sb.state.edit_note(project, "issues", issues[0]["iid"], threads[0]["notes"][0]["id"], f"edited in {attempt}")
+    sb.state.create_issue(project, f"Issue created before attempt {attempt}", description="websocket reconnects")
+
+
+def run_checks(config_path: Any) -> dict[str, Any]:
+    """Every asset check, through Dagster (a job of all checks, in-process, scope: all projects)."""
+    import dagster as dg
+
+    from gitlab_knowledge.defs import defs
+
+    job = dg.define_asset_job("every_check", selection=dg.AssetSelection.all_asset_checks(),
+                              executor_def=dg.in_process_executor)
+    resolved = dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def("every_check")
+    with dg.instance_for_test() as instance:
+        result = resolved.execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config={"resources": {"settings": {"config": {"config_path": str(config_path)}}}})
+        assert result.success
+        return {e.event_specific_data.check_name: e.event_specific_data
+                for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}

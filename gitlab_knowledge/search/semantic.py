@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from gitlab_knowledge.embeddings.vectors import VectorStore, sql_str
 from gitlab_knowledge.search.filters import Filters
@@ -106,33 +108,61 @@ class MemoryVectors:
         return True
 
     def _load(self, table: Any) -> None:
-        data = table.search().select(MEMORY_COLUMNS).limit(None).to_arrow().combine_chunks()
-        vectors = data.column("vector").combine_chunks()
-        self.vectors = vectors.flatten().to_numpy().reshape(len(vectors), -1) if len(vectors) else np.zeros((0, 1))
-        self.meta = data.drop_columns(["vector"])
-        self.doc_ids = np.asarray(data.column("doc_id").to_pylist(), dtype=object)
-        self.columns = {name: np.asarray(data.column(name).to_pylist(), dtype=object)
-                        for name in ("source_type", "project", "author", "state")}
-        self.created = data.column("created_at").to_numpy(zero_copy_only=False).astype("datetime64[us]")
-        self.confidential = np.asarray(data.column("confidential").to_pylist(), dtype=bool)
-        self.internal = np.asarray(data.column("internal").to_pylist(), dtype=bool)
-        self.labels = data.column("labels").to_pylist()
+        # Batch by batch into one preallocated matrix: no second copy of the vectors (to_arrow plus
+        # combine_chunks held two) and no Python object per row for the filter columns.
+        rows = table.count_rows()
+        dims = table.schema.field("vector").type.list_size
+        self.vectors = np.empty((rows, dims), dtype=np.float32)
+        meta, at = [], 0
+        for batch in table.search().select(MEMORY_COLUMNS).limit(None).to_batches():
+            if batch.num_rows == 0:
+                continue
+            n = min(batch.num_rows, rows - at)
+            self.vectors[at:at + n] = batch.column("vector").flatten().to_numpy().reshape(-1, dims)[:n]
+            meta.append(pa.Table.from_batches([batch.drop_columns(["vector"])]).slice(0, n))
+            at += n
+        self.vectors = self.vectors[:at]
+        self.meta = pa.concat_tables(meta).combine_chunks() if meta else pa.table({})
+        self.doc_ids = self.meta.column("doc_id").to_numpy(zero_copy_only=False) if at else np.array([], object)
+        self.codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
+        for name in ("source_type", "project", "author", "state"):
+            encoded = self.meta.column(name).dictionary_encode().combine_chunks() if at else None
+            if encoded is None:
+                self.codes[name] = (np.array([], dtype=np.int32), {})
+                continue
+            lookup = {value: i for i, value in enumerate(encoded.dictionary.to_pylist())}
+            self.codes[name] = (encoded.indices.fill_null(-1).to_numpy(), lookup)
+        self.created = (self.meta.column("created_at").to_numpy(zero_copy_only=False).astype("datetime64[us]")
+                        if at else np.array([], dtype="datetime64[us]"))
+        self.confidential = self.meta.column("confidential").fill_null(False).to_numpy(zero_copy_only=False) \
+            if at else np.array([], bool)
+        self.internal = self.meta.column("internal").fill_null(False).to_numpy(zero_copy_only=False) \
+            if at else np.array([], bool)
         self._label_masks = {}
         self.version = table.version
 
     def _label(self, label: str) -> np.ndarray:
         if label not in self._label_masks:
-            self._label_masks[label] = np.fromiter((label in (labels or ()) for labels in self.labels), bool,
-                                                   len(self.labels))
+            labels = self.meta.column("labels").combine_chunks()
+            hits = pc.equal(labels.flatten(), label).fill_null(False).to_numpy(zero_copy_only=False)
+            rows = pc.list_parent_indices(labels).to_numpy()
+            mask = np.zeros(len(self.doc_ids), dtype=bool)
+            mask[rows[hits]] = True
+            self._label_masks[label] = mask
         return self._label_masks[label]
+
+    def _equals(self, column: str, values: tuple[str, ...] | list[str]) -> np.ndarray:
+        codes, lookup = self.codes[column]
+        wanted = [lookup[v] for v in values if v in lookup]
+        return np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
 
     def mask(self, filters: Filters) -> np.ndarray:
         keep = np.ones(len(self.doc_ids), dtype=bool)
         if filters.types:
-            keep &= np.isin(self.columns["source_type"], list(filters.types))
+            keep &= self._equals("source_type", filters.types)
         for name, value in (("project", filters.project), ("author", filters.author), ("state", filters.state)):
             if value:
-                keep &= self.columns[name] == value
+                keep &= self._equals(name, [value])
         for label in filters.labels:
             keep &= self._label(label)
         if filters.after_dt:
@@ -152,6 +182,8 @@ class MemoryVectors:
         if not filters.is_empty():
             scores[~self.mask(filters)] = -np.inf
         candidates = int(np.isfinite(scores).sum())
+        if candidates == 0:
+            return []
         fetch = min(limit * 3, candidates)
         while True:
             top = np.argpartition(-scores, fetch - 1)[:fetch] if fetch < len(scores) else np.arange(len(scores))
@@ -165,7 +197,7 @@ class MemoryVectors:
                 break
             fetch = min(fetch * 3, candidates)
         rows = sorted(best.values(), key=lambda r: (-scores[r], self.doc_ids[r]))[:limit]
-        picked = self.meta.take(rows).to_pylist()
+        picked = self.meta.take(pa.array(rows, pa.int64())).to_pylist()
         # |a-b|² = 2 - 2·cos for unit vectors: the same distance LanceDB reports.
         return [SemanticHit(m["doc_id"], float(2.0 - 2.0 * scores[r]),
                             {k: m[k] for k in DISPLAY_COLUMNS if k not in ("chunk", "excerpt")}, "",

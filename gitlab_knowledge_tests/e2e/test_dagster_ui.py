@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from gitlab_knowledge.sandbox import SAMPLE_DATASET, SandboxGitLab
+from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.dagster_dev import DagsterDev
 
@@ -40,6 +40,12 @@ def test_sync_checks_sensor_and_search_through_the_real_dagster(tmp_path):
                 time.sleep(1)
             assert sensor_runs, "the sensor did not launch a run for the changed project"
             assert dagster.wait_run(sensor_runs[0]["runId"]) == "SUCCESS"
+
+    # The token reached every process through the environment and must have been written nowhere:
+    # not in Dagster's run and event storage, the daemon's log, the store or the indexes.
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert DEFAULT_TOKEN.encode() not in path.read_bytes(), path
 
     search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", "zebrafish canary redis memory cap",
                              "--json", "--config", str(config)], capture_output=True, text=True,

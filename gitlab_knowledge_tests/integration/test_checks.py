@@ -10,14 +10,13 @@ import dagster as dg
 import pytest
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.defs import defs
 from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.store.db import transaction, write_connection
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge_tests.conftest import write_config_file
-from gitlab_knowledge_tests.helpers import index_all, sync_all
+from gitlab_knowledge_tests.helpers import index_all, run_checks, sync_all
 
 CHECK_NAMES = {c.check_key.name for c in ALL_CHECKS}
 
@@ -44,19 +43,6 @@ def copy_store(base: Path, tmp_path: Path):
     path = tmp_path / "gitlab_knowledge.toml"
     path.write_text(text)
     return path, load_config(path)
-
-
-def run_checks(config_path: Path) -> dict[str, dg.AssetCheckEvaluation]:
-    job = dg.define_asset_job("every_check", selection=dg.AssetSelection.all_asset_checks(),
-                              executor_def=dg.in_process_executor)
-    resolved = dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def("every_check")
-    with dg.instance_for_test() as instance:
-        result = resolved.execute_in_process(
-            instance=instance, raise_on_error=False,
-            run_config={"resources": {"settings": {"config": {"config_path": str(config_path)}}}})
-        assert result.success
-        return {e.event_specific_data.check_name: e.event_specific_data
-                for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
 
 
 def sql(config, statement: str, params=None) -> None:

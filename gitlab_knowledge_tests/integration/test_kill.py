@@ -19,7 +19,7 @@ import pytest
 
 from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import rows, scalar, snapshot
+from gitlab_knowledge_tests.helpers import change_gitlab, layer_counts, rows, scalar, snapshot
 
 KILLS = int(os.environ.get("GK_KILL_POINTS", "4"))
 _children: list[subprocess.Popen] = []
@@ -47,26 +47,6 @@ def _finish(child: subprocess.Popen) -> None:
     assert child.returncode == 0, err.decode()
 
 
-def _layer_counts(config) -> tuple[int, int, int]:
-    from gitlab_knowledge.embeddings.vectors import VectorStore
-    from gitlab_knowledge.lexical.index import LexicalIndex
-
-    documents = scalar(config, "SELECT count(*) FROM documents")
-    vectors = VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8").count()[0]
-    return documents, vectors, LexicalIndex(config.tantivy_dir).count()
-
-
-def _change_gitlab(sb: SandboxGitLab, rng: random.Random, attempt: int) -> None:
-    project = sb.state.list_projects()[0]["id"]
-    issues = sb.state.list_items(project, "issues")
-    for issue in rng.sample(issues, 3):
-        sb.state.add_note(project, "issues", issue["iid"], f"attempt {attempt}: a note on #{issue['iid']}")
-    threads = [t for t in sb.state.discussions(project, "issues", issues[0]["iid"]) if not t["notes"][0]["system"]]
-    if threads:
-        sb.state.edit_note(project, "issues", issues[0]["iid"], threads[0]["notes"][0]["id"], f"edited in {attempt}")
-    sb.state.create_issue(project, f"Issue created before attempt {attempt}", description="websocket reconnects")
-
-
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny")
@@ -85,7 +65,7 @@ def test_kill_9_at_random_points_then_sync_equals_a_clean_sync(tiny_dataset, tmp
         for attempt in range(KILLS * 3):
             if landed == KILLS:
                 break
-            _change_gitlab(sb, rng, attempt)
+            change_gitlab(sb, rng, attempt)
             sb.reset_stats()
             victim = _sync(config_path, tmp_path)
             if attempt % 2 == 0:
@@ -112,7 +92,7 @@ def test_kill_9_at_random_points_then_sync_equals_a_clean_sync(tiny_dataset, tmp
     assert snapshot(victim_config) == snapshot(reference_config)
     assert scalar(victim_config, "SELECT count(*) - count(DISTINCT id) FROM notes") == 0
     assert scalar(victim_config, "SELECT count(*) FROM notes WHERE body LIKE 'attempt %'") >= 3 * KILLS
-    documents, vectors, lexical = _layer_counts(victim_config)
-    assert documents == vectors == lexical == _layer_counts(reference_config)[0]
+    documents, vectors, lexical = layer_counts(victim_config)
+    assert documents == vectors == lexical == layer_counts(reference_config)[0]
     statuses = {status for (status,) in rows(victim_config, "SELECT status FROM sync_runs")}
     assert "running" not in statuses, "killed runs are marked abandoned by the next sync"

@@ -2,62 +2,23 @@
 retrievers, exact references, degradation, hostile input, the JSON contract, the CLI."""
 
 import json
-import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from gitlab_knowledge.config import Config, parse_config
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.sandbox import SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge.search.engine import UNAVAILABLE, Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.output import render_human, response_json
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
-from gitlab_knowledge_tests.helpers import index_all, rows, scalar, sync_all
+from gitlab_knowledge_tests.helpers import rows, scalar
 
 GOLDEN = json.loads((REPO / "gitlab_knowledge_tests" / "fixtures" / "golden_queries.json").read_text())
 SCHEMA = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_text())
-
-
-@dataclass
-class SampleStore:
-    config: Config
-    config_path: Path
-    dead_ollama: str  # an Ollama URL that built a vector table, then went away
-
-
-@pytest.fixture(scope="session")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
-    """The bundled sample, synced through every layer once for the whole session."""
-    from gitlab_knowledge.sandbox import DEFAULT_TOKEN
-
-    base = tmp_path_factory.mktemp("sample-store")
-    os.environ.setdefault("GITLAB_TOKEN", DEFAULT_TOKEN)
-    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
-        doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": ["acme/platform", "acme/web-app"],
-               "storage": {"data_dir": str(base / "data")}}
-        config = parse_config(doc, base, {}, "test")
-        sync_all(config)
-        index_all(config)
-    # A second vector table, from an Ollama that then goes away: what degradation looks like.
-    from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
-    from gitlab_knowledge.embeddings.refresh import refresh_embeddings
-    from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
-
-    with FakeOllama() as fake:
-        for project in config.projects:
-            refresh_embeddings(config, project, provider=OllamaProvider(host=fake.url))
-        gone = fake.url
-    path = base / "gitlab_knowledge.toml"
-    path.write_text('projects = ["acme/platform", "acme/web-app"]\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
-                    f'[storage]\ndata_dir = "{base / "data"}"\n')
-    return SampleStore(config, path, gone)
 
 
 @pytest.fixture(scope="session")

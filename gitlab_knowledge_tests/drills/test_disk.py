@@ -1,0 +1,90 @@
+"""A full disk or a read-only data directory: a clear one-line error, nothing half-written (the
+next sync, once there is room, ends with the same store as a clean sync), no temp files left.
+
+The data directory is a small tmpfs mounted for the test; where mounting is not permitted the
+test says so and skips."""
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitlab_knowledge.config import load_config
+from gitlab_knowledge.sandbox import SandboxGitLab
+from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.helpers import layer_counts, snapshot
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True,
+                            text=True)
+    if result.returncode:
+        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {result.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def remount(mount: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(mount)], check=True, capture_output=True)
+
+
+def sync(config: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "sync"],
+                          capture_output=True, text=True, env=subprocess_env(), timeout=300)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert any(all(w.lower() in line.lower() for w in words) for line in errors), errors
+
+
+def leftovers(data: Path) -> list[str]:
+    return [p.name for p in data.rglob("gk-*")]
+
+
+def test_a_full_disk_fails_cleanly_and_the_next_sync_completes(small_dataset, tmpfs, tmp_path):
+    with SandboxGitLab(dataset=small_dataset) as sb:
+        config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmpfs / "data")
+        full = sync(config)
+        assert_one_line_error(full, "No space left on device")
+        assert leftovers(tmpfs) == []
+        remount(tmpfs, "size=256m")
+        again = sync(config)
+        assert again.returncode == 0, again.stderr[-2000:]
+        reference = write_config_file(tmp_path / "ref.toml", sb, tmp_path / "ref")
+        assert sync(reference).returncode == 0
+    assert snapshot(load_config(config)) == snapshot(load_config(reference))
+    documents, vectors, lexical = layer_counts(load_config(config))
+    assert documents == vectors == lexical > 0
+    assert leftovers(tmpfs) == []
+
+
+def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_dataset, tmpfs, tmp_path):
+    remount(tmpfs, "size=256m")
+    with SandboxGitLab(dataset=small_dataset) as sb:
+        config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmpfs / "data")
+        assert sync(config).returncode == 0
+        before = snapshot(load_config(config))
+        project = sb.state.list_projects()[0]["path_with_namespace"]
+        sb.clock.advance(3600)
+        sb.state.create_issue(project, "written while the disk is read-only")
+        remount(tmpfs, "ro")
+        try:
+            assert_one_line_error(sync(config), "read-only")
+            search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", "websocket", "--json",
+                                     "--config", str(config)], capture_output=True, text=True,
+                                    env=subprocess_env(), timeout=120)
+            assert search.returncode == 0, search.stderr[-2000:]
+        finally:
+            remount(tmpfs, "rw")
+        assert snapshot(load_config(config)) == before
+        assert sync(config).returncode == 0

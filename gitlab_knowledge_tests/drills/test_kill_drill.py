@@ -1,0 +1,91 @@
+"""kill -9 at twenty or more random points across syncs of every layer (fetching, page commits,
+normalization, documents, embedding writes, index writes), GitLab changing between attempts; then
+one sync to the end. The store must equal a clean sync of the same GitLab, every asset check must
+pass, and documents == vectors == lexical entries. GK_DRILL_KILLS raises the count."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitlab_knowledge.config import load_config
+from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
+from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.helpers import change_gitlab, layer_counts, rows, run_checks, scalar, snapshot
+
+KILLS = int(os.environ.get("GK_DRILL_KILLS", "20"))
+
+
+def runner(config_path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gitlab_knowledge_tests.support.pipeline_runner", str(config_path)],
+                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(child: subprocess.Popen) -> None:
+    _out, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err.decode()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def drill_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("drill")
+    generate_dataset(out, projects=1, issues=14, mrs=6, seed=9, threads_per_parent_mean=2.0)
+    return out
+
+
+def test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(drill_dataset, tmp_path):
+    rng = random.Random(7)
+    with SandboxGitLab(dataset=drill_dataset, latency_ms=5) as sb:
+        victim_path = write_config_file(tmp_path / "victim.toml", sb, tmp_path / "victim", per_page=3)
+        started = time.monotonic()
+        finish(runner(victim_path))
+        full = time.monotonic() - started
+        landed, by_kind = 0, {"requests": 0, "time": 0}
+        children = []
+        try:
+            for attempt in range(KILLS * 3):
+                if landed >= KILLS:
+                    break
+                change_gitlab(sb, rng, attempt)
+                sb.reset_stats()
+                child = runner(victim_path)
+                children.append(child)
+                kind = "requests" if attempt % 2 == 0 else "time"
+                if kind == "requests":
+                    threshold = rng.randint(1, 14)
+                    deadline = time.monotonic() + 60
+                    while child.poll() is None and sb.stats()["requests"] < threshold and time.monotonic() < deadline:
+                        time.sleep(0.001)
+                else:
+                    end = time.monotonic() + rng.uniform(0.05, full)
+                    while child.poll() is None and time.monotonic() < end:
+                        time.sleep(0.001)
+                if child.poll() is None:
+                    os.kill(child.pid, signal.SIGKILL)
+                    landed += 1
+                    by_kind[kind] += 1
+                child.communicate(timeout=60)
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+        assert landed >= KILLS, f"only {landed} kill points landed"
+        assert min(by_kind.values()) >= KILLS // 3, by_kind
+        finish(runner(victim_path))
+        reference_path = write_config_file(tmp_path / "ref.toml", sb, tmp_path / "ref", per_page=3)
+        finish(runner(reference_path))
+
+    victim, reference = load_config(victim_path), load_config(reference_path)
+    assert snapshot(victim) == snapshot(reference)
+    assert scalar(victim, "SELECT count(*) - count(DISTINCT id) FROM notes") == 0
+    assert scalar(victim, "SELECT count(*) - count(DISTINCT id) FROM documents") == 0
+    documents, vectors, lexical = layer_counts(victim)
+    assert documents == vectors == lexical == layer_counts(reference)[0]
+    assert rows(victim, "SELECT count(*) FROM sync_runs WHERE status = 'running'") == [(0,)]
+    evaluations = run_checks(victim_path)
+    assert {name: e.metadata for name, e in evaluations.items() if not e.passed} == {}
