@@ -9,7 +9,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -206,10 +206,13 @@ class VectorStore:
             table.delete(f"table_name = {sql_str(self.name)} AND " + sql_in("doc_id", doc_ids[i:i + DELETE_BATCH]))
 
     def optimize(self) -> None:
-        """Compact fragments and fold new rows into the indexes (run inside the LanceDB pool)."""
+        """Compact fragments, fold new rows into the indexes, and drop versions superseded more
+        than 10 minutes ago (run inside the LanceDB pool). Every sync rewrites changed rows, so
+        with LanceDB's default of 7 days the old versions outgrow the table; a reader opens the
+        latest version and finishes within seconds, so 10 minutes leaves it plenty."""
         table = self.table()
         if table is not None:
-            table.optimize()
+            table.optimize(cleanup_older_than=timedelta(minutes=10))
 
 
 def chunk_rows(doc: dict[str, Any], chunks: Sequence[Any], provider: str, model: str, now: datetime) -> list[dict[str, Any]]:
