@@ -86,6 +86,39 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
     return SampleStore(config, path, gone)
 
 
+@pytest.fixture(scope="session")
+def small_store(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small dataset synced through every layer once per worker: tests that only need a
+    synced store start from a copy of it instead of syncing and embedding again."""
+    from gitlab_knowledge_tests.helpers import index_all, sync_all
+
+    base = tmp_path_factory.mktemp("small-store")
+    os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
+    with SandboxGitLab(dataset=small_dataset) as sb:
+        doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": project_paths(sb),
+               "storage": {"data_dir": str(base / "data")}}
+        config = parse_config(doc, base, {}, "test")
+        sync_all(config)
+        index_all(config)
+    return base / "data"
+
+
+def store_config(data_dir: Path) -> Config:
+    """A config that only reads a store (no GitLab needed)."""
+    return parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": ["store/only"],
+                         "storage": {"data_dir": str(data_dir)}}, data_dir, {}, "test")
+
+
+@pytest.fixture
+def synced(sandbox: SandboxGitLab, small_store: Path, make_config: Callable[..., Config], tmp_path: Path) -> Config:
+    """A config on a private copy of the synced small store, pointed at a fresh sandbox serving
+    the same dataset."""
+    import shutil
+
+    shutil.copytree(small_store, tmp_path / "synced")
+    return make_config(sandbox, data_dir=tmp_path / "synced")
+
+
 def project_paths(sb: SandboxGitLab) -> list[str]:
     return [p["path_with_namespace"] for p in sb.state.list_projects(order_by="id", sort="asc")]
 

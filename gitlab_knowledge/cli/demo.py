@@ -73,6 +73,8 @@ def run(args: argparse.Namespace, _config: Config | None) -> int:
             "[bold]Next[/]\n"
             f"  search the demo:   python -m gitlab_knowledge.search \"authentication redesign\" --config {config_path}\n"
             f"  inspect it:        python -m gitlab_knowledge --config {config_path} show issue 234\n"
+            f"  its provenance:    python -m gitlab_knowledge --config {config_path} explain '#234'\n"
+            f"  index health:      python -m gitlab_knowledge --config {config_path} stats\n"
             "  the Dagster UI:    python -m gitlab_knowledge demo --ui   (then open http://127.0.0.1:3000)\n"
             "  a real GitLab:     see README, \"Point it at your GitLab\"")
         if args.ui:

@@ -13,7 +13,8 @@ from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge.store.normalize import normalize_project
 from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge.timeutil import parse_time
-from gitlab_knowledge_tests.helpers import rows, scalar, snapshot, sync_all
+from gitlab_knowledge_tests.conftest import store_config
+from gitlab_knowledge_tests.helpers import rows, scalar, snapshot
 
 STORMS = {
     "429 storm with Retry-After": "429:p=0.25,count=8,retry_after=1,seed=1",
@@ -38,20 +39,8 @@ def quick_sync(config, project: str, **kwargs) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(small_dataset, tmp_path_factory):
-    import os
-
-    from gitlab_knowledge.config import parse_config
-    from gitlab_knowledge.sandbox import DEFAULT_TOKEN
-
-    os.environ.setdefault("GITLAB_TOKEN", DEFAULT_TOKEN)
-    base = tmp_path_factory.mktemp("storm-reference")
-    with SandboxGitLab(dataset=small_dataset) as sb:
-        config = parse_config({"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": [
-            p["path_with_namespace"] for p in sb.state.list_projects(order_by="id", sort="asc")],
-            "storage": {"data_dir": str(base)}}, base, {}, "test")
-        sync_all(config)
-        return snapshot(config)
+def reference(small_store):
+    return snapshot(store_config(small_store))
 
 
 @pytest.mark.parametrize("name", list(STORMS))

@@ -89,3 +89,12 @@ def test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(drill_d
     assert rows(victim, "SELECT count(*) FROM sync_runs WHERE status = 'running'") == [(0,)]
     evaluations = run_checks(victim_path)
     assert {name: e.metadata for name, e in evaluations.items() if not e.passed} == {}
+
+
+@pytest.mark.slow
+def test_kill_9_sixty_times_on_a_larger_dataset(tmp_path, tmp_path_factory, monkeypatch):
+    """The same drill, larger: 60 kill points over a dataset of two projects (--runslow)."""
+    dataset = tmp_path_factory.mktemp("drill-large")
+    generate_dataset(dataset, projects=2, issues=60, mrs=30, seed=13, threads_per_parent_mean=3.0)
+    monkeypatch.setattr(sys.modules[__name__], "KILLS", 60)
+    test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(dataset, tmp_path)

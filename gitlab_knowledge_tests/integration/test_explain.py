@@ -11,15 +11,12 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import explain
 from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import index_all, rows, sync_all
+from gitlab_knowledge_tests.helpers import index_all, rows
 
 
 @pytest.fixture
-def store(sandbox, make_config):
-    config = make_config(sandbox)
-    sync_all(config)
-    index_all(config)
-    return sandbox, config
+def store(sandbox, synced):
+    return sandbox, synced
 
 
 def test_reference_forms_resolve(store):

@@ -21,7 +21,7 @@ from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import change_gitlab, layer_counts, rows, scalar, snapshot
 
-KILLS = int(os.environ.get("GK_KILL_POINTS", "4"))
+KILLS = int(os.environ.get("GK_KILL_POINTS", "2"))  # the CLI path; drills/ kills 20 times
 _children: list[subprocess.Popen] = []
 
 

@@ -48,11 +48,9 @@ def test_one_sync_leaves_documents_vectors_and_lexical_index_consistent(sandbox,
     assert sum(r["documents"].new + r["documents"].content_changed for r in again.values()) == 0
 
 
-def test_editing_one_note_re_embeds_exactly_that_threads_document(sandbox, make_config, provider):
-    config = make_config(sandbox)
+def test_editing_one_note_re_embeds_exactly_that_threads_document(sandbox, synced, provider):
+    config = synced
     project = config.projects[0]
-    sync_all(config)
-    index_all(config, provider)
     issue = next(i for i in sandbox.state.list_items(project, "issues") if i["user_notes_count"] > 1)
     thread = next(t for t in sandbox.state.discussions(project, "issues", issue["iid"]) if not t["notes"][0]["system"])
     note = next(n for n in thread["notes"] if not n["system"])
@@ -67,11 +65,9 @@ def test_editing_one_note_re_embeds_exactly_that_threads_document(sandbox, make_
     assert_layers_agree(config)
 
 
-def test_deleting_an_issue_removes_its_documents_from_every_store(sandbox, make_config, provider):
-    config = make_config(sandbox)
+def test_deleting_an_issue_removes_its_documents_from_every_store(sandbox, synced, provider):
+    config = synced
     project = config.projects[0]
-    sync_all(config)
-    index_all(config, provider)
     victim = next(i for i in sandbox.state.list_items(project, "issues") if i["user_notes_count"] > 0)
     doc_ids = {r[0] for r in rows(config, "SELECT id FROM documents WHERE parent_type = 'issue' AND parent_id = ?",
                                   [victim["id"]])}
@@ -148,11 +144,9 @@ def test_provider_down_records_everything_quickly_and_keeps_the_documents(sandbo
     assert refresh_lexical(config, project).indexed == documents  # keyword search still gets everything
 
 
-def test_a_second_models_table_is_built_beside_the_first(sandbox, make_config, provider):
-    config = make_config(sandbox)
+def test_a_second_models_table_is_built_beside_the_first(sandbox, synced, provider):
+    config = synced
     project = config.projects[0]
-    sync_all(config)
-    index_all(config, provider)
     with FakeOllama() as fake:
         ollama = OllamaProvider(host=fake.url)
         stats = refresh_embeddings(config, project, provider=ollama)
@@ -169,10 +163,8 @@ def test_a_second_models_table_is_built_beside_the_first(sandbox, make_config, p
         assert response.model == "ollama/nomic-embed-text"
 
 
-def test_documents_record_their_provenance(sandbox, make_config, provider):
-    config = make_config(sandbox)
-    sync_all(config)
-    index_all(config, provider)
+def test_documents_record_their_provenance(sandbox, synced, provider):
+    config = synced
     missing = scalar(config, """
         SELECT count(*) FROM documents d
         WHERE len(d.raw_payload_ids) = 0 OR d.sync_run_id IS NULL
@@ -184,10 +176,8 @@ def test_documents_record_their_provenance(sandbox, make_config, provider):
     assert threads == 0
 
 
-def test_sync_with_equal_labels_filters_in_document_labels(sandbox: SandboxGitLab, make_config, provider):
-    config = make_config(sandbox)
-    sync_all(config)
-    index_all(config, provider)
+def test_sync_with_equal_labels_filters_in_document_labels(sandbox: SandboxGitLab, synced, provider):
+    config = synced
     mismatched = scalar(config, """
         SELECT count(*) FROM documents d
         WHERE list_sort(coalesce(d.labels, []))
