@@ -84,10 +84,12 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
     table.add_column("project", no_wrap=True)
     for _key, header in COLUMNS:
         table.add_column(header, justify="right")
+    table.add_column("time", justify="right")
     table.add_column("status")
     for o in outcomes:
         row = summary_rows(o.metadata)
-        table.add_row(o.project, *(str(row[k]) for k, _ in COLUMNS), "ok" if o.success else "[red]failed[/]")
+        table.add_row(o.project, *(str(row[k]) for k, _ in COLUMNS), f"{o.duration_s:.1f}s",
+                      "ok" if o.success else "[red]failed[/]")
     console.out.print(table)
     for o in outcomes:
         row = summary_rows(o.metadata)
@@ -114,7 +116,8 @@ def run(args: argparse.Namespace, config: Config) -> int:
         console.print_json({
             "success": not failed, "duration_s": round(elapsed, 3),
             "projects": [{"project": o.project, "success": o.success, "dagster_run_id": o.run_id,
-                          "error": o.error, **summary_rows(o.metadata), "assets": o.metadata} for o in outcomes],
+                          "error": o.error, "duration_s": o.duration_s, **summary_rows(o.metadata),
+                          "assets": o.metadata} for o in outcomes],
         })
     else:
         print_summary(outcomes, elapsed, full=args.full)

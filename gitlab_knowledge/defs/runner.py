@@ -3,6 +3,7 @@ daemon or the UI launches, recorded in the same Dagster instance so the runs sho
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ class ProjectOutcome:
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # asset key -> metadata values
     error: str | None = None
     error_class: str | None = None
+    duration_s: float = 0.0  # the whole run: every layer of this project
 
 
 def instance_yaml(base: Path) -> str:
@@ -143,13 +145,15 @@ def run_job(config: Config, job_name: str, projects: list[str], op_config: dict[
             # The CLI prints its own one-line error; the event log keeps the traceback for the UI.
             "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
         }
+        started = time.monotonic()
         with installed(progress) if progress else contextlib.nullcontext():
             result = job.execute_in_process(
                 run_config=run_config, instance=instance, partition_key=project, raise_on_error=False,
                 tags={PROJECT_TAG: project, TRIGGER_TAG: "cli", PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
                       PROCESS_START_TAG: process_start(os.getpid()) or ""},
             )
-        outcome = ProjectOutcome(project=project, success=result.success, run_id=result.run_id)
+        outcome = ProjectOutcome(project=project, success=result.success, run_id=result.run_id,
+                                 duration_s=round(time.monotonic() - started, 2))
         for event in result.get_asset_materialization_events():
             mat = event.event_specific_data.materialization
             outcome.metadata[mat.asset_key.to_user_string()] = _metadata_values(mat)
