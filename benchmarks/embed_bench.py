@@ -56,3 +56,22 @@ def run(source_db: Path, project: str | None, limit: int | None, workdir: Path, 
             "bare_docs_per_s": round(len(texts) / bare, 1), "pipeline_docs_per_s": round(stats.embedded / pipeline, 1),
             "overhead_pct": round(100 * (pipeline - bare) / bare, 1), "embedded": stats.embedded,
             "bare_runs_s": [round(before, 2), round(after, 2)]}
+
+
+def main() -> int:
+    import argparse
+    import json
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="bare model vs pipeline on the same documents")
+    parser.add_argument("--source", required=True, type=Path, help="a store's gitlab_knowledge.duckdb")
+    parser.add_argument("--project", default=None, help="default: every project's documents")
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gk-embed-bench-") as tmp:
+        print(json.dumps(run(args.source, args.project, args.limit, Path(tmp))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
