@@ -217,6 +217,11 @@ class GitLabClient:
                 except httpx.TimeoutException:
                     failure = "timeout"
                 except httpx.TransportError as exc:
+                    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                        # Not transient: retrying cannot make an untrusted certificate trusted.
+                        raise GitLabError(
+                            f"the TLS certificate of {self.settings.url} is not trusted: set gitlab.ca_bundle to "
+                            "the PEM file of the CA that signed it") from None
                     failure = f"connection error ({type(exc).__name__})"
                 else:
                     self._honour_quota(response.headers)

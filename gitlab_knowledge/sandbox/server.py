@@ -3,6 +3,7 @@
 import contextlib
 import json
 import socket
+import ssl
 import sys
 import threading
 import traceback
@@ -272,7 +273,9 @@ class SandboxGitLab:
         rate_limit: float | None = None,
         faults: str | None = None,
         clock: SandboxClock | None = None,
+        tls: tuple[Path | str, Path | str] | None = None,
     ) -> None:
+        """`tls=(certificate, key)` serves HTTPS, for testing a client's custom CA bundle."""
         if dataset is None:
             dataset = SAMPLE_DATASET
         if not isinstance(dataset, Dataset):
@@ -289,6 +292,7 @@ class SandboxGitLab:
         self.limiter = RateLimiter(rate_limit) if rate_limit else None
         self.injector = FaultInjector(faults)
         self.counters = Stats()
+        self.tls = tls
         self._stopping = threading.Event()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -301,6 +305,10 @@ class SandboxGitLab:
         self._stopping.clear()
         self._server = _HTTPServer((self.host, self.port), self)
         self.port = self._server.server_address[1]
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(self.tls[0]), str(self.tls[1]))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         # A short poll interval keeps stop() fast; tests start and stop many servers.
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="sandbox-gitlab", daemon=True
@@ -328,7 +336,7 @@ class SandboxGitLab:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def api_url(self) -> str:
