@@ -6,39 +6,23 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, load_config
-from gitlab_knowledge.errors import KnowledgeError, UsageError
+from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.redact import install_logging_redaction, redact
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit code 2, not a usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message} (see `{self.prog} --help`)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
-    return value
-
-
-def build_parser() -> Parser:
-    parser = Parser(prog="python -m gitlab_knowledge", description=__doc__)
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m gitlab_knowledge", description=__doc__)
     parser.add_argument("--config", metavar="PATH", help="config file (default: $GITLAB_KNOWLEDGE_CONFIG or ./gitlab_knowledge.toml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details to stderr")
-    sub = parser.add_subparsers(dest="command", metavar="command", parser_class=Parser)
+    sub = parser.add_subparsers(dest="command", metavar="command", parser_class=OneLineParser)
     sub.required = True
 
-    def add(name: str, help_text: str, json_flag: bool = True) -> Parser:
+    def add(name: str, help_text: str, json_flag: bool = True) -> OneLineParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if json_flag:
             p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -69,7 +53,7 @@ def build_parser() -> Parser:
     p.add_argument("what", choices=["issues", "mrs"])
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--state", metavar="STATE", help="opened, closed, merged, ...")
-    p.add_argument("--limit", type=_positive_int, default=20)
+    p.add_argument("--limit", type=bounded_int(1), default=20)
 
     p = add("count", "count issues, mrs, discussions or notes")
     p.add_argument("what", choices=["issues", "mrs", "discussions", "notes"])
@@ -91,7 +75,7 @@ def build_parser() -> Parser:
 
     p = add("show", "an issue or merge request with its discussion threads")
     p.add_argument("what", choices=["issue", "mr"])
-    p.add_argument("iid", type=_positive_int)
+    p.add_argument("iid", type=bounded_int(1))
     p.add_argument("--project", metavar="PATH")
     return parser
 

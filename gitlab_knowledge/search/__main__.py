@@ -6,29 +6,15 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.errors import KnowledgeError, UsageError
 from gitlab_knowledge.redact import redact
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message} (see `python -m gitlab_knowledge.search --help`)")
-
-
-def _limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"expected 1 to 100, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m gitlab_knowledge.search",
+    p = OneLineParser(prog="python -m gitlab_knowledge.search",
                 description="Search synced GitLab issues, merge requests and discussion threads by meaning and keyword.")
     p.add_argument("query", nargs="*", help="what to look for (quote it, or pass several words)")
     p.add_argument("--type", action="append", metavar="TYPE", help="issue, mr or discussion (repeatable)")
@@ -41,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-confidential", action="store_true", help="leave out confidential issues and their threads")
     p.add_argument("--no-internal", action="store_true", help="leave out threads with internal notes")
     p.add_argument("--mode", choices=("hybrid", "lexical", "semantic"), default="hybrid")
-    p.add_argument("--limit", type=_limit, default=10, metavar="N", help="results to show (1-100, default 10)")
+    p.add_argument("--limit", type=bounded_int(1, 100), default=10, metavar="N", help="results to show (1-100, default 10)")
     p.add_argument("--model", metavar="PROVIDER[:MODEL]", help="vector table to search, e.g. ollama:nomic-embed-text")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: search/schema.json)")
     p.add_argument("--explain", action="store_true", help="show each retriever's rank and the RRF arithmetic")

@@ -1,0 +1,26 @@
+"""argparse for both command lines: a usage error is one line and exit code 2, never a usage dump."""
+
+import argparse
+from collections.abc import Callable
+
+from gitlab_knowledge.errors import UsageError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def bounded_int(low: int = 1, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            span = f"{low} to {high}" if high is not None else f"a number >= {low}"
+            raise argparse.ArgumentTypeError(f"expected {span}, got {value}")
+        return value
+
+    return parse
