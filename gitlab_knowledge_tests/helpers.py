@@ -97,3 +97,40 @@ def run_checks(config_path: Any) -> dict[str, Any]:
         assert result.success
         return {e.event_specific_data.check_name: e.event_specific_data
                 for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: float) -> dict[str, int]:
+    """Start `spawn()` (a sync subprocess) again and again and SIGKILL it, alternating "after N
+    API requests" (inside fetching and page commits) and "after T seconds" (anywhere, index writes
+    included), with GitLab changing before each attempt, until `kills` kills have landed while it
+    was running. Returns how many landed of each kind."""
+    import os
+    import signal
+    import time
+
+    landed = {"requests": 0, "time": 0}
+    for attempt in range(kills * 3):
+        if sum(landed.values()) >= kills:
+            break
+        change_gitlab(sb, rng, attempt)
+        sb.reset_stats()
+        child = spawn()
+        kind = "requests" if attempt % 2 == 0 else "time"
+        try:
+            if kind == "requests":
+                threshold, deadline = rng.randint(1, 14), time.monotonic() + 60
+                while child.poll() is None and sb.stats()["requests"] < threshold and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            else:
+                end = time.monotonic() + rng.uniform(0.05, full_run)
+                while child.poll() is None and time.monotonic() < end:
+                    time.sleep(0.001)
+            if child.poll() is None:
+                os.kill(child.pid, signal.SIGKILL)
+                landed[kind] += 1
+            child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(30)
+    return landed

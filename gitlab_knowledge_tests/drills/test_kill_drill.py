@@ -5,7 +5,6 @@ pass, and documents == vectors == lexical entries. GK_DRILL_KILLS raises the cou
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,14 @@ import pytest
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import change_gitlab, layer_counts, rows, run_checks, scalar, snapshot
+from gitlab_knowledge_tests.helpers import (
+    kill_at_random_points,
+    layer_counts,
+    rows,
+    run_checks,
+    scalar,
+    snapshot,
+)
 
 KILLS = int(os.environ.get("GK_DRILL_KILLS", "20"))
 
@@ -45,35 +51,8 @@ def test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(drill_d
         started = time.monotonic()
         finish(runner(victim_path))
         full = time.monotonic() - started
-        landed, by_kind = 0, {"requests": 0, "time": 0}
-        children = []
-        try:
-            for attempt in range(KILLS * 3):
-                if landed >= KILLS:
-                    break
-                change_gitlab(sb, rng, attempt)
-                sb.reset_stats()
-                child = runner(victim_path)
-                children.append(child)
-                kind = "requests" if attempt % 2 == 0 else "time"
-                if kind == "requests":
-                    threshold = rng.randint(1, 14)
-                    deadline = time.monotonic() + 60
-                    while child.poll() is None and sb.stats()["requests"] < threshold and time.monotonic() < deadline:
-                        time.sleep(0.001)
-                else:
-                    end = time.monotonic() + rng.uniform(0.05, full)
-                    while child.poll() is None and time.monotonic() < end:
-                        time.sleep(0.001)
-                if child.poll() is None:
-                    os.kill(child.pid, signal.SIGKILL)
-                    landed += 1
-                    by_kind[kind] += 1
-                child.communicate(timeout=60)
-        finally:
-            for child in children:
-                if child.poll() is None:
-                    child.kill()
+        by_kind = kill_at_random_points(lambda: runner(victim_path), sb, rng, KILLS, full)
+        landed = sum(by_kind.values())
         assert landed >= KILLS, f"only {landed} kill points landed"
         assert min(by_kind.values()) >= KILLS // 3, by_kind
         finish(runner(victim_path))

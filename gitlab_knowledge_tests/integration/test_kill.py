@@ -9,7 +9,6 @@ and "after T seconds" (anywhere, including documents, embeddings and index write
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 
 from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import change_gitlab, layer_counts, rows, scalar, snapshot
+from gitlab_knowledge_tests.helpers import kill_at_random_points, layer_counts, rows, scalar, snapshot
 
 KILLS = int(os.environ.get("GK_KILL_POINTS", "2"))  # the CLI path; drills/ kills 20 times
 _children: list[subprocess.Popen] = []
@@ -61,27 +60,8 @@ def test_kill_9_at_random_points_then_sync_equals_a_clean_sync(tiny_dataset, tmp
         started = time.monotonic()
         _finish(_sync(config_path, tmp_path))  # a first complete sync: the store has every layer
         full_run = time.monotonic() - started
-        landed = 0
-        for attempt in range(KILLS * 3):
-            if landed == KILLS:
-                break
-            change_gitlab(sb, rng, attempt)
-            sb.reset_stats()
-            victim = _sync(config_path, tmp_path)
-            if attempt % 2 == 0:
-                threshold = rng.randint(1, 12)
-                deadline = time.monotonic() + 60
-                while victim.poll() is None and sb.stats()["requests"] < threshold and time.monotonic() < deadline:
-                    time.sleep(0.002)
-            else:
-                end = time.monotonic() + rng.uniform(0.3, full_run)
-                while victim.poll() is None and time.monotonic() < end:
-                    time.sleep(0.002)
-            if victim.poll() is None:
-                os.kill(victim.pid, signal.SIGKILL)
-                landed += 1
-            victim.communicate(timeout=60)
-        assert landed == KILLS, f"only {landed} of {KILLS} kill points landed while a sync was running"
+        landed = kill_at_random_points(lambda: _sync(config_path, tmp_path), sb, rng, KILLS, full_run)
+        assert sum(landed.values()) == KILLS, f"only {landed} of {KILLS} kill points landed while a sync ran"
         _finish(_sync(config_path, tmp_path))
 
         reference_path = write_config_file(tmp_path / "ref.toml", sb, tmp_path / "ref-data", per_page=4)
