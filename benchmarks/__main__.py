@@ -77,7 +77,7 @@ def build_layers(config: Any, projects: list[str]) -> dict[str, float]:
     return {k: round(v, 2) for k, v in times.items()}
 
 
-def disk(config: Any, projects: list[str]) -> dict[str, Any]:
+def disk(config: Any) -> dict[str, Any]:
     """Disk use once LanceDB has dropped superseded versions: what a store settles to 10 minutes
     after a sync (right after a build every rewritten fragment is still on disk)."""
     import lancedb
@@ -175,7 +175,7 @@ def main() -> int:
                            "storage": {"data_dir": str(data)}}, data, {}, "benchmark")
     log("layers: normalize, documents, lexical, vectors ...")
     results["layers"] = build_layers(config, projects)
-    results["disk"] = disk(config, projects)
+    results["disk"] = disk(config)
     log("search ...")
     queries = args.workdir / "queries.json"
     queries.write_text(json.dumps(queries_from(dataset, args.queries, seed=1)))
