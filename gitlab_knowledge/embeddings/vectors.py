@@ -5,7 +5,6 @@ search path never opens DuckDB. Whether a document needs embedding is decided ag
 itself (its `content_hash` per document), which makes the layer self-healing after a crash.
 """
 
-import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -13,14 +12,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-# lance logs from Rust at warn level by default (e.g. a k-means warning per partition while an
-# index trains); a user's own LANCE_LOG still wins.
-os.environ.setdefault("LANCE_LOG", "error")
+import pyarrow as pa
 
-import lancedb  # noqa: E402 - after LANCE_LOG, which lance reads when it loads
-import pyarrow as pa  # noqa: E402
-
+from gitlab_knowledge.embeddings.lance_import import import_lancedb
 from gitlab_knowledge.errors import StoreError
+
+lancedb = import_lancedb()
 
 FAILURES_TABLE = "embedding_failures"
 DELETE_BATCH = 500
