@@ -7,6 +7,8 @@
    stand-in, see hashing_provider.py), and disk use per layer per 1K documents.
 3. Search at ~100K documents: p50/p95 per mode excluding and including query embedding, peak RSS.
 4. Embedding: the bare model vs the pipeline on the same documents.
+5. The search command end to end, a new process per query as a user or agent runs it, on the
+   sample store; and `import lancedb` plain vs with its namespace client deferred.
 
 The 10 req/s sync is bounded at ~12 minutes by construction, so it runs in its own processes
 (sandbox + client) beside everything else; the whole command takes about as long as it does.
@@ -93,6 +95,40 @@ def disk(config: Any) -> dict[str, Any]:
             **{f"{k}_mb_per_1k_docs": round(v / 1e6 / documents * 1000, 2) for k, v in sizes.items()}}
 
 
+CLI_QUERY = "why did we choose redis"
+
+
+def cli_search(sample: Any, workdir: Path, runs: int = 7) -> dict[str, Any]:
+    """Median wall time of `python -m gitlab_knowledge.search` (new process each run, embedded
+    model) on the sample store, and what importing lancedb costs with and without the deferral."""
+    import statistics
+
+    for project in sample.projects:
+        refresh_lexical(sample, project)
+        refresh_embeddings(sample, project)
+    config_path = workdir / "sample.toml"
+    config_path.write_text(f'projects = {json.dumps(sample.projects)}\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
+                           f'[storage]\ndata_dir = {json.dumps(str(sample.data_dir))}\n')
+    walls, took = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", CLI_QUERY, "--limit", "3", "--json",
+                              "--config", str(config_path)], capture_output=True, text=True, cwd=REPO, check=True)
+        walls.append(time.perf_counter() - t0)
+        took.append(json.loads(out.stdout)["took_ms"])
+    imports = {}
+    for name, code in (("plain", "import lancedb"),
+                       ("deferred", "from gitlab_knowledge.embeddings.lance_import import import_lancedb; import_lancedb()")):
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+            times.append(time.perf_counter() - t0)
+        imports[name] = round(statistics.median(times), 2)
+    return {"runs": runs, "wall_s_p50": round(statistics.median(walls), 2),
+            "took_ms_p50": round(statistics.median(took)), "python_with_lancedb_import_s": imports}
+
+
 def table(results: dict[str, Any]) -> str:
     r = results
     rows = [("what", "result")]
@@ -130,6 +166,11 @@ def table(results: dict[str, Any]) -> str:
         rows.append((f"embedding, {name} ({e['documents']:,} docs, {e['chunks']:,} windows)",
                      f"bare {e['bare_docs_per_s']} docs/s, pipeline {e['pipeline_docs_per_s']} docs/s, "
                      f"overhead {e['overhead_pct']}%"))
+    c = r["cli_search"]
+    rows.append((f"search command, new process per query (sample store, {c['runs']} runs)",
+                 f"wall p50 {c['wall_s_p50']} s, reported took p50 {c['took_ms_p50']} ms; a Python that imports "
+                 f"lancedb {c['python_with_lancedb_import_s']['plain']} s plain, "
+                 f"{c['python_with_lancedb_import_s']['deferred']} s with the namespace client deferred"))
     width = max(len(a) for a, _ in rows)
     lines = [f"| {a.ljust(width)} | {b} |" for a, b in rows]
     lines.insert(1, f"| {'-' * width} | --- |")
@@ -198,6 +239,8 @@ def main() -> int:
         "sample dataset": embed_bench.run(sample.duckdb_path, None, None, args.workdir / "embed-sample"),
         "generated": embed_bench.run(config.duckdb_path, projects[0], args.embed_docs, args.workdir / "embed-generated"),
     }
+    log("search command end to end ...")
+    results["cli_search"] = cli_search(sample, args.workdir)
     log("waiting for the 10 req/s sync ...")
     out, _ = background.communicate()
     results["sync"]["generated_10rps"] = json.loads(out.strip().splitlines()[-1])["initial"]
