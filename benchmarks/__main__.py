@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,10 @@ def disk(config: Any) -> dict[str, Any]:
     import lancedb
 
     db = lancedb.connect(str(config.lancedb_dir))
-    for name in db.list_tables(limit=1000).tables:
-        db.open_table(name).optimize(cleanup_older_than=timedelta(0))
+    with warnings.catch_warnings():  # "removes every version": intended, nothing else has it open
+        warnings.simplefilter("ignore", UserWarning)
+        for name in db.list_tables(limit=1000).tables:
+            db.open_table(name).optimize(cleanup_older_than=timedelta(0))
     with read_connection(config.duckdb_path) as con:
         documents = con.execute("SELECT count(*) FROM documents").fetchone()[0]
     sizes = {"duckdb": dir_size(config.duckdb_path), "lancedb": dir_size(config.lancedb_dir),
