@@ -169,54 +169,87 @@ class ProjectSync:
         done: dict[int, str] = {}  # id -> hash examined during this run
         refetched: set[int] = set()  # parents whose threads this run fetched (or knew to be none)
         seen: set[int] = set()
-        url: str | None = None
         first = True
-        while True:
-            if url:
-                page = await client.get_page(url)
-            else:
-                params = {"order_by": "updated_at", "sort": "asc", "per_page": self.config.gitlab.per_page,
-                          "updated_after": anchor}
-                page = await client.get_page(path, params)
-            stats.list_calls += 1
-            if first:
-                self.progress.resource_started(self.project_path, resource, page.total)
-                first = False
-            if not page.items:
-                break
-            items = sorted(page.items, key=lambda it: (parse_time(it.get("updated_at")) or datetime.min, int(it["id"])))
-            stats.listed += len(items)
-            seen.update(int(it["id"]) for it in items)
-            wanted = []
-            for it in items:
-                digest = raw.payload_hash(raw.canonical_json(it))
-                if done.get(int(it["id"])) == digest:
-                    continue
-                if self.full or known.get(int(it["id"])) != digest:
-                    wanted.append(it)
-                done[int(it["id"])] = digest
-            parents = await self._fetch_parents(client, kind, wanted, page)
-            last = items[-1]
-            last_key = (parse_time(last["updated_at"]), int(last["id"]))
-            new_cursor = last if best is None or last_key > best else None
-            if new_cursor is not None:
-                best = last_key
-            self._commit_parents(kind, resource, parents, stats, new_cursor)
+        # A two-stage pipeline, because at a rate limit every moment the client asks for nothing
+        # is lost: the next list page is requested as soon as this one arrives (its anchor depends
+        # on this page alone), and page k commits on a worker thread while page k+1's threads are
+        # fetched. Commits stay strictly in page order, one at a time, so the store and the cursor
+        # move exactly as in a sequential sync, and a kill -9 finds the same states.
+        listing: asyncio.Task[Page] | None = asyncio.create_task(self._list_page(client, path, None, anchor))
+        committing: asyncio.Future[None] | None = None
+        pending: tuple[list[_Parent], int] = ([], 0)  # the committing page's parents and item count
+
+        async def settle() -> None:
+            await committing
+            parents, count = pending
             for p in parents:
                 refetched.add(p.gitlab_id)
                 if p.threads is not None:
                     known[p.gitlab_id] = done[p.gitlab_id]
-            self.progress.advance(self.project_path, resource, len(items))
-            if not page.next_url:
-                break
-            if anchor is not None and parse_time(last["updated_at"]) == parse_time(anchor):
-                url = page.next_url  # a run of equal timestamps longer than a page
-            else:
-                anchor, url = last["updated_at"], None
+            self.progress.advance(self.project_path, resource, count)
+
+        try:
+            while listing is not None:
+                page, listing = await listing, None
+                stats.list_calls += 1
+                if first:
+                    self.progress.resource_started(self.project_path, resource, page.total)
+                    first = False
+                if not page.items:
+                    break
+                items = sorted(page.items,
+                               key=lambda it: (parse_time(it.get("updated_at")) or datetime.min, int(it["id"])))
+                stats.listed += len(items)
+                seen.update(int(it["id"]) for it in items)
+                wanted = []
+                for it in items:
+                    digest = raw.payload_hash(raw.canonical_json(it))
+                    if done.get(int(it["id"])) == digest:
+                        continue
+                    if self.full or known.get(int(it["id"])) != digest:
+                        wanted.append(it)
+                    done[int(it["id"])] = digest
+                last = items[-1]
+                if page.next_url:
+                    if anchor is not None and parse_time(last["updated_at"]) == parse_time(anchor):
+                        url = page.next_url  # a run of equal timestamps longer than a page
+                    else:
+                        anchor, url = last["updated_at"], None
+                    listing = asyncio.create_task(self._list_page(client, path, url, anchor))
+                parents = await self._fetch_parents(client, kind, wanted, page)
+                last_key = (parse_time(last["updated_at"]), int(last["id"]))
+                new_cursor = last if best is None or last_key > best else None
+                if new_cursor is not None:
+                    best = last_key
+                if committing is not None:
+                    await settle()
+                committing = asyncio.ensure_future(asyncio.to_thread(
+                    self._commit_parents, kind, resource, parents, stats, new_cursor))
+                pending = (parents, len(items))
+            if committing is not None:
+                await settle()
+                committing = None
+        finally:
+            if listing is not None:
+                listing.cancel()
+                await asyncio.wait([listing])
+            if committing is not None:
+                # A commit on its thread cannot be cancelled; whatever brought us here propagates
+                # once it has finished, and its own failure, if any, is not left unretrieved.
+                await asyncio.wait([committing])
+                if not committing.cancelled():
+                    committing.exception()
         if self.full:
             await self._reconcile(kind, resource, seen, stats)
         else:
             await self._recheck(client, kind, resource, refetched, stats)
+
+    async def _list_page(self, client: GitLabClient, path: str, url: str | None, anchor: str | None) -> Page:
+        if url:
+            return await client.get_page(url)
+        params = {"order_by": "updated_at", "sort": "asc", "per_page": self.config.gitlab.per_page,
+                  "updated_after": anchor}
+        return await client.get_page(path, params)
 
     async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]],
                              page: Page) -> list[_Parent]:

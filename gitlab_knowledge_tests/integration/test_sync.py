@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from gitlab_knowledge.errors import GitLabError, SyncInProgressError
+from gitlab_knowledge.errors import GitLabError, StoreError, SyncInProgressError
 from gitlab_knowledge.sandbox import SandboxGitLab
 from gitlab_knowledge.store.db import transaction, write_connection
 from gitlab_knowledge.sync.engine import ProjectSync
@@ -301,3 +301,65 @@ def test_stale_run_needs_force_and_dead_process_is_taken_over(sandbox, make_conf
     ProjectSync(config, project).run()
     statuses = [r[0] for r in rows(config, "SELECT status FROM sync_runs ORDER BY id")]
     assert statuses == ["abandoned", "succeeded", "abandoned", "succeeded"]
+
+
+
+def test_a_page_commits_while_the_next_pages_threads_are_fetched(sandbox, make_config, monkeypatch):
+    # At a rate limit, a commit that holds up the next requests is time lost on every page.
+    config = make_config(sandbox, per_page=5)
+    next_page_fetching = threading.Event()
+    fetches: list[int] = []
+    overlapped: list[bool] = []
+    commit, fetch_threads = ProjectSync._commit_parents, ProjectSync._fetch_threads
+
+    def slow_first_commit(self, *args, **kwargs):
+        if not overlapped:
+            # Page 1 commits here. A sequential sync cannot start on page 2 before this returns,
+            # so the wait runs out and the test fails.
+            overlapped.append(next_page_fetching.wait(15))
+        return commit(self, *args, **kwargs)
+
+    async def spy_fetch_threads(self, client, parents):
+        fetches.append(len(parents))  # called once per list page, threads or not
+        if len(fetches) == 2:
+            next_page_fetching.set()
+        return await fetch_threads(self, client, parents)
+
+    monkeypatch.setattr(ProjectSync, "_commit_parents", slow_first_commit)
+    monkeypatch.setattr(ProjectSync, "_fetch_threads", spy_fetch_threads)
+    reference = make_config(sandbox, data_dir=config.data_dir.parent / "reference", per_page=5)
+    sync(config, config.projects[0])
+    assert overlapped == [True]
+    monkeypatch.setattr(ProjectSync, "_commit_parents", commit)
+    monkeypatch.setattr(ProjectSync, "_fetch_threads", fetch_threads)
+    sync(reference, reference.projects[0])
+    assert snapshot(config) == snapshot(reference)
+
+
+def test_a_failed_page_commit_stops_the_sync_with_earlier_pages_and_their_cursor_kept(sandbox, make_config,
+                                                                                        monkeypatch):
+    config = make_config(sandbox, per_page=5)
+    project = config.projects[0]
+    commit = ProjectSync._commit_parents
+    calls: list[tuple[list[int], int]] = []
+
+    def failing_second_commit(self, kind, resource, parents, stats, cursor_item):
+        calls.append(([p.gitlab_id for p in parents], int(cursor_item["id"])))
+        if len(calls) == 2:
+            raise StoreError("cannot write the store: No space left on device")
+        return commit(self, kind, resource, parents, stats, cursor_item)
+
+    monkeypatch.setattr(ProjectSync, "_commit_parents", failing_second_commit)
+    with pytest.raises(StoreError, match="No space left"):
+        sync(config, project)
+    assert len(calls) == 2, "no page after the failed one may be committed"
+    (first_page, first_cursor), (second_page, _) = calls
+    assert len(first_page) == 5 and not set(first_page) & set(second_page)
+    stored = rows(config, "SELECT CAST(gitlab_key AS BIGINT) FROM raw_payloads WHERE resource_type = 'issue'")
+    assert sorted(r[0] for r in stored) == sorted(first_page)
+    assert [r[0] for r in rows(config, "SELECT tie_breaker_id FROM sync_cursors")] == [first_cursor]
+    assert [r[0] for r in rows(config, "SELECT status FROM sync_runs")] == ["failed"]
+    monkeypatch.setattr(ProjectSync, "_commit_parents", commit)
+    sync(config, project)
+    assert scalar(config, "SELECT count(*) FROM issues") == len(
+        sandbox.state.list_items(sandbox.state.list_projects()[0]["id"], "issues"))
