@@ -1,4 +1,4 @@
-"""The sandbox against GitLab's own reference payloads and schemas (read from ../shared by tests only)."""
+"""The sandbox against GitLab's own reference payloads and schemas (copied into the test fixtures)."""
 
 import json
 from pathlib import Path
@@ -8,8 +8,8 @@ import pytest
 
 from gitlab_knowledge.sandbox import Dataset
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "gitlab-api"
-pytestmark = pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference/gitlab-api not available")
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "gitlab-api"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "gitlab-api"
 
 
 def ref(name: str) -> Any:
@@ -61,3 +61,11 @@ def test_created_objects_match_gitlab_schemas(sandbox: Any, client: Any) -> None
     notes = client.get(f"/projects/101/issues/{issue['iid']}/notes").json()
     # GitLab's spec fixture predates `project_id` on notes, which every doc example (and GitLab) sends.
     jsonschema.validate([{k: v for k, v in n.items() if k != "project_id"} for n in notes], ref("schemas/notes.json"))
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/reference/gitlab-api is not next to this checkout")
+def test_fixture_copies_match_the_shared_reference() -> None:
+    copies = sorted(p.relative_to(REFERENCE) for p in REFERENCE.rglob("*.json"))
+    assert len(copies) == 7
+    drifted = [str(p) for p in copies if (REFERENCE / p).read_bytes() != (SHARED / p).read_bytes()]
+    assert drifted == []
