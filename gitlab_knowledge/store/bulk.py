@@ -18,6 +18,11 @@ def table_schema(con: duckdb.DuckDBPyConnection, table: str, exclude: Sequence[s
     return _schemas[key]
 
 
+def forget_table_schemas() -> None:
+    """Drop the cached schemas: a migration just changed the tables they were read from."""
+    _schemas.clear()
+
+
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[dict[str, Any]],
                 computed: dict[str, str] | None = None, *, or_replace: bool = False) -> int:
     """INSERT the rows (dicts keyed by column); `computed` maps columns to SQL expressions."""

@@ -1,12 +1,17 @@
-"""Opening the DuckDB file the way DESIGN.md requires.
+"""Opening the DuckDB file: short-lived connections, bounded waits, the schema brought up to date.
 
 DuckDB allows one writing process per file, and while it writes nobody else can open it, not even
 read-only. So every connection here is short-lived and closed on exit, writers are serialized by
 Dagster pools, and a connection that meets the lock waits a bounded time, then raises a
 `StoreBusyError` that says who holds it instead of hanging (DuckDBResource retries for ~100 s).
+
+The first connection of a process to a store brings its schema up to date (store/migrations.py):
+a write open applies the pending migrations itself; a read open that meets an older store
+migrates it through a brief write open, then reads, so a reader never sees a half-old schema.
 """
 
 import contextlib
+import os
 import re
 import threading
 import time
@@ -16,8 +21,10 @@ from pathlib import Path
 import duckdb
 
 from gitlab_knowledge.errors import StoreBusyError, StoreError
+from gitlab_knowledge.store import migrations
 
 _LOCK_PATTERN = re.compile(r"Could not set lock on file|Conflicting lock is held", re.IGNORECASE)
+_READ_ONLY_PATTERN = re.compile(r"Permission denied|Read-only file system", re.IGNORECASE)
 _PID_PATTERN = re.compile(r"PID (\d+)")
 _schema_ready: set[str] = set()
 _schema_lock = threading.Lock()
@@ -74,14 +81,49 @@ def write_connection(path: Path, wait: float = 120.0) -> Iterator[duckdb.DuckDBP
 
 @contextlib.contextmanager
 def read_connection(path: Path, wait: float = 10.0) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection; a missing store is a clear error, not an empty database."""
+    """A read-only connection; a missing store is a clear error, not an empty database. A store
+    with an older schema is migrated first (a brief write open), as a write command would."""
     if not path.exists():
         raise StoreError(f"no data yet at {path}: run `python -m gitlab_knowledge sync` first")
     con = _open(path, read_only=True, wait=wait)
     try:
+        version = _pending_version(con, path)
+        if version is not None:
+            con.close()
+            _migrate_for_reading(path, wait, version)
+            con = _open(path, read_only=True, wait=wait)
         yield con
     finally:
         con.close()
+
+
+def _pending_version(con: duckdb.DuckDBPyConnection, path: Path) -> int | None:
+    """The store's version if it needs migrating, None if it is current (remembered per process)."""
+    key = str(path.resolve())
+    if key in _schema_ready:
+        return None
+    version = migrations.current_version(con)
+    migrations.refuse_newer(version)
+    if version < migrations.latest_version():
+        return version
+    _schema_ready.add(key)
+    return None
+
+
+def _migrate_for_reading(path: Path, wait: float, version: int) -> None:
+    read_only = StoreError(
+        f"the store {path} has schema {version}, this gitlab_knowledge needs {migrations.latest_version()}, "
+        "and it is read-only here: a write command (`python -m gitlab_knowledge sync`) upgrades it")
+    # As root os.access says yes to anything, so the failed open below is checked as well.
+    if not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        raise read_only
+    try:
+        with write_connection(path, wait=wait):
+            pass
+    except StoreError as exc:
+        if _READ_ONLY_PATTERN.search(exc.message):
+            raise read_only from None
+        raise
 
 
 @contextlib.contextmanager
@@ -104,13 +146,27 @@ def _ensure_schema(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     key = str(path.resolve())
     if key in _schema_ready:
         return
-    from gitlab_knowledge.store.schema import apply_schema
-
     with _schema_lock:
-        apply_schema(con)
+        if key in _schema_ready:
+            return
+        try:
+            applied = migrations.migrate(con)
+        except BaseException:
+            _forget_table_schemas()  # some migrations may have committed before the failure
+            raise
+        if applied:
+            _forget_table_schemas()
         _schema_ready.add(key)
+
+
+def _forget_table_schemas() -> None:
+    # Imported here: bulk pulls in pyarrow, which read-only commands never need.
+    from gitlab_knowledge.store import bulk
+
+    bulk.forget_table_schemas()
 
 
 def forget_schema_cache() -> None:
     """Tests that delete a store file and recreate it at the same path call this."""
     _schema_ready.clear()
+    _forget_table_schemas()

@@ -1,4 +1,9 @@
-"""The DuckDB schema (the seed spec's tables, keyed by GitLab's own ids).
+"""The DuckDB schema as of version 1 (the seed spec's tables, keyed by GitLab's own ids).
+
+`BASELINE_DDL` is the body of migration 1 and is frozen: stores exist that it wrote. Every later
+change is a numbered migration in store/migrations.py, which also says what changed since (the
+column comments below describe version 1; since migration 2, `sync_cursors.resource_type` holds
+the kind names `issue` | `merge_request`).
 
 Choices that differ from the seed spec, and why:
 - Rows are keyed by GitLab ids (global for projects, issues, MRs, notes; the string id for
@@ -14,11 +19,7 @@ Choices that differ from the seed spec, and why:
 - `mr_files` is not created yet: it needs one `/diffs` call per MR and only file history uses it.
 """
 
-import duckdb
-
-SCHEMA_VERSION = 1
-
-DDL = """
+BASELINE_DDL = """
 CREATE SEQUENCE IF NOT EXISTS change_seq START 1;
 CREATE SEQUENCE IF NOT EXISTS raw_payload_ids START 1;
 CREATE SEQUENCE IF NOT EXISTS sync_run_ids START 1;
@@ -250,14 +251,3 @@ CREATE TABLE IF NOT EXISTS document_labels (
 );
 """
 
-
-def apply_schema(con: duckdb.DuckDBPyConnection) -> None:
-    """Create what is missing; refuse a store written by a newer version of this tool."""
-    con.execute(DDL)
-    row = con.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchone()
-    if row is None:
-        con.execute("INSERT INTO schema_info VALUES ('version', ?)", [str(SCHEMA_VERSION)])
-    elif int(row[0]) > SCHEMA_VERSION:
-        from gitlab_knowledge.errors import StoreError
-
-        raise StoreError(f"the store was written by a newer gitlab_knowledge (schema {row[0]} > {SCHEMA_VERSION})")

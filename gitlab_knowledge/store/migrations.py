@@ -1,0 +1,147 @@
+"""Numbered schema migrations of the DuckDB store.
+
+`schema_info(key='version')` holds the number of the last migration applied to a store (0, or no
+`schema_info` table at all, for an empty file). A write open (store/db.py) applies every pending
+migration in order, each in its own transaction together with its version bump, so a crash or a
+failing migration leaves the store at the last migration that completed and the next open resumes
+from there. A store whose version is higher than the newest migration here was written by a newer
+gitlab_knowledge and is refused: this code cannot know what the newer one changed.
+
+Migrations are history. A released migration never changes (stores exist that ran it); a change to
+the schema is always a new migration with the next number. Each one spells out its own SQL rather
+than borrowing names from the living code, so what it does stays what it did when it shipped.
+
+Adding a column to a normalized table (issues, merge_requests, discussions, notes, ...):
+
+1. A new migration here, e.g.
+
+       @migration(3, "issue weight")
+       def _issue_weight(con: duckdb.DuckDBPyConnection) -> None:
+           con.execute("ALTER TABLE issues ADD COLUMN weight INTEGER")
+           # Rebuild every project's normalized rows from the raw payloads on the next run, so
+           # existing rows get the column too (not only the items GitLab changes from now on).
+           con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'normalized'")
+
+2. The field in the row function of store/transform.py (`issue_row`: `"weight": p.get("weight")`).
+
+Nothing else changes: the normalized layer inserts rows `BY NAME` through store/bulk.py, with an
+Arrow schema read from the table itself, so a new column is written as soon as the row carries it
+(and is NULL for rows that do not). bulk.py's per-process cache of those schemas is dropped
+whenever a migration runs (store/db.py calls `bulk.forget_table_schemas`).
+"""
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+
+from gitlab_knowledge.errors import StoreError
+from gitlab_knowledge.store.schema import BASELINE_DDL
+
+MigrationFn = Callable[[duckdb.DuckDBPyConnection], None]
+
+
+@dataclass(frozen=True)
+class Migration:
+    number: int
+    name: str
+    apply: MigrationFn
+
+
+MIGRATIONS: list[Migration] = []
+
+
+def migration(number: int, name: str) -> Callable[[MigrationFn], MigrationFn]:
+    """Register the decorated function as migration `number`; numbers must follow each other."""
+
+    def register(fn: MigrationFn) -> MigrationFn:
+        expected = MIGRATIONS[-1].number + 1 if MIGRATIONS else 1
+        if number != expected:
+            raise ValueError(f"migration {number} ({name}) registered where {expected} was expected")
+        MIGRATIONS.append(Migration(number, name, fn))
+        return fn
+
+    return register
+
+
+def latest_version() -> int:
+    """The version a store has once every migration known to this code has run."""
+    return MIGRATIONS[-1].number if MIGRATIONS else 0
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The store's version: 0 for a file no migration has touched."""
+    has_table = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND schema_name = 'main' AND table_name = 'schema_info'").fetchone()[0]
+    if not has_table:
+        return 0
+    row = con.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchone()
+    if row is None:
+        return 0
+    try:
+        return int(row[0])
+    except ValueError:
+        raise StoreError(f"the store's schema version is not a number ({row[0]!r}): not a gitlab_knowledge store?") from None
+
+
+def refuse_newer(version: int) -> None:
+    """A store from a newer gitlab_knowledge is not opened: we cannot know what it changed."""
+    latest = latest_version()
+    if version > latest:
+        raise StoreError(f"the store was written by a newer gitlab_knowledge (schema {version} > {latest}): "
+                         "upgrade gitlab_knowledge to use it")
+
+
+def pending(version: int) -> list[Migration]:
+    return [m for m in MIGRATIONS if m.number > version]
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Apply every pending migration in order; returns the numbers applied (none: already current).
+
+    The caller holds a read-write connection and must be the only one migrating this store (DuckDB
+    allows one writing process; store/db.py serializes the threads of this one).
+    """
+    version = current_version(con)
+    refuse_newer(version)
+    applied = []
+    for m in pending(version):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            m.apply(con)
+            con.execute("INSERT OR REPLACE INTO schema_info VALUES ('version', ?)", [str(m.number)])
+            con.execute("COMMIT")
+        except Exception as exc:
+            _rollback(con)
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise StoreError(f"upgrading the store to schema {m.number} ({m.name}) failed, it stays at "
+                             f"schema {applied[-1] if applied else version}: {detail}") from exc
+        except BaseException:
+            _rollback(con)
+            raise
+        applied.append(m.number)
+    return applied
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    # The failure may have ended the transaction already; the original error is what matters.
+    with contextlib.suppress(duckdb.Error):
+        con.execute("ROLLBACK")
+
+
+# -- the migrations ---------------------------------------------------------------------------
+
+
+@migration(1, "baseline")
+def _baseline(con: duckdb.DuckDBPyConnection) -> None:
+    # Every store before numbered migrations was written by exactly this DDL and says version 1.
+    con.execute(BASELINE_DDL)
+
+
+@migration(2, "cursor kind names")
+def _cursor_kind_names(con: duckdb.DuckDBPyConnection) -> None:
+    # Cursors were keyed by GitLab's API path; every other table names the kind.
+    con.execute("UPDATE sync_cursors SET resource_type = 'issue' WHERE resource_type = 'issues'")
+    con.execute("UPDATE sync_cursors SET resource_type = 'merge_request' WHERE resource_type = 'merge_requests'")

@@ -1,0 +1,244 @@
+"""Schema migrations on a real version-1 store (fixtures/store-v1, written by the pre-migration code)."""
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from gitlab_knowledge.errors import StoreError
+from gitlab_knowledge.sandbox import SAMPLE_DATASET, SandboxGitLab
+from gitlab_knowledge.store import bulk, migrations
+from gitlab_knowledge.store.db import forget_schema_cache, read_connection, write_connection
+from gitlab_knowledge.store.schema import BASELINE_DDL
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "store-v1"
+COUNTS: dict[str, int] = json.loads((FIXTURE / "counts.json").read_text())
+CURSOR_KIND = "CASE resource_type WHEN 'issues' THEN 'issue' WHEN 'merge_requests' THEN 'merge_request' END"
+# Migration 1 is what every store before numbered migrations holds: its text must never change.
+BASELINE_SHA256 = "c8c4203babb9e9a9946caf2fbcb9eb7df94720631a6f3ffe3d4d04cf019140f6"
+
+
+def import_fixture(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(f"IMPORT DATABASE '{FIXTURE / 'export'}'")
+    finally:
+        con.close()
+    return path
+
+
+def query(path: Path, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    """Straight through DuckDB: what is in the file, without the code under test migrating it."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def version(path: Path) -> int:
+    return int(query(path, "SELECT value FROM schema_info WHERE key = 'version'")[0][0])
+
+
+def differences(path: Path, reference: Path, tables: list[str]) -> dict[str, int]:
+    """Rows that differ (both directions, duplicates counted) between the store and the reference;
+    sync_cursors is compared with the reference's resource types renamed as migration 2 does."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        con.execute(f"ATTACH '{reference}' AS ref (READ_ONLY)")
+        out = {}
+        for table in tables:
+            theirs = f"SELECT * FROM ref.{table}"
+            if table == "sync_cursors":
+                theirs = (f"SELECT project_id, {CURSOR_KIND} AS resource_type, updated_at_cursor, tie_breaker_id, "
+                          "moved_at, sync_run_id FROM ref.sync_cursors")
+            ours = f"SELECT * FROM {table}"
+            out[table] = con.execute(f"SELECT (SELECT count(*) FROM ({ours} EXCEPT ALL {theirs})) "
+                                     f"+ (SELECT count(*) FROM ({theirs} EXCEPT ALL {ours}))").fetchone()[0]
+        return out
+    finally:
+        con.close()
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    forget_schema_cache()
+    yield
+    forget_schema_cache()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixture imported once and never opened by the code under test."""
+    return import_fixture(tmp_path_factory.mktemp("reference") / "reference.duckdb")
+
+
+@pytest.fixture
+def v1_store(tmp_path: Path) -> Path:
+    return import_fixture(tmp_path / "data" / "gitlab_knowledge.duckdb")
+
+
+def test_baseline_is_frozen() -> None:
+    assert hashlib.sha256(BASELINE_DDL.encode()).hexdigest() == BASELINE_SHA256
+    assert [m.number for m in migrations.MIGRATIONS] == list(range(1, migrations.latest_version() + 1))
+
+
+def test_the_fixture_is_a_version_1_store_with_real_rows(reference: Path) -> None:
+    assert version(reference) == 1
+    assert {t: query(reference, f"SELECT count(*) FROM {t}")[0][0] for t in COUNTS} == COUNTS
+    assert min(n for t, n in COUNTS.items() if t != "schema_info") > 0
+    assert sorted(r[0] for r in query(reference, "SELECT DISTINCT resource_type FROM sync_cursors")) == [
+        "issues", "merge_requests"]
+
+
+def test_write_open_migrates_and_keeps_every_row(v1_store: Path, reference: Path) -> None:
+    with write_connection(v1_store) as con:
+        assert migrations.current_version(con) == migrations.latest_version() >= 2
+    assert version(v1_store) == migrations.latest_version()
+    tables = [t for t in COUNTS if t != "schema_info"]
+    assert {t: query(v1_store, f"SELECT count(*) FROM {t}")[0][0] for t in COUNTS} == COUNTS
+    assert differences(v1_store, reference, tables) == dict.fromkeys(tables, 0)
+    assert sorted(r[0] for r in query(v1_store, "SELECT resource_type FROM sync_cursors")) == [
+        "issue", "issue", "merge_request", "merge_request"]
+
+
+def test_a_second_open_is_a_no_op(v1_store: Path) -> None:
+    with write_connection(v1_store):
+        pass
+    before = query(v1_store, "SELECT * FROM sync_cursors ORDER BY ALL")
+    forget_schema_cache()  # as a new process would: the migrations are looked at again
+    with write_connection(v1_store) as con:
+        assert migrations.migrate(con) == []
+    assert version(v1_store) == migrations.latest_version()
+    assert query(v1_store, "SELECT * FROM sync_cursors ORDER BY ALL") == before
+
+
+def test_a_fresh_store_gets_every_migration(tmp_path: Path) -> None:
+    path = tmp_path / "new.duckdb"
+    with write_connection(path) as con:
+        assert con.execute("SELECT count(*) FROM sync_cursors").fetchone()[0] == 0
+    assert version(path) == migrations.latest_version()
+
+
+def test_a_reader_migrates_an_older_store(v1_store: Path, reference: Path) -> None:
+    with read_connection(v1_store) as con:
+        kinds = sorted(r[0] for r in con.execute("SELECT DISTINCT resource_type FROM sync_cursors").fetchall())
+        with pytest.raises(duckdb.Error):
+            con.execute("DELETE FROM notes")  # still a read-only connection
+    assert kinds == ["issue", "merge_request"]
+    assert version(v1_store) == migrations.latest_version()
+    tables = [t for t in COUNTS if t != "schema_info"]
+    assert differences(v1_store, reference, tables) == dict.fromkeys(tables, 0)
+
+
+def test_a_read_only_older_store_says_which_command_upgrades_it(v1_store: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests run as root, where no file is read-only: the permission check is what is replaced.
+    monkeypatch.setattr("gitlab_knowledge.store.db.os.access", lambda path, mode: False)
+    with pytest.raises(StoreError) as err, read_connection(v1_store):
+        pass
+    assert "\n" not in str(err.value)
+    assert "read-only" in str(err.value) and "python -m gitlab_knowledge sync" in str(err.value)
+    assert version(v1_store) == 1
+
+
+def test_a_store_from_a_newer_version_is_refused(v1_store: Path) -> None:
+    con = duckdb.connect(str(v1_store))
+    con.execute("UPDATE schema_info SET value = '99' WHERE key = 'version'")
+    con.close()
+    for opener in (write_connection, read_connection):
+        forget_schema_cache()
+        with pytest.raises(StoreError) as err, opener(v1_store):
+            pass
+        assert "\n" not in str(err.value)
+        assert "newer gitlab_knowledge" in str(err.value) and "99" in str(err.value)
+    assert version(v1_store) == 99
+    assert sorted(r[0] for r in query(v1_store, "SELECT DISTINCT resource_type FROM sync_cursors")) == [
+        "issues", "merge_requests"]
+
+
+def test_a_failing_migration_stops_at_the_last_good_version(v1_store: Path, reference: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    good = migrations.latest_version()
+
+    def half_done(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("ALTER TABLE issues ADD COLUMN weight INTEGER")
+        con.execute("UPDATE issues SET title = 'clobbered'")
+        raise RuntimeError("disk on fire")
+
+    broken = migrations.Migration(good + 1, "half done", half_done)
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, broken])
+    with pytest.raises(StoreError) as err, write_connection(v1_store):
+        pass
+    assert "\n" not in str(err.value)
+    assert f"schema {good + 1} (half done) failed, it stays at schema {good}: disk on fire" in str(err.value)
+    assert version(v1_store) == good
+    assert "weight" not in [r[0] for r in query(v1_store, "DESCRIBE issues")]
+    tables = [t for t in COUNTS if t != "schema_info"]
+    assert differences(v1_store, reference, tables) == dict.fromkeys(tables, 0)
+
+    # Once the migration is fixed, the next open resumes from there.
+    fixed = migrations.Migration(good + 1, "issue weight",
+                                 lambda con: con.execute("ALTER TABLE issues ADD COLUMN weight INTEGER"))
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS[:-1], fixed])
+    forget_schema_cache()
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) == good + 1
+    assert query(v1_store, "SELECT count(weight), count(*) FROM issues")[0] == (0, COUNTS["issues"])
+
+
+def test_a_migration_in_this_process_refreshes_the_bulk_schemas(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    row = {"id": 1, "project_id": 101, "iid": 99999, "title": "heavy", "weight": 8}
+    with write_connection(tmp_path / "current.duckdb") as con:
+        # The insert caches the Arrow schema of `issues` (no weight yet) for this process.
+        bulk.insert_rows(con, "issues", [row], {"change_seq": "nextval('change_seq')"})
+    weight = migrations.Migration(migrations.latest_version() + 1, "issue weight",
+                                  lambda con: con.execute("ALTER TABLE issues ADD COLUMN weight INTEGER"))
+    monkeypatch.setattr(migrations, "MIGRATIONS", [*migrations.MIGRATIONS, weight])
+    older = import_fixture(tmp_path / "older.duckdb")
+    with write_connection(older) as con:
+        bulk.insert_rows(con, "issues", [row], {"change_seq": "nextval('change_seq')"})
+    assert query(older, "SELECT weight FROM issues WHERE id = 1") == [(8,)]
+
+
+def test_an_incremental_sync_on_a_migrated_store_fetches_nothing(v1_store: Path, reference: Path,
+                                                                 make_config: Any) -> None:
+    from gitlab_knowledge.store import normalize
+    from gitlab_knowledge.sync.engine import ProjectSync
+    from gitlab_knowledge.workspace import Workspace
+
+    with write_connection(v1_store):
+        pass
+    # What the list calls return when the cursors are understood: the items at or after each
+    # cursor (`updated_after` is inclusive). Without them every stored item would be listed again.
+    at_cursor = query(reference, f"""
+        SELECT count(*) FROM raw_payloads r
+        JOIN (SELECT project_id, {CURSOR_KIND} AS kind,
+                     CAST(replace(updated_at_cursor, 'Z', '') AS TIMESTAMP) AS cursor FROM sync_cursors) c
+          ON c.project_id = r.project_id AND c.kind = r.resource_type
+        WHERE r.deleted_at IS NULL AND r.updated_at >= c.cursor
+    """)[0][0]
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        workspace = Workspace(make_config(sb, data_dir=v1_store.parent))
+        assert workspace.config.duckdb_path == v1_store
+        results = [ProjectSync(workspace, project).run() for project in workspace.config.projects]
+        normalized = [normalize.refresh(workspace, project) for project in workspace.config.projects]
+    assert sorted(workspace.config.projects) == ["acme/platform", "acme/web-app"]
+    totals = [r.totals() for r in results]
+    assert sum(t["fetched"] for t in totals) == 0
+    assert sum(t["deleted"] for t in totals) == 0
+    assert sum(t["listed"] for t in totals) == at_cursor < COUNTS["issues"] + COUNTS["merge_requests"]
+    assert sum(s.raw_changes for s in normalized) == 0
+    assert query(v1_store, "SELECT resource_type, count(*) FROM sync_cursors GROUP BY 1 ORDER BY 1") == [
+        ("issue", 2), ("merge_request", 2)]
+    unchanged = ["raw_payloads", "projects", "issues", "merge_requests", "labels", "issue_labels", "mr_labels",
+                 "discussions", "notes", "note_positions", "layer_state", "documents", "document_labels"]
+    assert differences(v1_store, reference, unchanged) == dict.fromkeys(unchanged, 0)
+    assert query(v1_store, "SELECT status, count(*) FROM sync_runs GROUP BY 1") == [("succeeded", 4)]
