@@ -9,8 +9,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-DOC_COLUMNS = ("id, source_type, project_path, parent_type, parent_iid, parent_title, title, url, author_username, "
-               "labels, state, created_at, updated_at, confidential, internal, content_text, content_hash, meta_hash")
+from gitlab_knowledge.search.filters import COLUMNS
+
+# What the index layers read of a document: its id and text, and the metadata columns they carry.
+DOC_COLUMNS = ", ".join(dict.fromkeys(["id", *(c.source for c in COLUMNS), "content_text", "content_hash",
+                                       "meta_hash"]))
 
 
 def stage_documents(con: duckdb.DuckDBPyConnection, ids: Sequence[str], path: Path) -> None:

@@ -3,8 +3,15 @@
 Each row is one chunk of one document and carries everything search filters on and shows, so the
 search path never opens DuckDB. Whether a document needs embedding is decided against this table
 itself (its `content_hash` per document), which makes the layer self-healing after a crash.
+
+A table records the format it was written in, FORMAT_VERSION, in its schema metadata. A table of
+another format (or with other columns, such as a metadata column added to the filters module's
+COLUMNS) is absent to readers: search falls back to keywords, `document_state()` is empty, so the
+embeddings layer re-embeds every document, and its first write drops and recreates the table.
+Bump FORMAT_VERSION when what goes into the columns changes (chunking, a column's meaning).
 """
 
+import logging
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -16,13 +23,18 @@ import pyarrow as pa
 
 from gitlab_knowledge.embeddings.lance_import import import_lancedb
 from gitlab_knowledge.errors import StoreError
+from gitlab_knowledge.search.filters import COLUMNS, ColumnType, column_value
 
 lancedb = import_lancedb()
+log = logging.getLogger(__name__)
 
+FORMAT_VERSION = 1
+FORMAT_KEY = b"gitlab_knowledge.format"
 FAILURES_TABLE = "embedding_failures"
 DELETE_BATCH = 500
-METADATA_COLUMNS = ("source_type", "project", "parent_type", "iid", "title", "url", "author", "labels", "state",
-                    "created_at", "updated_at", "confidential", "internal", "meta_hash")
+METADATA_COLUMNS = (*(c.name for c in COLUMNS), "meta_hash")
+ARROW_TYPES = {ColumnType.TEXT: pa.string(), ColumnType.TEXT_LIST: pa.list_(pa.string()), ColumnType.INT: pa.int64(),
+               ColumnType.TIMESTAMP: pa.timestamp("us"), ColumnType.BOOL: pa.bool_()}
 
 
 def table_name(provider: str, model: str) -> str:
@@ -34,11 +46,20 @@ def vector_schema(dims: int) -> pa.Schema:
         ("doc_id", pa.string()), ("chunk", pa.int32()), ("vector", pa.list_(pa.float32(), dims)),
         ("excerpt", pa.string()), ("content_hash", pa.string()), ("meta_hash", pa.string()),
         ("provider", pa.string()), ("model", pa.string()), ("dims", pa.int32()), ("embedded_at", pa.timestamp("us")),
-        ("source_type", pa.string()), ("project", pa.string()), ("parent_type", pa.string()), ("iid", pa.int64()),
-        ("title", pa.string()), ("url", pa.string()), ("author", pa.string()), ("labels", pa.list_(pa.string())),
-        ("state", pa.string()), ("created_at", pa.timestamp("us")), ("updated_at", pa.timestamp("us")),
-        ("confidential", pa.bool_()), ("internal", pa.bool_()),
-    ])
+        *((c.name, ARROW_TYPES[c.type]) for c in COLUMNS),
+    ], metadata={FORMAT_KEY: str(FORMAT_VERSION).encode()})
+
+
+def is_current(schema: pa.Schema) -> bool:
+    """Whether a table of this schema was written in this code's format. A table with no format
+    key was written before tables recorded one, in format 1's layout: it is format 1 (re-embedding
+    a whole table costs hours), and the column check below still catches any other layout."""
+    if (schema.metadata or {}).get(FORMAT_KEY, b"1") != str(FORMAT_VERSION).encode():
+        return False
+    index = schema.get_field_index("vector")
+    if index < 0 or not pa.types.is_fixed_size_list(schema.field(index).type):
+        return False
+    return schema.equals(vector_schema(schema.field(index).type.list_size), check_metadata=False)
 
 
 FAILURE_SCHEMA = pa.schema([
@@ -75,11 +96,18 @@ class VectorStore:
     def _names(self) -> set[str]:
         return set(self._db.list_tables(limit=1000).tables)
 
+    def _open(self) -> Any | None:
+        """The table whatever its format, or None."""
+        return self._db.open_table(self.name) if self.name in self._names() else None
+
     def exists(self) -> bool:
-        return self.name in self._names()
+        """Whether there is a table of this code's format to search."""
+        return self.table() is not None
 
     def table(self) -> Any | None:
-        return self._db.open_table(self.name) if self.exists() else None
+        """The table, or None when there is none or it was written in another format."""
+        table = self._open()
+        return table if table is not None and is_current(table.schema) else None
 
     def reader(self, max_age: float = 1.0) -> Any | None:
         """A read handle reused for up to `max_age` seconds: reopening costs ~2.5 ms, which a
@@ -90,8 +118,14 @@ class VectorStore:
         return self._reader
 
     def _table_for_write(self, dims: int) -> Any:
-        if self.exists():
-            table = self._db.open_table(self.name)
+        table = self._open()
+        if table is not None and not is_current(table.schema):
+            # Its documents read as not embedded (document_state() saw no table): the caller is
+            # re-embedding every one of them, so the old rows have nothing left to give.
+            log.warning("vector table %s was written in another format: rebuilding it", self.name)
+            self._db.drop_table(self.name)
+            self._reader, table = None, None
+        if table is not None:
             have = table.schema.field("vector").type.list_size
             if have != dims:
                 raise StoreError(f"vector table {self.name} holds {have}-dim vectors but the model gives {dims}")
@@ -224,10 +258,4 @@ def chunk_rows(doc: dict[str, Any], chunks: Sequence[Any], provider: str, model:
 
 def metadata_of(doc: dict[str, Any]) -> dict[str, Any]:
     """A documents-table row's filterable metadata, in vector-table column names."""
-    return {
-        "source_type": doc["source_type"], "project": doc["project_path"], "parent_type": doc["parent_type"],
-        "iid": doc["parent_iid"], "title": doc["title"], "url": doc["url"], "author": doc["author_username"],
-        "labels": list(doc["labels"] or []), "state": doc["state"], "created_at": doc["created_at"],
-        "updated_at": doc["updated_at"], "confidential": bool(doc["confidential"]), "internal": bool(doc["internal"]),
-        "meta_hash": doc["meta_hash"],
-    }
+    return {**{c.name: column_value(c, doc) for c in COLUMNS}, "meta_hash": doc["meta_hash"]}

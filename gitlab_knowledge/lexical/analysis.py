@@ -18,6 +18,8 @@ import re
 
 import tantivy
 
+from gitlab_knowledge import kinds
+
 WORD_ANALYZER = "gk_en"
 IDENT_ANALYZER = "gk_ident"
 MAX_TERM_CHARS = 80
@@ -99,13 +101,12 @@ def identifier_terms(text: str) -> list[str]:
     return out
 
 
-REFERENCE = re.compile(r"(?<![\w&])(?:(?P<project>[\w.\-]+(?:/[\w.\-]+)+))?(?P<sigil>[#!])(?P<iid>\d{1,9})\b")
+_SIGILS = "".join(re.escape(k.sigil) for k in kinds.ITEM_KINDS)
+REFERENCE = re.compile(r"(?<![\w&])(?:(?P<project>[\w.\-]+(?:/[\w.\-]+)+))?(?P<sigil>[" + _SIGILS
+                       + r"])(?P<iid>\d{1,9})\b")
 
 
 def references(text: str) -> list[tuple[str | None, str, int]]:
-    """`#234`, `!847`, `group/project#12` → (project or None, 'issue'|'merge_request', iid)."""
-    out = []
-    for m in REFERENCE.finditer(text or ""):
-        kind = "issue" if m.group("sigil") == "#" else "merge_request"
-        out.append((m.group("project"), kind, int(m.group("iid"))))
-    return out
+    """`#234`, `!847`, `group/project#12` → (project or None, the kind's name: 'issue'|'merge_request', iid)."""
+    return [(m.group("project"), kinds.by_sigil(m.group("sigil")).name, int(m.group("iid")))
+            for m in REFERENCE.finditer(text or "")]

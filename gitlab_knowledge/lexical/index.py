@@ -2,11 +2,21 @@
 
 Queries are built from terms, never parsed: a user's `AND(`, `field:value` or unbalanced quote is
 just text here, so lexical syntax can never make a search fail.
+
+The index records the format it was written in (FORMAT_FILE: FORMAT_VERSION and a fingerprint of
+the schema's fields). The writer wipes an index of another format and the lexical layer, finding
+it empty, indexes every document again; a reader refuses it until then. The fingerprint notices a
+field added or changed; bump FORMAT_VERSION for what it cannot see: what `document()` puts into a
+field, or how the analyzers make terms.
 """
 
 import contextlib
+import hashlib
+import json
+import logging
+import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +24,7 @@ from typing import Any
 
 import tantivy
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import (
     IDENT_ANALYZER,
@@ -24,29 +35,68 @@ from gitlab_knowledge.lexical.analysis import (
     references,
     word_analyzer,
 )
-from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.filters import (
+    COLUMN,
+    COLUMNS,
+    DATES,
+    ColumnType,
+    Filters,
+    Match,
+    start_of,
+)
 
-SCHEMA_VERSION = "1"
-VERSION_FILE = "gitlab_knowledge_schema"
-RAW_FIELDS = ("doc_id", "source_type", "project", "parent_type", "author", "state", "labels", "refs", "mentions",
-              "content_hash", "meta_hash", "url", "parent_title")
-SIGIL = {"issue": "#", "merge_request": "!"}
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+FORMAT_FILE = "gitlab_knowledge_format.json"
+# The index's own fields (the metadata columns follow, from the filters module's COLUMNS).
+OWN_FIELDS = (("doc_id", "raw"), ("refs", "raw"), ("mentions", "raw"), ("content_hash", "raw"), ("meta_hash", "raw"),
+              ("title", "words"), ("body", "words"), ("idents", "idents"))
 BOOST = {"title": 2.0, "body": 1.0, "ident_whole": 4.0, "ident_part": 1.0, "ref": 30.0, "mention": 2.0}
+_ADD_FIELD: dict[str, Callable[[tantivy.SchemaBuilder, str], Any]] = {
+    "raw": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
+    "words": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name=WORD_ANALYZER),
+    "idents": lambda sb, name: sb.add_text_field(name, stored=False, tokenizer_name=IDENT_ANALYZER),
+    ColumnType.TEXT: lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
+    ColumnType.TEXT_LIST: lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
+    ColumnType.INT: lambda sb, name: sb.add_integer_field(name, stored=True, indexed=True, fast=True),
+    ColumnType.TIMESTAMP: lambda sb, name: sb.add_date_field(name, stored=True, indexed=True, fast=True),
+    ColumnType.BOOL: lambda sb, name: sb.add_boolean_field(name, stored=True, indexed=True, fast=True),
+}
+
+
+def schema_fields() -> list[tuple[str, str]]:
+    """(field, how it is indexed) of every field of the index."""
+    return [*OWN_FIELDS, *((c.field, str(c.type)) for c in COLUMNS)]
 
 
 def build_schema() -> tantivy.Schema:
     sb = tantivy.SchemaBuilder()
-    for name in RAW_FIELDS:
-        sb.add_text_field(name, stored=True, tokenizer_name="raw")
-    sb.add_text_field("title", stored=True, tokenizer_name=WORD_ANALYZER)
-    sb.add_text_field("body", stored=True, tokenizer_name=WORD_ANALYZER)
-    sb.add_text_field("idents", stored=False, tokenizer_name=IDENT_ANALYZER)
-    sb.add_integer_field("iid", stored=True, indexed=True, fast=True)
-    sb.add_date_field("created_at", stored=True, indexed=True, fast=True)
-    sb.add_date_field("updated_at", stored=True, indexed=True, fast=True)
-    sb.add_boolean_field("confidential", stored=True, indexed=True, fast=True)
-    sb.add_boolean_field("internal", stored=True, indexed=True, fast=True)
+    for name, how in schema_fields():
+        _ADD_FIELD[how](sb, name)
     return sb.build()
+
+
+def index_format() -> dict[str, Any]:
+    """What FORMAT_FILE says of an index this code writes."""
+    fields = json.dumps(schema_fields(), separators=(",", ":"))
+    return {"format": FORMAT_VERSION, "fields": hashlib.sha256(fields.encode()).hexdigest()[:16]}
+
+
+def read_format(directory: Path) -> dict[str, Any] | None:
+    """The format recorded beside the index at `directory`, or None (no marker, or an unreadable one)."""
+    try:
+        found = json.loads((directory / FORMAT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _write_format(directory: Path) -> None:
+    # Write-then-rename: a reader never sees half a marker and takes it for another format.
+    tmp = directory / (FORMAT_FILE + ".tmp")
+    tmp.write_text(json.dumps(index_format()))
+    os.replace(tmp, directory / FORMAT_FILE)
 
 
 def _aware(value: datetime | None) -> datetime | None:
@@ -69,36 +119,41 @@ class LexicalHit:
 
 
 def own_refs(row: dict[str, Any]) -> list[str]:
-    sigil = SIGIL[row["parent_type"]]
+    sigil = kinds.kind(row["parent_type"]).sigil
     return [f"{sigil}{row['parent_iid']}", f"{row['project_path']}{sigil}{row['parent_iid']}"]
 
 
 def mentioned_refs(text: str, project: str) -> list[str]:
     out = []
     for ref_project, kind, iid in references(text):
-        out.append(f"{ref_project or project}{SIGIL[kind]}{iid}")
+        sigil = kinds.kind(kind).sigil
+        out.append(f"{ref_project or project}{sigil}{iid}")
         if ref_project is None or ref_project == project:
-            out.append(f"{SIGIL[kind]}{iid}")
+            out.append(f"{sigil}{iid}")
     return sorted(set(out))
 
 
 class LexicalIndex:
     def __init__(self, directory: Path, *, create: bool = False) -> None:
+        """`create`: the writer's side, which creates the index and rebuilds one of another format."""
         self.dir = directory
         self.schema = build_schema()
-        version = directory / VERSION_FILE
-        if not (directory / "meta.json").exists() or not version.exists():
-            if not create:
-                raise StoreError(f"no lexical index at {directory} yet: run `python -m gitlab_knowledge sync`")
-        elif version.read_text().strip() != SCHEMA_VERSION:
-            if not create:
-                raise StoreError(f"the lexical index at {directory} has an old layout: run a sync to rebuild it")
-            shutil.rmtree(directory)  # rebuilt from the documents table by the caller
+        exists = (directory / "meta.json").exists()
+        current = read_format(directory) == index_format()
+        if not create and not exists:
+            raise StoreError(f"no lexical index at {directory} yet: run `python -m gitlab_knowledge sync`")
+        if not create and not current:
+            raise StoreError(f"the lexical index at {directory} was written in another format: "
+                             "the next `python -m gitlab_knowledge sync` rebuilds it")
+        if exists and not current:
+            # Emptied here, refilled by the lexical layer: its diff finds every document missing.
+            log.warning("the lexical index at %s was written in another format: rebuilding it", directory)
+            shutil.rmtree(directory)
         try:
             directory.mkdir(parents=True, exist_ok=True)
             self.index = tantivy.Index(self.schema, path=str(directory), reuse=True)
-            if create:
-                version.write_text(SCHEMA_VERSION)
+            if create and not current:
+                _write_format(directory)
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot open the lexical index {directory}: {exc}") from None
         self.words = word_analyzer()
@@ -129,31 +184,18 @@ class LexicalIndex:
     def document(self, row: dict[str, Any]) -> tantivy.Document:
         doc = tantivy.Document()
         doc.add_text("doc_id", row["id"])
-        doc.add_text("source_type", row["source_type"])
-        doc.add_text("project", row["project_path"])
-        doc.add_text("parent_type", row["parent_type"])
-        doc.add_text("author", row["author_username"] or "")
-        doc.add_text("state", row["state"] or "")
-        for label in row["labels"] or []:
-            doc.add_text("labels", label)
+        for column in COLUMNS:
+            _ADD_VALUE[column.type](doc, column.field, row[column.source])
         for ref in own_refs(row):
             doc.add_text("refs", ref)
         for ref in mentioned_refs(row["content_text"], row["project_path"]):
             doc.add_text("mentions", ref)
         doc.add_text("content_hash", row["content_hash"])
         doc.add_text("meta_hash", row["meta_hash"])
-        doc.add_text("url", row["url"] or "")
-        doc.add_text("parent_title", row["parent_title"] or "")
         # A thread's header repeats its parent's title; only issues and MRs score on `title`.
         doc.add_text("title", row["title"] or "" if row["source_type"] != "discussion" else "")
         doc.add_text("body", row["content_text"])
         doc.add_text("idents", " ".join(identifier_terms(row["content_text"])))
-        doc.add_integer("iid", int(row["parent_iid"]))
-        for name in ("created_at", "updated_at"):
-            if row.get(name) is not None:
-                doc.add_date(name, _aware(row[name]))
-        doc.add_boolean("confidential", bool(row["confidential"]))
-        doc.add_boolean("internal", bool(row["internal"]))
         return doc
 
     # -- reads ------------------------------------------------------------------------------
@@ -181,23 +223,35 @@ class LexicalIndex:
         return searcher.search(self._term("project", project), limit=1, count=True).count
 
     def filter_queries(self, filters: Filters) -> list[tantivy.Query]:
-        must = []
-        if filters.types:
-            must.append(tantivy.Query.term_set_query(self.schema, "source_type", list(filters.types)))
-        for field, value in (("project", filters.project), ("author", filters.author), ("state", filters.state)):
-            if value:
+        """The filters as must-clauses; the two bounds on a date column make one range query."""
+        active = list(filters.active())
+        bounds: dict[str, list[datetime | None]] = {}
+        for spec, value in active:
+            if spec.match in DATES:
+                field = COLUMN[spec.column].field
+                bounds.setdefault(field, [None, None])[spec.match is Match.BEFORE] = _aware(start_of(value))
+        must: list[tantivy.Query] = []
+        for spec, value in active:
+            field = COLUMN[spec.column].field
+            if spec.match in DATES:
+                if field in bounds:
+                    must.append(self._range(field, *bounds.pop(field)))
+            elif spec.match is Match.ANY_OF:
+                must.append(tantivy.Query.term_set_query(self.schema, field, list(value)))
+            elif spec.match is Match.ALL_OF:
+                must += [self._term(field, v) for v in value]
+            elif spec.match is Match.EXACT:
                 must.append(self._term(field, value))
-        for label in filters.labels:
-            must.append(self._term("labels", label))
-        if filters.after or filters.before:
-            must.append(tantivy.Query.range_query(
-                self.schema, "created_at", tantivy.FieldType.Date, _aware(filters.after_dt), _aware(filters.before_dt),
-                include_lower=True, include_upper=filters.before is None))
-        if filters.exclude_confidential:
-            must.append(self._term("confidential", False))
-        if filters.exclude_internal:
-            must.append(self._term("internal", False))
+            elif spec.match is Match.EXCLUDE_TRUE:
+                must.append(self._term(field, False))
+            else:
+                raise AssertionError(f"no Tantivy clause for {spec.match}")
         return must
+
+    def _range(self, field: str, lower: datetime | None, upper: datetime | None) -> tantivy.Query:
+        # On or after the lower bound, before the upper one (the upper bound is exclusive).
+        return tantivy.Query.range_query(self.schema, field, tantivy.FieldType.Date, lower, upper,
+                                         include_lower=True, include_upper=upper is None)
 
     def text_query(self, text: str) -> tantivy.Query | None:
         """The scoring part of a query, or None when the text has nothing to search for."""
@@ -214,7 +268,7 @@ class LexicalIndex:
             whole = any(ch in term for ch in "_./:-") or term in text.lower().split()
             add("idents", term, BOOST["ident_whole"] if whole else BOOST["ident_part"])
         for project, kind, iid in references(text):
-            sigil = SIGIL[kind]
+            sigil = kinds.kind(kind).sigil
             add("refs", f"{project}{sigil}{iid}" if project else f"{sigil}{iid}", BOOST["ref"])
             add("mentions", f"{project}{sigil}{iid}" if project else f"{sigil}{iid}", BOOST["mention"])
         if not should:
@@ -247,16 +301,42 @@ class LexicalIndex:
 
 def stored_fields(stored: tantivy.Document) -> dict[str, Any]:
     data = stored.to_dict()
+    return {"doc_id": _first(data, "doc_id"), **{c.name: _READ_VALUE[c.type](data, c.field) for c in COLUMNS}}
 
-    def one(name: str) -> Any:
-        values = data.get(name) or []
-        return values[0] if values else None
 
-    return {
-        "doc_id": one("doc_id"), "source_type": one("source_type"), "project": one("project"),
-        "parent_type": one("parent_type"), "iid": one("iid"), "title": one("parent_title") or None,
-        "url": one("url") or None,
-        "author": one("author") or None, "labels": list(data.get("labels") or []), "state": one("state") or None,
-        "created_at": _naive(one("created_at")), "updated_at": _naive(one("updated_at")),
-        "confidential": bool(one("confidential")), "internal": bool(one("internal")),
-    }
+def _add_text(doc: tantivy.Document, field: str, value: Any) -> None:
+    doc.add_text(field, value or "")
+
+
+def _add_texts(doc: tantivy.Document, field: str, values: Any) -> None:
+    for value in values or []:
+        doc.add_text(field, value)
+
+
+def _add_date(doc: tantivy.Document, field: str, value: Any) -> None:
+    if value is not None:
+        doc.add_date(field, _aware(value))
+
+
+_ADD_VALUE: dict[ColumnType, Callable[[tantivy.Document, str, Any], None]] = {
+    ColumnType.TEXT: _add_text,
+    ColumnType.TEXT_LIST: _add_texts,
+    ColumnType.INT: lambda doc, field, value: doc.add_integer(field, int(value)),
+    ColumnType.TIMESTAMP: _add_date,
+    ColumnType.BOOL: lambda doc, field, value: doc.add_boolean(field, bool(value)),
+}
+
+
+def _first(data: dict[str, list[Any]], field: str) -> Any:
+    values = data.get(field) or []
+    return values[0] if values else None
+
+
+# An empty text was stored for a missing one (Tantivy has no null).
+_READ_VALUE: dict[ColumnType, Callable[[dict[str, list[Any]], str], Any]] = {
+    ColumnType.TEXT: lambda data, field: _first(data, field) or None,
+    ColumnType.TEXT_LIST: lambda data, field: list(data.get(field) or []),
+    ColumnType.INT: _first,
+    ColumnType.TIMESTAMP: lambda data, field: _naive(_first(data, field)),
+    ColumnType.BOOL: lambda data, field: bool(_first(data, field)),
+}

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.errors import KnowledgeError, UsageError
 from gitlab_knowledge.redact import redact
+from gitlab_knowledge.search.filters import Filters, add_arguments
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
 
@@ -17,15 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m gitlab_knowledge.search",
                 description="Search synced GitLab issues, merge requests and discussion threads by meaning and keyword.")
     p.add_argument("query", nargs="*", help="what to look for (quote it, or pass several words)")
-    p.add_argument("--type", action="append", metavar="TYPE", help="issue, mr or discussion (repeatable)")
-    p.add_argument("--author", metavar="USER")
-    p.add_argument("--label", action="append", metavar="LABEL", help="repeatable: every label must match")
-    p.add_argument("--after", metavar="YYYY-MM-DD", help="created on or after this date")
-    p.add_argument("--before", metavar="YYYY-MM-DD", help="created before this date")
-    p.add_argument("--project", metavar="PATH")
-    p.add_argument("--state", metavar="STATE", help="opened, closed, merged, ...")
-    p.add_argument("--no-confidential", action="store_true", help="leave out confidential issues and their threads")
-    p.add_argument("--no-internal", action="store_true", help="leave out threads with internal notes")
+    add_arguments(p)
     p.add_argument("--mode", choices=("hybrid", "lexical", "semantic"), default="hybrid")
     p.add_argument("--limit", type=bounded_int(1, 100), default=10, metavar="N", help="results to show (1-100, default 10)")
     p.add_argument("--model", metavar="PROVIDER[:MODEL]", help="vector table to search, e.g. ollama:nomic-embed-text")
@@ -42,13 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         as_json = args.json
         from gitlab_knowledge.config import load_config
         from gitlab_knowledge.search.engine import Searcher
-        from gitlab_knowledge.search.filters import Filters
         from gitlab_knowledge.search.output import render_human, response_json
 
         config = load_config(args.config)
-        filters = Filters.build(types=args.type, author=args.author, labels=args.label, after=args.after,
-                                before=args.before, project=args.project, state=args.state,
-                                exclude_confidential=args.no_confidential, exclude_internal=args.no_internal)
+        filters = Filters.from_args(args)
         provider, model = None, None
         if args.model:
             provider, _, model = args.model.partition(":")

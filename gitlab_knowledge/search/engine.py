@@ -12,10 +12,11 @@ from typing import Any
 
 import tantivy
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError, UsageError
 from gitlab_knowledge.lexical.analysis import identifier_terms, references
-from gitlab_knowledge.lexical.index import SIGIL, LexicalIndex, stored_fields
+from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.rrf import normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
@@ -23,7 +24,8 @@ from gitlab_knowledge.search.snippets import make_snippet
 MODES = ("hybrid", "lexical", "semantic")
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
 MAX_LEXICAL_CHARS = 4096
-TYPE_ORDER = {"issue": 0, "merge_request": 0, "discussion": 1}
+# A reference pins the issue/MR itself before its threads.
+TYPE_ORDER = {**{k.name: 0 for k in kinds.ITEM_KINDS}, kinds.DISCUSSION: 1}
 
 
 @dataclass
@@ -239,7 +241,7 @@ class Searcher:
             return [stored_fields(searcher.doc(address)) for _score, address in found]
 
         for project, kind, iid in references(text):
-            ref = f"{project}{SIGIL[kind]}{iid}" if project else f"{SIGIL[kind]}{iid}"
+            ref = kinds.kind(kind).ref(iid, project)
             docs = run(index._term("refs", ref), 50)
             docs.sort(key=lambda d: (TYPE_ORDER.get(d["source_type"], 2), d["project"] or "", d["created_at"] or 0,
                                      d["doc_id"]))
@@ -279,5 +281,13 @@ class Searcher:
             result.snippet, result.highlights = snippet, ranges
 
 
+def parent_kind(fields: dict[str, Any]) -> kinds.Kind:
+    """The kind of the issue/MR a result is (or is a thread on)."""
+    try:
+        return kinds.kind(fields.get("parent_type") or kinds.ISSUE.name)
+    except KeyError:
+        return kinds.ISSUE
+
+
 def reference_of(fields: dict[str, Any]) -> str:
-    return f"{SIGIL.get(fields.get('parent_type') or 'issue', '#')}{fields.get('iid')}"
+    return parent_kind(fields).ref(fields.get("iid"))

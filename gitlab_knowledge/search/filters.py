@@ -1,14 +1,160 @@
-"""Search filters, validated once and pushed down into both retrievers."""
+"""Search filters and the document metadata they read, declared once.
 
+COLUMNS is the metadata every document carries from the DuckDB `documents` table into both
+indexes (what search filters on and shows); FILTERS is the search filters, each reading one
+column and matching it one way (`Match`). Everything else derives from these two tuples:
+
+- the CLI flags (`add_arguments`, used by search/__main__.py) and `Filters` itself: its fields,
+  validation (`Filters.build`), `is_empty()` and `describe()` (the JSON output's `filters`);
+- the LanceDB where-clause and the in-memory mask (search/semantic.py, one translation per `Match`);
+- the Tantivy must-clauses (lexical/index.py `filter_queries`, one translation per `Match`);
+- the vector table's metadata columns (embeddings/vectors.py `vector_schema`, `metadata_of`), the
+  lexical index's stored fields (lexical/index.py `build_schema`, `document`, `stored_fields`) and
+  the document columns staged out of DuckDB (documents/stage.py).
+
+A new filter touches at most four files:
+
+1. this file: a `FilterSpec` in FILTERS, plus a `Column` in COLUMNS if it reads a column not yet
+   carried (a new column changes the vector and lexical layouts: both notice it and rebuild
+   themselves on the next sync);
+2. documents/build.py: the `Document` field that fills the column, and the field in `metadata()`
+   so that `meta_hash` changes and both indexes rewrite the documents whose value changed;
+3. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
+   watermark in `layer_state`, so that existing documents are rebuilt with it);
+4. documents/refresh.py: the column in the `documents` insert.
+
+A filter on a column already carried is a `FilterSpec` here and nothing else. A new kind of
+matching (a new `Match`) also needs its translations in search/semantic.py and lexical/index.py.
+"""
+
+import argparse
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, make_dataclass
 from datetime import date, datetime
+from enum import StrEnum
+from typing import Any, Self
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 
-TYPE_ALIASES = {"issue": "issue", "issues": "issue", "mr": "merge_request", "mrs": "merge_request",
-                "merge_request": "merge_request", "discussion": "discussion", "discussions": "discussion"}
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+class ColumnType(StrEnum):
+    TEXT = "text"
+    TEXT_LIST = "text_list"
+    INT = "int"
+    TIMESTAMP = "timestamp"
+    BOOL = "bool"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str  # in the vector table, the lexical index and a result's fields
+    source: str  # the `documents` column it is copied from
+    type: ColumnType
+    lexical_field: str | None = None  # the Tantivy field, when `name` is taken by a scoring field
+
+    @property
+    def field(self) -> str:
+        return self.lexical_field or self.name
+
+
+# In the vector table's column order: a reordering would change its layout and rebuild it.
+COLUMNS: tuple[Column, ...] = (
+    Column("source_type", "source_type", ColumnType.TEXT),
+    Column("project", "project_path", ColumnType.TEXT),
+    Column("parent_type", "parent_type", ColumnType.TEXT),
+    Column("iid", "parent_iid", ColumnType.INT),
+    Column("title", "title", ColumnType.TEXT, lexical_field="parent_title"),
+    Column("url", "url", ColumnType.TEXT),
+    Column("author", "author_username", ColumnType.TEXT),
+    Column("labels", "labels", ColumnType.TEXT_LIST),
+    Column("state", "state", ColumnType.TEXT),
+    Column("created_at", "created_at", ColumnType.TIMESTAMP),
+    Column("updated_at", "updated_at", ColumnType.TIMESTAMP),
+    Column("confidential", "confidential", ColumnType.BOOL),
+    Column("internal", "internal", ColumnType.BOOL),
+)
+COLUMN = {c.name: c for c in COLUMNS}
+
+
+def column_value(column: Column, doc: dict[str, Any]) -> Any:
+    """A documents-table row's value of `column`, as the indexes store it."""
+    value = doc[column.source]
+    if column.type is ColumnType.TEXT_LIST:
+        return list(value or [])
+    if column.type is ColumnType.BOOL:
+        return bool(value)
+    return value
+
+
+class Match(StrEnum):
+    EXACT = "exact"  # the column equals the value
+    ANY_OF = "any_of"  # the column equals one of the values (repeatable flag)
+    ALL_OF = "all_of"  # the list column holds every value (repeatable flag)
+    ON_OR_AFTER = "on_or_after"  # a timestamp on or after the start of the day
+    BEFORE = "before"  # a timestamp before the start of the day
+    EXCLUDE_TRUE = "exclude_true"  # a boolean flag: leave out rows whose column is true
+
+
+REPEATABLE = (Match.ANY_OF, Match.ALL_OF)
+DATES = (Match.ON_OR_AFTER, Match.BEFORE)
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    name: str  # the `Filters` field and `Filters.build` keyword
+    flag: str  # the search command's flag
+    match: Match
+    column: str  # a Column name
+    help: str | None = None
+    metavar: str | None = None
+    describe: str | None = None  # its key in describe() (the JSON output), None: not reported
+    strip: str = ""  # leading characters a user may type but the value never has (`@` of a username)
+    choose: Callable[[str], str | None] | None = None  # ANY_OF: a typed word → its canonical value
+    expects: str = ""  # ANY_OF: the choices, for the error message
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def empty(self) -> Any:
+        if self.match in REPEATABLE:
+            return ()
+        return False if self.match is Match.EXCLUDE_TRUE else None
+
+
+def _source_type(word: str) -> str | None:
+    kind = kinds.from_cli(word)
+    if kind is not None:
+        return kind.name
+    return kinds.DISCUSSION if word.strip().lower() in (kinds.DISCUSSION, kinds.DISCUSSION + "s") else None
+
+
+_TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} or {kinds.DISCUSSION}"
+
+# In the search command's flag order, which is also the order of describe().
+FILTERS: tuple[FilterSpec, ...] = (
+    FilterSpec("types", "--type", Match.ANY_OF, "source_type", help=f"{_TYPE_WORDS} (repeatable)", metavar="TYPE",
+               describe="type", choose=_source_type, expects=_TYPE_WORDS),
+    FilterSpec("author", "--author", Match.EXACT, "author", metavar="USER", describe="author", strip="@"),
+    FilterSpec("labels", "--label", Match.ALL_OF, "labels", help="repeatable: every label must match",
+               metavar="LABEL", describe="label"),
+    FilterSpec("after", "--after", Match.ON_OR_AFTER, "created_at", help="created on or after this date",
+               metavar="YYYY-MM-DD", describe="after"),
+    FilterSpec("before", "--before", Match.BEFORE, "created_at", help="created before this date",
+               metavar="YYYY-MM-DD", describe="before"),
+    FilterSpec("project", "--project", Match.EXACT, "project", metavar="PATH", describe="project"),
+    FilterSpec("state", "--state", Match.EXACT, "state", help="opened, closed, merged, ...", metavar="STATE",
+               describe="state"),
+    FilterSpec("exclude_confidential", "--no-confidential", Match.EXCLUDE_TRUE, "confidential",
+               help="leave out confidential issues and their threads"),
+    FilterSpec("exclude_internal", "--no-internal", Match.EXCLUDE_TRUE, "internal",
+               help="leave out threads with internal notes"),
+)
 
 
 def parse_date(text: str, flag: str) -> date:
@@ -21,53 +167,88 @@ def parse_date(text: str, flag: str) -> date:
         raise UsageError(f"{flag} expects a real calendar date as YYYY-MM-DD, got {text!r}") from None
 
 
-@dataclass(frozen=True)
-class Filters:
-    types: tuple[str, ...] = ()  # source types: issue | merge_request | discussion
-    author: str | None = None
-    labels: tuple[str, ...] = ()  # every one must match
-    after: date | None = None  # created on or after
-    before: date | None = None  # created before (exclusive)
-    project: str | None = None
-    state: str | None = None
-    exclude_confidential: bool = False
-    exclude_internal: bool = False
+def start_of(day: date) -> datetime:
+    """A date filter compares timestamps with the start of its day (naive UTC, as stored)."""
+    return datetime.combine(day, datetime.min.time())
+
+
+def _parse(spec: FilterSpec, raw: Any) -> Any:
+    if spec.match is Match.ANY_OF:
+        chosen = []
+        for word in raw or []:
+            value = spec.choose(word) if spec.choose else word
+            if value is None:
+                raise UsageError(f"{spec.flag} expects {spec.expects}, got {word!r}")
+            chosen.append(value)
+        return tuple(dict.fromkeys(chosen))
+    if spec.match is Match.ALL_OF:
+        return tuple(dict.fromkeys(value for value in raw or [] if value))
+    if spec.match in DATES:
+        return parse_date(raw, spec.flag) if raw else None
+    if spec.match is Match.EXCLUDE_TRUE:
+        return bool(raw)
+    return (raw or "").lstrip(spec.strip) or None
+
+
+def _check_ranges(values: dict[str, Any]) -> None:
+    """A lower bound on or after an upper bound on the same column can match nothing."""
+    lower = {s.column: s for s in FILTERS if s.match is Match.ON_OR_AFTER and values[s.name]}
+    for upper in (s for s in FILTERS if s.match is Match.BEFORE and values[s.name]):
+        low = lower.get(upper.column)
+        if low is not None and values[low.name] >= values[upper.name]:
+            raise UsageError(f"{low.flag} {values[low.name]} is not before {upper.flag} {values[upper.name]}: "
+                             "no date can match")
+
+
+def _as_json(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    return value.isoformat() if isinstance(value, date) else value
+
+
+class _FilterMethods:
+    @classmethod
+    def build(cls, **raw: Any) -> Self:
+        """Validated, normalized filters from what a user typed (keywords: the FilterSpec names)."""
+        unknown = set(raw) - {s.name for s in FILTERS}
+        if unknown:
+            raise TypeError(f"unknown filters: {', '.join(sorted(unknown))}")
+        values = {s.name: _parse(s, raw.get(s.name)) for s in FILTERS}
+        _check_ranges(values)
+        return cls(**values)
 
     @classmethod
-    def build(cls, *, types: list[str] | None = None, author: str | None = None, labels: list[str] | None = None,
-              after: str | None = None, before: str | None = None, project: str | None = None,
-              state: str | None = None, exclude_confidential: bool = False,
-              exclude_internal: bool = False) -> "Filters":
-        kinds = []
-        for t in types or []:
-            if t.lower() not in TYPE_ALIASES:
-                raise UsageError(f"--type expects issue, mr or discussion, got {t!r}")
-            kinds.append(TYPE_ALIASES[t.lower()])
-        after_d = parse_date(after, "--after") if after else None
-        before_d = parse_date(before, "--before") if before else None
-        if after_d and before_d and after_d >= before_d:
-            raise UsageError(f"--after {after_d} is not before --before {before_d}: no date can match")
-        return cls(types=tuple(dict.fromkeys(kinds)), author=(author or "").lstrip("@") or None,
-                   labels=tuple(dict.fromkeys(label for label in labels or [] if label)),
-                   after=after_d, before=before_d, project=project or None, state=state or None,
-                   exclude_confidential=exclude_confidential, exclude_internal=exclude_internal)
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        return cls.build(**{s.name: getattr(args, s.dest) for s in FILTERS})
 
-    @property
-    def after_dt(self) -> datetime | None:
-        return datetime.combine(self.after, datetime.min.time()) if self.after else None
-
-    @property
-    def before_dt(self) -> datetime | None:
-        """--before D means earlier than the start of day D."""
-        return datetime.combine(self.before, datetime.min.time()) if self.before else None
+    def active(self) -> Iterator[tuple[FilterSpec, Any]]:
+        """The filters in effect, with their values."""
+        for spec in FILTERS:
+            value = getattr(self, spec.name)
+            if value:
+                yield spec, value
 
     def is_empty(self) -> bool:
-        return not (self.types or self.author or self.labels or self.after or self.before or self.project
-                    or self.state or self.exclude_confidential or self.exclude_internal)
+        return next(self.active(), None) is None
 
     def describe(self) -> dict[str, object]:
-        return {"type": list(self.types), "author": self.author, "label": list(self.labels),
-                "after": self.after.isoformat() if self.after else None,
-                "before": self.before.isoformat() if self.before else None, "project": self.project,
-                "state": self.state}
+        return {s.describe: _as_json(getattr(self, s.name)) for s in FILTERS if s.describe}
 
+
+Filters = make_dataclass(
+    "Filters", [(s.name, Any, field(default=s.empty)) for s in FILTERS], bases=(_FilterMethods,), frozen=True,
+    namespace={"__doc__": "Validated search filters: one field per FilterSpec, named as its `name`.",
+               "__module__": __name__})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The filter flags of the search command."""
+    for spec in FILTERS:
+        options: dict[str, Any] = {"help": spec.help}
+        if spec.match is Match.EXCLUDE_TRUE:
+            options["action"] = "store_true"
+        else:
+            options["metavar"] = spec.metavar
+            if spec.match in REPEATABLE:
+                options["action"] = "append"
+        parser.add_argument(spec.flag, **options)

@@ -3,10 +3,10 @@
 from datetime import UTC, datetime
 from typing import Any
 
-from gitlab_knowledge.search.engine import Response, Result, reference_of
+from gitlab_knowledge import kinds
+from gitlab_knowledge.search.engine import Response, Result, parent_kind, reference_of
 
 SCHEMA_VERSION = 1
-TYPE_WORD = {"issue": "Issue", "merge_request": "MR", "discussion": "Discussion"}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -43,10 +43,9 @@ def headline(r: Result) -> str:
     f = r.fields
     ref = reference_of(f)
     title = f["title"] or ""
-    if f["source_type"] == "discussion":
-        parent = "Issue" if f["parent_type"] == "issue" else "MR"
-        return f"Discussion on {parent} {ref} - {title}"
-    return f"{TYPE_WORD[f['source_type']]} {ref} - {title}"
+    if f["source_type"] == kinds.DISCUSSION:
+        return f"Discussion on {parent_kind(f).display} {ref} - {title}"
+    return f"{kinds.kind(f['source_type']).display} {ref} - {title}"
 
 
 def _highlight(snippet: str, ranges: list[tuple[int, int]], color: bool) -> str:

@@ -4,8 +4,9 @@ Rows are chunks; a document scores as its best chunk, so more chunks than docume
 for and folded per document until `limit` documents are found (or the table is exhausted).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 import numpy as np
@@ -13,10 +14,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gitlab_knowledge.embeddings.vectors import VectorStore, sql_str
-from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.filters import COLUMNS, DATES, FILTERS, Filters, Match, start_of
 
-DISPLAY_COLUMNS = ["doc_id", "chunk", "excerpt", "source_type", "project", "parent_type", "iid", "title", "url",
-                   "author", "labels", "state", "created_at", "updated_at", "confidential", "internal"]
+DISPLAY_COLUMNS = ["doc_id", "chunk", "excerpt", *(c.name for c in COLUMNS)]
 
 
 @dataclass
@@ -36,23 +36,23 @@ def _ts(value: datetime) -> str:
     return f"CAST({sql_str(value.strftime('%Y-%m-%d %H:%M:%S'))} AS TIMESTAMP)"
 
 
+def _values(values: tuple[str, ...]) -> str:
+    return ", ".join(sql_str(v) for v in values)
+
+
+SQL: dict[Match, Callable[[str, Any], str]] = {
+    Match.EXACT: lambda column, value: f"{column} = {sql_str(value)}",
+    Match.ANY_OF: lambda column, values: f"{column} IN ({_values(values)})",
+    Match.ALL_OF: lambda column, values: f"array_has_all({column}, [{_values(values)}])",
+    Match.ON_OR_AFTER: lambda column, day: f"{column} >= {_ts(start_of(day))}",
+    Match.BEFORE: lambda column, day: f"{column} < {_ts(start_of(day))}",
+    Match.EXCLUDE_TRUE: lambda column, _on: f"{column} = false",
+}
+
+
 def where_clause(filters: Filters) -> str | None:
-    parts = []
-    if filters.types:
-        parts.append("source_type IN (" + ", ".join(sql_str(t) for t in filters.types) + ")")
-    for column, value in (("project", filters.project), ("author", filters.author), ("state", filters.state)):
-        if value:
-            parts.append(f"{column} = {sql_str(value)}")
-    if filters.labels:
-        parts.append("array_has_all(labels, [" + ", ".join(sql_str(label) for label in filters.labels) + "])")
-    if filters.after_dt:
-        parts.append(f"created_at >= {_ts(filters.after_dt)}")
-    if filters.before_dt:
-        parts.append(f"created_at < {_ts(filters.before_dt)}")
-    if filters.exclude_confidential:
-        parts.append("confidential = false")
-    if filters.exclude_internal:
-        parts.append("internal = false")
+    """The filters as a LanceDB (DataFusion SQL) predicate, applied before the nearest-neighbour cut."""
+    parts = [SQL[spec.match](spec.column, value) for spec, value in filters.active()]
     return " AND ".join(parts) or None
 
 
@@ -83,8 +83,15 @@ def search_vectors(store: VectorStore, vector: np.ndarray, filters: Filters, lim
         fetch *= 3
 
 
-MEMORY_COLUMNS = ["doc_id", "chunk", "vector", "source_type", "project", "parent_type", "iid", "title", "url", "author",
-                  "labels", "state", "created_at", "updated_at", "confidential", "internal"]
+MEMORY_COLUMNS = ["doc_id", "chunk", "vector", *(c.name for c in COLUMNS)]
+
+
+def _us(day: date) -> np.datetime64:
+    return np.datetime64(start_of(day), "us")
+
+
+def _filtered_columns(*matches: Match) -> list[str]:
+    return list(dict.fromkeys(s.column for s in FILTERS if s.match in matches))
 
 
 class MemoryVectors:
@@ -97,7 +104,7 @@ class MemoryVectors:
     def __init__(self, store: VectorStore) -> None:
         self.store = store
         self.version: int | None = None
-        self._label_masks: dict[str, np.ndarray] = {}
+        self._member_masks: dict[tuple[str, str], np.ndarray] = {}
 
     def _fresh(self) -> bool:
         table = self.store.reader()
@@ -125,54 +132,55 @@ class MemoryVectors:
         self.meta = pa.concat_tables(meta).combine_chunks() if meta else pa.table({})
         self.doc_ids = self.meta.column("doc_id").to_numpy(zero_copy_only=False) if at else np.array([], object)
         self.codes: dict[str, tuple[np.ndarray, dict[str, int]]] = {}
-        for name in ("source_type", "project", "author", "state"):
+        for name in _filtered_columns(Match.EXACT, Match.ANY_OF):
             encoded = self.meta.column(name).dictionary_encode().combine_chunks() if at else None
             if encoded is None:
                 self.codes[name] = (np.array([], dtype=np.int32), {})
                 continue
             lookup = {value: i for i, value in enumerate(encoded.dictionary.to_pylist())}
             self.codes[name] = (encoded.indices.fill_null(-1).to_numpy(), lookup)
-        self.created = (self.meta.column("created_at").to_numpy(zero_copy_only=False).astype("datetime64[us]")
-                        if at else np.array([], dtype="datetime64[us]"))
-        self.confidential = self.meta.column("confidential").fill_null(False).to_numpy(zero_copy_only=False) \
-            if at else np.array([], bool)
-        self.internal = self.meta.column("internal").fill_null(False).to_numpy(zero_copy_only=False) \
-            if at else np.array([], bool)
-        self._label_masks = {}
+        self.times = {name: self.meta.column(name).to_numpy(zero_copy_only=False).astype("datetime64[us]")
+                      if at else np.array([], dtype="datetime64[us]") for name in _filtered_columns(*DATES)}
+        self.flags = {name: self.meta.column(name).fill_null(False).to_numpy(zero_copy_only=False)
+                      if at else np.array([], bool) for name in _filtered_columns(Match.EXCLUDE_TRUE)}
+        self._member_masks = {}
         self.version = table.version
 
-    def _label(self, label: str) -> np.ndarray:
-        if label not in self._label_masks:
-            labels = self.meta.column("labels").combine_chunks()
-            hits = pc.equal(labels.flatten(), label).fill_null(False).to_numpy(zero_copy_only=False)
-            rows = pc.list_parent_indices(labels).to_numpy()
+    def _member(self, column: str, value: str) -> np.ndarray:
+        """Rows whose list `column` holds `value` (cached: label filters repeat)."""
+        if (column, value) not in self._member_masks:
+            lists = self.meta.column(column).combine_chunks()
+            hits = pc.equal(lists.flatten(), value).fill_null(False).to_numpy(zero_copy_only=False)
+            rows = pc.list_parent_indices(lists).to_numpy()
             mask = np.zeros(len(self.doc_ids), dtype=bool)
             mask[rows[hits]] = True
-            self._label_masks[label] = mask
-        return self._label_masks[label]
+            self._member_masks[column, value] = mask
+        return self._member_masks[column, value]
 
     def _equals(self, column: str, values: tuple[str, ...] | list[str]) -> np.ndarray:
         codes, lookup = self.codes[column]
         wanted = [lookup[v] for v in values if v in lookup]
         return np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
 
+    def _all_of(self, column: str, values: tuple[str, ...]) -> np.ndarray:
+        keep = np.ones(len(self.doc_ids), dtype=bool)
+        for value in values:
+            keep &= self._member(column, value)
+        return keep
+
+    MASKS: dict[Match, Callable[["MemoryVectors", str, Any], np.ndarray]] = {
+        Match.EXACT: lambda self, column, value: self._equals(column, [value]),
+        Match.ANY_OF: lambda self, column, values: self._equals(column, values),
+        Match.ALL_OF: lambda self, column, values: self._all_of(column, values),
+        Match.ON_OR_AFTER: lambda self, column, day: self.times[column] >= _us(day),
+        Match.BEFORE: lambda self, column, day: self.times[column] < _us(day),
+        Match.EXCLUDE_TRUE: lambda self, column, _on: ~self.flags[column],
+    }
+
     def mask(self, filters: Filters) -> np.ndarray:
         keep = np.ones(len(self.doc_ids), dtype=bool)
-        if filters.types:
-            keep &= self._equals("source_type", filters.types)
-        for name, value in (("project", filters.project), ("author", filters.author), ("state", filters.state)):
-            if value:
-                keep &= self._equals(name, [value])
-        for label in filters.labels:
-            keep &= self._label(label)
-        if filters.after_dt:
-            keep &= self.created >= np.datetime64(filters.after_dt, "us")
-        if filters.before_dt:
-            keep &= self.created < np.datetime64(filters.before_dt, "us")
-        if filters.exclude_confidential:
-            keep &= ~self.confidential
-        if filters.exclude_internal:
-            keep &= ~self.internal
+        for spec, value in filters.active():
+            keep &= self.MASKS[spec.match](self, spec.column, value)
         return keep
 
     def search(self, vector: np.ndarray, filters: Filters, limit: int) -> list[SemanticHit]:

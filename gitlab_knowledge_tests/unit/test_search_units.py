@@ -1,13 +1,19 @@
 """RRF arithmetic, filters and dates, identifier analysis, references, snippets."""
 
+import dataclasses
+import json
+
 import pytest
 
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.lexical.analysis import identifier_terms, query_words, references, word_analyzer
-from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.lexical.index import LexicalIndex
+from gitlab_knowledge.search.__main__ import build_parser
+from gitlab_knowledge.search.filters import COLUMN, FILTERS, Filters, Match
 from gitlab_knowledge.search.rrf import normalized, rrf
-from gitlab_knowledge.search.semantic import where_clause
+from gitlab_knowledge.search.semantic import SQL, MemoryVectors, where_clause
 from gitlab_knowledge.search.snippets import make_snippet
+from gitlab_knowledge_tests.conftest import REPO
 
 
 def test_rrf_sums_reciprocal_ranks_with_k():
@@ -75,6 +81,40 @@ def test_vector_filter_sql_quotes_values():
     assert "created_at < CAST('2024-02-01 00:00:00' AS TIMESTAMP)" in where
     assert "confidential = false" in where
     assert where_clause(Filters()) is None
+
+
+EVERY_FILTER = {"types": ["mr", "discussion"], "author": "@janedoe", "labels": ["a", "b"], "after": "2024-01-01",
+                "before": "2024-06-01", "project": "g/p", "state": "merged", "exclude_confidential": True,
+                "exclude_internal": True}
+
+
+def test_filters_derive_from_one_registry(tmp_path):
+    assert [f.name for f in dataclasses.fields(Filters)] == [s.name for s in FILTERS]
+    assert {s.column for s in FILTERS} <= set(COLUMN)
+    # Every kind of match has a translation in each retriever.
+    assert set(SQL) == set(MemoryVectors.MASKS) == set(Match)
+    built = Filters.build(**EVERY_FILTER)
+    assert [spec.name for spec, _ in built.active()] == [s.name for s in FILTERS]
+    clauses = LexicalIndex(tmp_path / "tantivy", create=True).filter_queries(built)
+    # One clause per filter, except that --after and --before make one range and each label is a term.
+    assert len(clauses) == len(FILTERS) - 1 + (len(EVERY_FILTER["labels"]) - 1)
+    schema = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_text())
+    assert list(built.describe()) == schema["properties"]["filters"]["required"]
+
+
+def test_the_command_line_builds_the_same_filters():
+    args = build_parser().parse_args(["q", "--type", "mr", "--type", "discussion", "--author", "@janedoe", "--label",
+                                      "a", "--label", "b", "--after", "2024-01-01", "--before", "2024-06-01",
+                                      "--project", "g/p", "--state", "merged", "--no-confidential", "--no-internal"])
+    assert Filters.from_args(args) == Filters.build(**EVERY_FILTER)
+    assert Filters.from_args(build_parser().parse_args(["q"])) == Filters()
+    assert Filters().is_empty() and not Filters.build(exclude_internal=True).is_empty()
+    assert Filters.build(types=["Merge_Requests", "issues", "Discussions"]).types == (
+        "merge_request", "issue", "discussion")
+    with pytest.raises(UsageError, match="--type expects issue, mr or discussion, got 'epic'"):
+        Filters.build(types=["epic"])
+    with pytest.raises(UsageError, match="--after 2024-06-01 is not before --before 2024-06-01"):
+        Filters.build(after="2024-06-01", before="2024-06-01")
 
 
 @pytest.mark.parametrize("text,expected", [
