@@ -3,6 +3,11 @@
 Where the file comes from, first match wins: `--config PATH`, `$GITLAB_KNOWLEDGE_CONFIG`,
 `./gitlab_knowledge.toml`. The token itself is never in the file, only the NAME of the environment
 variable that holds it. Every problem is reported as one line naming the field.
+
+The checks are hand-written rather than a pydantic model: pydantic reports locations such as
+`projects.1.str` and `projects.1.P.path` for one bad entry, several errors per field and its own
+wording, so keeping these messages would need a translation layer on top of the models, plus
+validators for the environment overrides and paths relative to the file: more code, not less.
 """
 
 import os

@@ -4,11 +4,15 @@
 - Every request waits for the shared `RateLimiter` slot and a concurrency permit.
 - 429: wait `Retry-After` (or `RateLimit-Reset`, or backoff when GitLab sends neither, as
   gitlab-org/gitlab#199738 shows it can), plus jitter, and hold back the other requests too.
-- 5xx, timeouts, dropped connections and bodies that are not JSON (a truncated page): exponential
-  backoff with full jitter, bounded by `max_retries`; then a one-line `GitLabError`.
+  Hand-written rather than a tenacity wait: the wait is a pause of the shared `RateLimiter`, not
+  a sleep of the one request that saw the 429, and it has its own bound apart from `max_retries`.
+- 5xx, timeouts, dropped connections and bodies that are not JSON (a truncated page): tenacity
+  retries with exponential backoff and full jitter, bounded by `max_retries`; then a one-line
+  `GitLabError`. The jitter is drawn from the client's `rng` (tenacity's `wait_random_exponential`
+  uses the global `random`, which a test cannot seed) and slept with the client's `sleep`.
 - Pagination follows `Link: rel="next"` (GitLab: "use these links instead of generating your own
-  URLs"), falling back to `x-next-page`; the link is rebased onto the configured base URL so a
-  proxy that rewrites the host cannot send us elsewhere.
+  URLs", parsed by httpx's `Response.links`), falling back to `x-next-page`; the link is rebased
+  onto the configured base URL so a proxy that rewrites the host cannot send us elsewhere.
 """
 
 import asyncio
@@ -20,10 +24,11 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from gitlab_knowledge.config import GitLabSettings
 from gitlab_knowledge.errors import AuthError, GitLabError, NotFoundError
@@ -80,15 +85,8 @@ def parse_server_time(headers: httpx.Headers) -> datetime | None:
     return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def next_link(headers: httpx.Headers) -> str | None:
-    link = headers.get("link")
-    if link:
-        for part in link.split(","):
-            segments = part.split(";")
-            url = segments[0].strip()
-            if any(s.strip().replace(" ", "") in ('rel="next"', "rel=next") for s in segments[1:]):
-                return url.strip("<>")
-    return None
+class _Transient(Exception):
+    """A failure another attempt may cure; its text names it in the stats and the final error."""
 
 
 class GitLabClient:
@@ -204,63 +202,92 @@ class GitLabClient:
         """One API call with retries; returns (parsed JSON, response)."""
         url = self.url(path, params)
         what = self._describe(method, url)
-        attempt = 0
         throttles = 0
-        while True:
-            waited = await self._limiter.acquire()
-            self.stats.limiter_wait += waited
-            failure = ""
-            async with self._permits:
-                self.stats.requests += 1
-                try:
-                    response = await self._http.request(method, url, json=json_body)
-                except httpx.TimeoutException:
-                    failure = "timeout"
-                except httpx.TransportError as exc:
-                    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-                        # Not transient: retrying cannot make an untrusted certificate trusted.
-                        raise GitLabError(
-                            f"the TLS certificate of {self.settings.url} is not trusted: set gitlab.ca_bundle to "
-                            "the PEM file of the CA that signed it") from None
-                    failure = f"connection error ({type(exc).__name__})"
-                else:
-                    self._honour_quota(response.headers)
-                    status = response.status_code
-                    if status == 429:
-                        throttles += 1
-                        self.stats.throttled += 1
-                        wait = self._throttle_wait(response, throttles)
-                        if throttles > MAX_THROTTLE_RETRIES or wait > MAX_THROTTLE_WAIT:
-                            raise GitLabError(
-                                f"GitLab kept rate-limiting {what} (429 x{throttles}, asked to wait {wait:.0f}s); "
-                                "lower gitlab.rate_limit or try again later", status=429)
-                        wait += self._rng.uniform(0, min(1.0, 0.1 + wait * 0.1))
-                        self._limiter.pause(wait)
-                        self.stats.throttle_wait += wait
-                        self.stats.retries += 1
-                        continue
-                    if 300 <= status < 400:
-                        target = response.headers.get("location", "elsewhere")
-                        raise GitLabError(f"GitLab redirected {what} to {redact(target)} ({status}): check gitlab.url "
-                                          f"(scheme, host, no trailing path) in the config", status=status)
-                    if status in RETRYABLE_STATUS:
-                        failure = f"HTTP {status}"
-                    elif status >= 400:
-                        self._raise_for_status(response, what)
-                    else:
-                        if status == 204 or not response.content:
-                            return None, response
-                        try:
-                            return response.json(), response
-                        except (json.JSONDecodeError, UnicodeDecodeError):
-                            failure = "truncated or non-JSON response body"
-            self.stats.failures[failure.split(" (")[0]] += 1
-            attempt += 1
-            if attempt > self.settings.max_retries:
-                raise GitLabError(redact(
-                    f"GitLab request {what} failed after {attempt} attempts: {failure}"))
-            self.stats.retries += 1
-            await self._sleep(self._backoff(attempt))
+
+        async def attempt() -> tuple[Any, httpx.Response]:
+            nonlocal throttles
+            # 429s loop within one attempt: they have their own bound and must not use up max_retries.
+            while True:
+                response = await self._send(method, url, json_body)
+                if response.status_code != 429:
+                    return self._parse(response, what)
+                throttles += 1
+                self._throttled(response, throttles, what)
+
+        # One AsyncRetrying per call: tenacity keeps its iteration state on the instance, and
+        # concurrent requests would otherwise share it.
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(_Transient),
+            stop=stop_after_attempt(self.settings.max_retries + 1),
+            wait=lambda state: self._backoff(state.attempt_number),
+            sleep=self._sleep,
+            after=self._count_failure,
+            before_sleep=self._count_retry,
+            retry_error_callback=lambda state: self._give_up(state, what),
+        )
+        return await retrying(attempt)
+
+    async def _send(self, method: str, url: str, json_body: Any) -> httpx.Response:
+        self.stats.limiter_wait += await self._limiter.acquire()
+        async with self._permits:
+            self.stats.requests += 1
+            try:
+                response = await self._http.request(method, url, json=json_body)
+            except httpx.TimeoutException:
+                raise _Transient("timeout") from None
+            except httpx.TransportError as exc:
+                if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                    # Not transient: retrying cannot make an untrusted certificate trusted.
+                    raise GitLabError(
+                        f"the TLS certificate of {self.settings.url} is not trusted: set gitlab.ca_bundle to "
+                        "the PEM file of the CA that signed it") from None
+                raise _Transient(f"connection error ({type(exc).__name__})") from None
+            self._honour_quota(response.headers)
+            return response
+
+    def _throttled(self, response: httpx.Response, throttles: int, what: str) -> None:
+        """Account for a 429 and pause every request for its wait, or give up on it."""
+        self.stats.throttled += 1
+        wait = self._throttle_wait(response, throttles)
+        if throttles > MAX_THROTTLE_RETRIES or wait > MAX_THROTTLE_WAIT:
+            raise GitLabError(
+                f"GitLab kept rate-limiting {what} (429 x{throttles}, asked to wait {wait:.0f}s); "
+                "lower gitlab.rate_limit or try again later", status=429)
+        wait += self._rng.uniform(0, min(1.0, 0.1 + wait * 0.1))
+        self._limiter.pause(wait)
+        self.stats.throttle_wait += wait
+        self.stats.retries += 1
+
+    def _parse(self, response: httpx.Response, what: str) -> tuple[Any, httpx.Response]:
+        status = response.status_code
+        if 300 <= status < 400:
+            target = response.headers.get("location", "elsewhere")
+            raise GitLabError(f"GitLab redirected {what} to {redact(target)} ({status}): check gitlab.url "
+                              f"(scheme, host, no trailing path) in the config", status=status)
+        if status in RETRYABLE_STATUS:
+            raise _Transient(f"HTTP {status}")
+        if status >= 400:
+            self._raise_for_status(response, what)
+        if status == 204 or not response.content:
+            return None, response
+        try:
+            return response.json(), response
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise _Transient("truncated or non-JSON response body") from None
+
+    @staticmethod
+    def _failure(state: RetryCallState) -> str:
+        return str(state.outcome.exception()) if state.outcome else "unknown failure"
+
+    def _count_failure(self, state: RetryCallState) -> None:
+        self.stats.failures[self._failure(state).split(" (")[0]] += 1
+
+    def _count_retry(self, state: RetryCallState) -> None:
+        self.stats.retries += 1
+
+    def _give_up(self, state: RetryCallState, what: str) -> NoReturn:
+        raise GitLabError(redact(
+            f"GitLab request {what} failed after {state.attempt_number} attempts: {self._failure(state)}"))
 
     def _raise_for_status(self, response: httpx.Response, what: str) -> None:
         status = response.status_code
@@ -291,7 +318,7 @@ class GitLabClient:
         data, response = await self.request("GET", path, params)
         if not isinstance(data, list):
             raise GitLabError(f"GitLab answered {self._describe('GET', str(response.url))} with a non-list body")
-        nxt = next_link(response.headers)
+        nxt = response.links.get("next", {}).get("url")
         if not nxt:
             x_next = response.headers.get("x-next-page", "").strip()
             if x_next:

@@ -10,45 +10,64 @@ import json
 import os
 import socket
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import duckdb
+import psutil
 
 from gitlab_knowledge.errors import SyncInProgressError
 from gitlab_knowledge.redact import redact
 from gitlab_knowledge.timeutil import utcnow
 
 HOSTNAME = socket.gethostname()
+# Clock ticks per second of /proc's start times, to read tokens stored in that unit.
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# Start times are 0.01 s apart on Linux; the slack absorbs platforms whose boot time drifts a little,
+# and no PID is reused within a second of its previous owner starting.
+_SAME_START_S = 1.0
 
 
 def process_start(pid: int) -> str | None:
-    """The kernel's start time of `pid` (guards against PID reuse), or None if unknown."""
+    """When `pid` started, in seconds since boot (guards against PID reuse), or None if unknown.
+
+    Seconds since boot rather than psutil's wall-clock `create_time()` alone: the wall clock moves
+    when NTP steps it, and a live run must not look like a different process afterwards."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return _since_boot(psutil.Process(pid))
+    except psutil.Error:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    if fields and fields[0] == "Z":  # a zombie has finished running
-        return "zombie"
-    return fields[19] if len(fields) > 19 else None
+
+
+def _since_boot(proc: psutil.Process) -> str:
+    return f"{proc.create_time() - psutil.boot_time():.2f}"
+
+
+def _start_seconds(token: str) -> float | None:
+    # Tokens stored before psutil were the raw clock-tick count of /proc/<pid>/stat (digits only).
+    try:
+        return float(token) if "." in token else int(token) / _CLOCK_TICKS
+    except ValueError:
+        return None
 
 
 def process_alive(pid: int | None, start_token: str | None = None) -> bool | None:
-    """True/False when we can tell, None when we cannot (e.g. no /proc and no permission)."""
+    """True/False when we can tell, None when we cannot (no PID recorded)."""
     if not pid:
         return None
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:  # a zombie has finished running
+            return False
+        started = _since_boot(proc)
+    except psutil.NoSuchProcess:  # ZombieProcess included
         return False
-    except PermissionError:
+    except psutil.AccessDenied:  # it exists; whose it is cannot be checked
         return True
-    started = process_start(pid)
-    if started == "zombie":
-        return False
+    recorded = _start_seconds(start_token) if start_token else None
+    if recorded is None:
+        return True
     # A different start time means the PID now belongs to another process.
-    return not (start_token and started and started != start_token)
+    return abs(float(started) - recorded) <= _SAME_START_S
 
 
 def begin_run(con: duckdb.DuckDBPyConnection, project_path: str, mode: str, *, force: bool,

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 import gitlab_knowledge.redact as redact_module
 from gitlab_knowledge.config import (
@@ -216,7 +217,7 @@ def test_no_file_and_no_environment_is_a_config_error(tmp_path: Path, monkeypatc
 @pytest.fixture
 def three_configs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     def config_for(name: str) -> str:
-        return f'projects = ["{name}/proj"]\n[gitlab]\nurl = "https://gitlab.example.com"\n'
+        return tomli_w.dumps({"projects": [f"{name}/proj"], "gitlab": {"url": "https://gitlab.example.com"}})
 
     cwd = tmp_path / "cwd"
     paths = {
