@@ -24,10 +24,3 @@ def naive_utc(value: datetime | None) -> datetime | None:
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
-
-
-def iso_z(value: datetime | None) -> str | None:
-    """Naive UTC back to GitLab's `...Z` form (milliseconds)."""
-    if value is None:
-        return None
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"

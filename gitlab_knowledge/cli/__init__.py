@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, load_config
@@ -50,13 +51,13 @@ def build_parser() -> OneLineParser:
     p.add_argument("--model", metavar="PROVIDER[:MODEL]")
 
     p = add("list", "list issues or merge requests")
-    p.add_argument("what", choices=["issues", "mrs"])
+    p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--state", metavar="STATE", help="opened, closed, merged, ...")
     p.add_argument("--limit", type=bounded_int(1), default=20)
 
     p = add("count", "count issues, mrs, discussions or notes")
-    p.add_argument("what", choices=["issues", "mrs", "discussions", "notes"])
+    p.add_argument("what", choices=[*(w for k in kinds.ITEM_KINDS for w in k.cli_names), "discussions", "notes"])
     p.add_argument("--project", metavar="PATH")
 
     p = add("explain", "the provenance chain of a document (raw payload → … → indexes) and whether it is fresh")
@@ -74,7 +75,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--port", type=int, default=3000)
 
     p = add("show", "an issue or merge request with its discussion threads")
-    p.add_argument("what", choices=["issue", "mr"])
+    p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("iid", type=bounded_int(1))
     p.add_argument("--project", metavar="PATH")
     return parser

@@ -2,9 +2,9 @@
 completely: the `ui` command, the end-to-end tests and the screenshot script all use this.
 
 `dagster dev` started from a script ignores SIGINT/SIGTERM unless both are reset to their defaults
-before exec, and killing only its parent orphans the webserver and the daemon (DESIGN.md). So it
-runs in its own session with default handlers, and stopping ends the whole group, including code
-servers it respawns while shutting down.
+before exec, and killing only its parent orphans the webserver and the daemon (both measured with
+Dagster 1.13). So it runs in its own session with default handlers, and stopping ends the whole
+group, including code servers it respawns while shutting down.
 """
 
 import contextlib
@@ -32,8 +32,9 @@ def _reset_signals() -> None:
 
 class DagsterServer:
     def __init__(self, home: Path, workspace: Path, *, host: str = "127.0.0.1", port: int = 3000,
-                 env: dict[str, str] | None = None, log: Path | None = None) -> None:
+                 env: dict[str, str] | None = None, log: Path | None = None, cwd: Path | None = None) -> None:
         self.home, self.workspace, self.host, self.port = home, workspace, host, port
+        self.cwd = cwd or home  # relative storage paths in home's dagster.yaml resolve against it
         self.url = f"http://{host}:{port}"
         self.env = {**(env if env is not None else os.environ), "DAGSTER_HOME": str(home)}
         self.log = log
@@ -46,7 +47,7 @@ class DagsterServer:
     def start(self) -> "DagsterServer":
         out = self.log.open("wb") if self.log else None
         try:
-            self.process = subprocess.Popen(self.command(), cwd=self.home, env=self.env, stdout=out,
+            self.process = subprocess.Popen(self.command(), cwd=self.cwd, env=self.env, stdout=out,
                                             stderr=subprocess.STDOUT if out else None, start_new_session=True,
                                             preexec_fn=_reset_signals)
         finally:

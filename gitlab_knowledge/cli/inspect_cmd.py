@@ -5,13 +5,22 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store import queries
 
 
+def _item_kind(word: str) -> kinds.Kind:
+    kind = kinds.from_cli(word)
+    if kind is None:
+        raise UsageError(f"{word!r} is not an issue or merge request kind")
+    return kind
+
+
 def list_cmd(args: argparse.Namespace, config: Config) -> int:
-    kind = "issue" if args.what == "issues" else "mr"
+    kind = _item_kind(args.what)
     rows = queries.list_items(config, kind, args.project, args.limit, args.state)
     if args.json:
         console.print_json(rows)
@@ -22,13 +31,12 @@ def list_cmd(args: argparse.Namespace, config: Config) -> int:
     table = Table(box=None, pad_edge=False)
     for column in ("project", "iid", "title", "state", "author", "updated"):
         table.add_column(column, overflow="ellipsis", no_wrap=column != "title", max_width=60 if column == "title" else None)
-    if kind == "mr":
+    if kind is kinds.MERGE_REQUEST:
         table.add_column("branch", overflow="ellipsis", max_width=40)
-    sigil = "#" if kind == "issue" else "!"
     for r in rows:
-        cells = [r["project"], f"{sigil}{r['iid']}", escape(r["title"] or ""), r["state"] or "", f"@{r['author']}",
+        cells = [r["project"], kind.ref(r["iid"]), escape(r["title"] or ""), r["state"] or "", f"@{r['author']}",
                  console.when(r["updated_at"])]
-        if kind == "mr":
+        if kind is kinds.MERGE_REQUEST:
             cells.append(f"{r['source_branch']} → {r['target_branch']}")
         table.add_row(*cells)
     console.out.print(table)
@@ -37,7 +45,8 @@ def list_cmd(args: argparse.Namespace, config: Config) -> int:
 
 def count_cmd(args: argparse.Namespace, config: Config) -> int:
     n = queries.count(config, args.what, args.project)
-    label = {"issues": "Issues", "mrs": "Merge requests", "discussions": "Discussions", "notes": "Notes"}[args.what]
+    kind = kinds.from_cli(args.what)
+    label = kind.plural_display if kind else args.what.capitalize()
     if args.json:
         console.print_json({"what": args.what, "project": args.project, "count": n})
     else:
@@ -46,18 +55,17 @@ def count_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def show_cmd(args: argparse.Namespace, config: Config) -> int:
-    kind = "issue" if args.what == "issue" else "mr"
+    kind = _item_kind(args.what)
     item = queries.show_item(config, kind, args.iid, args.project)
     if args.json:
         console.print_json(item)
         return 0
-    sigil = "#" if kind == "issue" else "!"
     o = console.out
     title = escape(item["title"] or "")
-    o.print(f"[bold]{'Issue' if kind == 'issue' else 'MR'} {sigil}{item['iid']}: {title}[/]")
+    o.print(f"[bold]{kind.display} {kind.ref(item['iid'])}: {title}[/]")
     facts = [item["project"], item["state"] or "", f"@{item['author_username']}",
              f"created {console.when(item['created_at'])}", f"updated {console.when(item['updated_at'])}"]
-    if kind == "mr":
+    if kind is kinds.MERGE_REQUEST:
         facts.append(f"{item['source_branch']} → {item['target_branch']}")
         if item.get("merged_at"):
             facts.append(f"merged {console.when(item['merged_at'])}")
@@ -100,8 +108,8 @@ def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
         table.add_column(column)
     cursors = {(c["project"], c["resource_type"]): c for c in status["cursors"]}
     for project in status["configured_projects"]:
-        ic = cursors.get((project, "issues"))
-        mc = cursors.get((project, "merge_requests"))
+        ic = cursors.get((project, kinds.ISSUE.name))
+        mc = cursors.get((project, kinds.MERGE_REQUEST.name))
         table.add_row(project, f"{console.when(last.get(project))} ({console.ago(last.get(project))})",
                       _cursor(ic), _cursor(mc))
     o.print(table)

@@ -11,29 +11,41 @@ from gitlab_knowledge.config import Config
 
 
 def dagster_paths(config: Config) -> tuple[Path, Path]:
-    """(DAGSTER_HOME, workspace file): the repository's when run from its root, else generated
-    under the data directory with the same settings."""
+    """(DAGSTER_HOME, workspace file). The instance is the one `sync` records its runs in, chosen
+    by the same rule (`runner.dagster_home`) and prepared the same way, so CLI runs show in the UI.
+    The workspace file is the repository's when run from its root, else generated under the data
+    directory (never written into a $DAGSTER_HOME that may hold the user's own)."""
+    from gitlab_knowledge.defs.runner import dagster_home, dagster_instance
+
+    # Opening the instance as `sync` does creates a new one with the repository's settings.
+    with dagster_instance(config):
+        pass
+    home = dagster_home(config).resolve()
     cwd = Path.cwd()
     if (cwd / "dagster.yaml").is_file() and (cwd / "workspace.yaml").is_file():
-        return cwd, cwd / "workspace.yaml"
-    from gitlab_knowledge.defs.runner import instance_yaml
-
-    home = config.dagster_home
-    home.mkdir(parents=True, exist_ok=True)
-    if not (home / "dagster.yaml").exists():
-        (home / "dagster.yaml").write_text(instance_yaml(home))
-    workspace = home / "workspace.yaml"
+        return home, cwd / "workspace.yaml"
+    generated = config.dagster_home
+    generated.mkdir(parents=True, exist_ok=True)
+    workspace = generated / "workspace.yaml"
     workspace.write_text(WORKSPACE)
     return home, workspace
 
 
-def launch(config: Config, *, host: str, port: int, config_path: Path | str | None,
-           extra_env: dict[str, str] | None = None) -> int:
+def server_for(config: Config, *, host: str, port: int, config_path: Path | str | None,
+               extra_env: dict[str, str] | None = None) -> DagsterServer:
+    """The `dagster dev` process `ui` runs, not started yet."""
     home, workspace = dagster_paths(config)
     env = {**os.environ, **(extra_env or {})}
     if config_path:
         env["GITLAB_KNOWLEDGE_CONFIG"] = str(Path(config_path).resolve())
-    server = DagsterServer(home, workspace, host=host, port=port, env=env).start()
+    # In this directory, as `sync` runs: relative paths in a dagster.yaml and the config file
+    # lookup then resolve the same way for both.
+    return DagsterServer(home, workspace, host=host, port=port, env=env, cwd=Path.cwd())
+
+
+def launch(config: Config, *, host: str, port: int, config_path: Path | str | None,
+           extra_env: dict[str, str] | None = None) -> int:
+    server = server_for(config, host=host, port=port, config_path=config_path, extra_env=extra_env).start()
     previous = signal.signal(signal.SIGTERM, lambda *_: server.stop())
     try:
         return server.wait()

@@ -1,6 +1,6 @@
 """Search documents from normalized rows (pure functions, no I/O).
 
-Formats (DESIGN.md "Documents"):
+Formats (docs/ARCHITECTURE.md, "Documents"):
 
     Issue #234: Authentication redesign            MR !847: Refactor auth to use JWT tokens
     Labels: auth, security                         Labels: auth
@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gitlab_knowledge import kinds
+
 MAX_TOKENS = 8000
 CHARS_PER_TOKEN = 4
 MAX_CHARS = MAX_TOKENS * CHARS_PER_TOKEN
-KIND_LABEL = {"issue": ("Issue", "#"), "merge_request": ("MR", "!")}
 
 
 @dataclass
@@ -87,8 +88,8 @@ def sha256(text: str) -> str:
 
 
 def reference(kind: str, iid: int) -> str:
-    word, sigil = KIND_LABEL[kind]
-    return f"{word} {sigil}{iid}"
+    item_kind = kinds.kind(kind)
+    return f"{item_kind.display} {item_kind.ref(iid)}"
 
 
 def cut_middle(text: str, budget: int) -> str:
@@ -110,7 +111,7 @@ def parent_document(kind: str, parent: dict[str, Any], project_path: str, raw_pa
         header.append("Labels: " + ", ".join(labels))
     if parent.get("state"):
         header.append(f"State: {parent['state']}")
-    if kind == "merge_request" and parent.get("source_branch"):
+    if kind == kinds.MERGE_REQUEST.name and parent.get("source_branch"):
         header.append(f"Branch: {parent['source_branch']} → {parent.get('target_branch') or ''}".rstrip())
     head = "\n".join(header)
     description = (parent.get("description") or "").strip()
@@ -151,7 +152,7 @@ def thread_document(kind: str, parent: dict[str, Any], thread: dict[str, Any], n
     first = notes[0]
     url = parent.get("web_url")
     return Document(
-        id=f"discussion:{thread['id']}", source_type="discussion", source_id=str(thread["id"]),
+        id=f"{kinds.DISCUSSION}:{thread['id']}", source_type=kinds.DISCUSSION, source_id=str(thread["id"]),
         project_id=int(parent["project_id"]), project_path=project_path, parent_type=kind,
         parent_id=int(parent["id"]), parent_iid=int(parent["iid"]), parent_title=parent.get("title"),
         title=parent.get("title"), author_username=first.get("author_username"),

@@ -82,7 +82,7 @@ class EmbeddedProvider:
             tokenizer.no_truncation()
             tokenizer.no_padding()
             options = ort.SessionOptions()
-            options.enable_cpu_mem_arena = False  # ~1.5 GB → ~1.0 GB peak RSS (DESIGN.md)
+            options.enable_cpu_mem_arena = False  # ~1.5 GB → ~1.0 GB peak RSS at batch 32 × 256 tokens (measured)
             options.intra_op_num_threads = self._threads
             options.inter_op_num_threads = 1
             options.log_severity_level = 3

@@ -5,7 +5,7 @@ scores worse without them. Ollama loads it with a 2,048-token context unless tol
 `num_ctx` is raised to the model's 8,192: a document (≤ ~8,000 tokens) is one chunk.
 
 The client has no timeout of its own (a hung server would block forever), an unreachable server
-raises ConnectionError, HTTP errors are ResponseError with .status_code (DESIGN.md pitfalls):
+raises ConnectionError, HTTP errors are ResponseError with .status_code (ollama 0.6, measured):
 each becomes an EmbeddingUnavailable saying what to do.
 """
 

@@ -1,16 +1,16 @@
-"""Read-only questions the CLI and the Dagster checks ask of the store."""
+"""Read-only questions the CLI (and the normalized asset's row counts) ask of the store."""
 
 import json
-from datetime import datetime
 from typing import Any
 
 import duckdb
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store.db import read_connection
 
-KIND_TABLES = {"issue": "issues", "mr": "merge_requests"}
+THREAD_TABLES = ("discussions", "notes")
 
 
 def _project_filter(project: str | None, column: str = "project_id") -> tuple[str, list[Any]]:
@@ -29,9 +29,8 @@ def project_counts(config: Config, project: str | None = None) -> dict[str, int]
     where, params = _project_filter(project)
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
         out = {}
-        for name, table in (("issues", "issues"), ("merge_requests", "merge_requests"),
-                            ("discussions", "discussions"), ("notes", "notes")):
-            out[name] = con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
+        for table in (*(k.table for k in kinds.ITEM_KINDS), *THREAD_TABLES):
+            out[table] = con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
         return out
 
 
@@ -45,13 +44,13 @@ def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> None:
         raise UsageError(f"project {project!r} is not in the store (synced projects: {known})")
 
 
-def list_items(config: Config, kind: str, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
-    table = KIND_TABLES[kind]
+def list_items(config: Config, kind: kinds.Kind, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
+    table = kind.table
     where, params = _project_filter(project, "t.project_id")
     if state:
         where += " AND t.state = ?"
         params.append(state)
-    extra = ", t.source_branch, t.target_branch" if kind == "mr" else ""
+    extra = ", t.source_branch, t.target_branch" if kind is kinds.MERGE_REQUEST else ""
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
         check_project(con, project)
         return _rows(con, f"""
@@ -64,17 +63,21 @@ def list_items(config: Config, kind: str, project: str | None, limit: int, state
 
 
 def count(config: Config, what: str, project: str | None) -> int:
-    table = {"issues": "issues", "mrs": "merge_requests", "discussions": "discussions", "notes": "notes"}[what]
+    """`what` is a kind as a person types it (`issues`, `mrs`, …) or one of THREAD_TABLES."""
+    kind = kinds.from_cli(what)
+    if kind is None and what not in THREAD_TABLES:
+        raise UsageError(f"cannot count {what!r}: expected issues, mrs, discussions or notes")
+    table = kind.table if kind else what
     where, params = _project_filter(project)
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
         check_project(con, project)
         return con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
 
 
-def show_item(config: Config, kind: str, iid: int, project: str | None) -> dict[str, Any]:
+def show_item(config: Config, kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
     """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
-    table = KIND_TABLES[kind]
-    noteable = "Issue" if kind == "issue" else "MergeRequest"
+    table = kind.table
+    noteable = kind.noteable_type
     where, params = _project_filter(project, "t.project_id")
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
         check_project(con, project)
@@ -82,18 +85,20 @@ def show_item(config: Config, kind: str, iid: int, project: str | None) -> dict[
             SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
             WHERE t.iid = ?{where}
         """, [iid, *params])
-        label = f"{'issue #' if kind == 'issue' else 'MR !'}{iid}"
+        # Mid-sentence a word is lower-cased, an acronym is not: "no issue #5", "no MR !5".
+        noun = kind.display if kind.display.isupper() else kind.display.lower()
+        label = f"{noun} {kind.ref(iid)}"
         if not found:
             raise UsageError(f"no {label} in the store" + (f" for {project}" if project else ""))
         if len(found) > 1:
             projects = ", ".join(sorted(r["project"] for r in found))
             raise UsageError(f"{label} exists in several projects ({projects}): add --project")
         item = found[0]
-        threads = _rows(con, """
+        threads = _rows(con, f"""
             SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count
-            FROM discussions WHERE noteable_type = ? AND (issue_id = ? OR merge_request_id = ?)
+            FROM discussions WHERE noteable_type = ? AND {kind.thread_column} = ?
             ORDER BY position, first_note_at
-        """, [noteable, item["id"], item["id"]])
+        """, [noteable, item["id"]])
         notes = _rows(con, """
             SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.body, n.created_at, n.updated_at,
                    n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line
@@ -137,10 +142,3 @@ def sync_status(config: Config) -> dict[str, Any]:
         """, [])
     return {"runs": runs, "cursors": cursors, "last_success": last_success, "layers": layers,
             "configured_projects": list(config.projects)}
-
-
-def last_successful_sync(config: Config, project: str) -> datetime | None:
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
-        row = con.execute("SELECT max(finished_at) FROM sync_runs WHERE project_path = ? AND status = 'succeeded'",
-                          [project]).fetchone()
-    return row[0] if row else None

@@ -9,7 +9,7 @@ transaction: a page of items, their discussions and the cursor commit together o
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,6 @@ import pyarrow as pa
 from gitlab_knowledge.timeutil import parse_time
 
 DISCUSSION = "discussion"
-PARENT_TYPES = ("issue", "merge_request")
 
 _ROW_SCHEMA = pa.schema([
     ("resource_type", pa.string()),
@@ -82,7 +81,6 @@ class UpsertCounts:
     new: int = 0
     updated: int = 0
     unchanged: int = 0
-    new_keys: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -121,7 +119,6 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
         counts.unchanged = sum(1 for _, same in known.values() if same)
         counts.updated = len(known) - counts.unchanged
         counts.new = len(rows) - len(known)
-        counts.new_keys = [r.gitlab_key for r in rows if r.gitlab_key not in known]
         params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
         if counts.new:
             con.execute("""
@@ -234,17 +231,6 @@ def stored_thread_signatures(con: duckdb.DuckDBPyConnection, parent_type: str,
     """, [parent_type, list(parent_ids)]).fetchall():
         out[int(parent_id)].append((key, digest))
     return out
-
-
-def stored_hashes(con: duckdb.DuckDBPyConnection, resource_type: str, ids: Sequence[int]) -> dict[int, str]:
-    """Content hashes of the live stored versions of these objects."""
-    if not ids:
-        return {}
-    rows = con.execute("""
-        SELECT gitlab_key, payload_hash FROM raw_payloads
-        WHERE resource_type = ? AND deleted_at IS NULL AND gitlab_key IN (SELECT unnest(?::TEXT[]))
-    """, [resource_type, [str(i) for i in ids]]).fetchall()
-    return {int(key): digest for key, digest in rows}
 
 
 def recheck_candidates(con: duckdb.DuckDBPyConnection, project_id: int, resource_type: str,

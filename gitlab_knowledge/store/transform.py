@@ -6,9 +6,8 @@ fields (`internal` was `confidential` on notes before 15.x; `draft` was `work_in
 
 from typing import Any
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.timeutil import parse_time
-
-NOTEABLE_TYPES = {"issue": "Issue", "merge_request": "MergeRequest"}
 
 
 def _username(user: Any) -> str | None:
@@ -91,7 +90,8 @@ def thread_rows(thread: dict[str, Any], *, parent_type: str, parent_id: int, pro
                 raw_payload_id: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
     """(discussion row, note rows, DiffNote position rows) with system notes left out; the
     discussion row is None when the thread holds no user note."""
-    noteable_type = NOTEABLE_TYPES[parent_type]
+    parent_kind = kinds.kind(parent_type)
+    noteable_type = parent_kind.noteable_type
     notes = []
     positions = []
     for note in thread.get("notes") or []:
@@ -125,8 +125,7 @@ def thread_rows(thread: dict[str, Any], *, parent_type: str, parent_id: int, pro
     resolvable = [n for n in notes if n["resolvable"]]
     discussion = {
         "id": str(thread["id"]), "project_id": project_id, "noteable_type": noteable_type,
-        "issue_id": parent_id if parent_type == "issue" else None,
-        "merge_request_id": parent_id if parent_type == "merge_request" else None,
+        **{k.thread_column: parent_id if k is parent_kind else None for k in kinds.ITEM_KINDS},
         "individual_note": bool(thread.get("individual_note")),
         "first_note_at": min(created) if created else None, "last_note_at": max(created) if created else None,
         "resolvable": bool(resolvable), "resolved": bool(resolvable) and all(n["resolved"] for n in resolvable),
