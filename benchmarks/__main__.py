@@ -32,13 +32,15 @@ from typing import Any
 from benchmarks import embed_bench, sync_bench
 from benchmarks.hashing_provider import HashingProvider
 from gitlab_knowledge.config import parse_config
-from gitlab_knowledge.documents.refresh import refresh_documents
-from gitlab_knowledge.embeddings.refresh import refresh_embeddings
+from gitlab_knowledge.defs.runner import run_sync
+from gitlab_knowledge.documents.refresh import DocumentStats
+from gitlab_knowledge.embeddings.refresh import EmbedStats
 from gitlab_knowledge.index_status import dir_size
-from gitlab_knowledge.lexical.refresh import refresh_lexical
+from gitlab_knowledge.lexical.refresh import LexicalStats
 from gitlab_knowledge.sandbox import SAMPLE_DATASET, generate_dataset
 from gitlab_knowledge.store.db import read_connection
-from gitlab_knowledge.store.normalize import normalize_project
+from gitlab_knowledge.store.normalize import NormalizeStats
+from gitlab_knowledge.workspace import Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,15 +71,26 @@ def queries_from(dataset: Path, n: int, seed: int) -> list[str]:
     return out[:n]
 
 
+def run_layers(config: Any, projects: list[str], layers: list[str], provider: Any = None) -> list[Any]:
+    """The sync job's `layers` for each project, in-process (an in-memory Dagster instance)."""
+    import dagster as dg
+
+    factories = {"embedder_factory": lambda _c, _p=None, _m=None: provider} if provider is not None else {}
+    outcomes = run_sync(Workspace(config, **factories), projects, instance=dg.DagsterInstance.ephemeral(),
+                        selection=layers)
+    failed = [o for o in outcomes if not o.success]
+    if failed:
+        raise SystemExit(f"{failed[0].project}: {failed[0].message}")
+    return outcomes
+
+
 def build_layers(config: Any, projects: list[str]) -> dict[str, float]:
-    times = {"normalize_s": 0.0, "documents_s": 0.0, "lexical_s": 0.0, "vectors_stand_in_s": 0.0}
-    for project in projects:
-        times["normalize_s"] += timed(normalize_project, config.duckdb_path, project)[1]
-        times["documents_s"] += timed(refresh_documents, config.duckdb_path, project)[1]
-        times["lexical_s"] += timed(refresh_lexical, config, project)[1]
-        times["vectors_stand_in_s"] += timed(refresh_embeddings, config, project, provider=HashingProvider(),
-                                             batch_size=512)[1]
-    return {k: round(v, 2) for k, v in times.items()}
+    """Each layer's own time (what it reports), summed over the projects, from one run of the job."""
+    outcomes = run_layers(config, projects, ["normalized_gitlab", "search_documents", "lexical_index",
+                                             "document_embeddings"], provider=HashingProvider())
+    times = {"normalize_s": NormalizeStats, "documents_s": DocumentStats, "lexical_s": LexicalStats,
+             "vectors_stand_in_s": EmbedStats}
+    return {name: round(sum(o.stats(kind).duration_s for o in outcomes), 2) for name, kind in times.items()}
 
 
 def disk(config: Any) -> dict[str, Any]:
@@ -106,9 +119,7 @@ def cli_search(sample: Any, workdir: Path, runs: int = 7) -> dict[str, Any]:
     model) on the sample store, and what importing lancedb costs with and without the deferral."""
     import statistics
 
-    for project in sample.projects:
-        refresh_lexical(sample, project)
-        refresh_embeddings(sample, project)
+    run_layers(sample, sample.projects, ["lexical_index", "document_embeddings"])
     config_path = workdir / "sample.toml"
     config_path.write_text(f'projects = {json.dumps(sample.projects)}\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
                            f'[storage]\ndata_dir = {json.dumps(str(sample.data_dir))}\n')
@@ -235,9 +246,7 @@ def main() -> int:
     log("embedding ...")
     sample = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": projects_of(SAMPLE_DATASET),
                            "storage": {"data_dir": str(args.workdir / "sample-data")}}, args.workdir, {}, "benchmark")
-    for project in sample.projects:
-        normalize_project(sample.duckdb_path, project)
-        refresh_documents(sample.duckdb_path, project)
+    run_layers(sample, sample.projects, ["normalized_gitlab", "search_documents"])
     results["embedding"] = {
         "sample dataset": embed_bench.run(sample.duckdb_path, None, None, args.workdir / "embed-sample"),
         "generated": embed_bench.run(config.duckdb_path, projects[0], args.embed_docs, args.workdir / "embed-generated"),

@@ -1,6 +1,6 @@
 """Embedding throughput: the bare model vs the pipeline on the same documents.
 
-Bare: the embedded provider on the documents' texts, nothing else. Pipeline: `refresh_embeddings`
+Bare: the embedded provider on the documents' texts, nothing else. Pipeline: `embeddings.refresh`
 on a store holding exactly those documents (diff against the vector table, staging through
 Parquet, chunking, LanceDB writes, index upkeep). The ratio is the pipeline's overhead.
 """
@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from gitlab_knowledge.config import parse_config
+from gitlab_knowledge.embeddings import refresh as embeddings
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
-from gitlab_knowledge.embeddings.refresh import refresh_embeddings
 from gitlab_knowledge.store.db import read_connection, write_connection
+from gitlab_knowledge.workspace import Workspace
 
 BENCH_PROJECT = "bench/documents"
 
@@ -48,7 +49,7 @@ def run(source_db: Path, project: str | None, limit: int | None, workdir: Path, 
     # mean of the runs on either side of the pipeline's.
     before, chunks = bare_run()
     t0 = time.perf_counter()
-    stats = refresh_embeddings(config, BENCH_PROJECT, provider=model, batch_size=batch)
+    stats = embeddings.refresh(Workspace(config), BENCH_PROJECT, provider=model, batch_size=batch)
     pipeline = time.perf_counter() - t0
     after, _ = bare_run()
     bare = (before + after) / 2

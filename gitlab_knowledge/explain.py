@@ -12,16 +12,15 @@ from urllib.parse import urlsplit
 
 import duckdb
 
-from gitlab_knowledge.config import Config
+from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.freshness import EntryState, state_of
 from gitlab_knowledge.store.normalize import get_watermark
+from gitlab_knowledge.workspace import Workspace
 
 _URL = re.compile(r"^/(?P<project>[^/]+(?:/[^/]+)*)/-/(?P<kind>issues|merge_requests)/(?P<iid>\d+)(?:#note_(?P<note>\d+))?")
 _REF = re.compile(r"^(?P<project>[\w.\-]+(?:/[\w.\-]+)+)?(?P<sigil>[#!])(?P<iid>\d+)$")
 _DOC = re.compile(r"^(issue|merge_request|discussion):\S+$")
-KINDS = {"issues": "issue", "merge_requests": "merge_request", "#": "issue", "!": "merge_request"}
-TABLES = {"issue": "issues", "merge_request": "merge_requests"}
 
 
 @dataclass
@@ -54,7 +53,7 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
     # A GitLab URL: its path names the project; the host is whatever the instance is called.
     url = _URL.search(parts.path + (f"#{parts.fragment}" if parts.fragment else "")) if parts.scheme else None
     if url:
-        kind, iid, project, note = KINDS[url["kind"]], int(url["iid"]), url["project"], url["note"]
+        kind, iid, project, note = kinds.by_api_path(url["kind"]), int(url["iid"]), url["project"], url["note"]
         if note:
             found = con.execute("SELECT 'discussion:' || discussion_id FROM notes WHERE id = ?", [int(note)]).fetchone()
             if not found:
@@ -65,22 +64,22 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
         if not match:
             raise UsageError(f"explain expects #IID, !IID, group/project#IID, a GitLab URL or a document id "
                              f"(issue:…, merge_request:…, discussion:…), got {ref!r}")
-        kind, iid = KINDS[match["sigil"]], int(match["iid"])
+        kind, iid = kinds.by_sigil(match["sigil"]), int(match["iid"])
         project = match["project"] or project
     where = " AND p.path_with_namespace = ?" if project else ""
-    rows = con.execute(f"SELECT t.id, p.path_with_namespace FROM {TABLES[kind]} t JOIN projects p ON p.id = t.project_id "
+    rows = con.execute(f"SELECT t.id, p.path_with_namespace FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
                        f"WHERE t.iid = ?{where}", [iid, *([project] if project else [])]).fetchall()
-    label = f"{'#' if kind == 'issue' else '!'}{iid}"
+    label = kind.ref(iid)
     if not rows:
         raise UsageError(f"no {label} in the store" + (f" for {project}" if project else ""))
     if len(rows) > 1:
         raise UsageError(f"{label} exists in several projects ({', '.join(sorted(r[1] for r in rows))}): "
                          "add --project or write group/project" + label)
-    return f"{kind}:{rows[0][0]}"
+    return f"{kind.name}:{rows[0][0]}"
 
 
-def explain(config: Config, ref: str, project: str | None = None, live: bool = False) -> Explanation:
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+def explain(workspace: Workspace, ref: str, project: str | None = None, live: bool = False) -> Explanation:
+    with workspace.read() as con:
         doc_id = resolve(con, ref, project)
         out = Explanation(doc_id)
         doc = _row(con, "SELECT * EXCLUDE (content_text) FROM documents WHERE id = ?", [doc_id])
@@ -88,7 +87,7 @@ def explain(config: Config, ref: str, project: str | None = None, live: bool = F
             raise UsageError(f"no document {doc_id} in the store")
         kind, parent_id = doc["parent_type"], doc["parent_id"]
         parent = _row(con, f"SELECT id, iid, updated_at, change_seq, raw_payload_id, user_notes_count "
-                           f"FROM {TABLES[kind]} WHERE id = ?", [parent_id])
+                           f"FROM {kinds.kind(kind).table} WHERE id = ?", [parent_id])
         raws = [_row(con, """
             SELECT r.id, r.resource_type, r.gitlab_key, r.updated_at, r.fetched_at, r.discussions_fetched_at,
                    r.payload_hash, r.change_seq, r.deleted_at, r.sync_run_id, r.dagster_run_id,
@@ -96,7 +95,7 @@ def explain(config: Config, ref: str, project: str | None = None, live: bool = F
             FROM raw_payloads r LEFT JOIN sync_runs s ON s.id = r.sync_run_id WHERE r.id = ?""", [rid])
                 for rid in doc["raw_payload_ids"] or []]
         out.chain["raw_payloads"] = [r for r in raws if r]
-        normalized = {"table": TABLES[kind], "row": parent}
+        normalized = {"table": kinds.kind(kind).table, "row": parent}
         if doc["source_type"] == "discussion":
             thread_id = doc["source_id"]
             normalized["discussion"] = _row(con, "SELECT id, note_count, first_note_at, last_note_at, raw_payload_id "
@@ -125,30 +124,30 @@ def explain(config: Config, ref: str, project: str | None = None, live: bool = F
             out.reasons.append(f"the {kind} changed (seq {parent['change_seq']}) after documents were last built "
                                f"(watermark {watermarks['documents']}): the next sync rebuilds this document")
         project_path = doc["project_path"]
-    _index_chain(config, out, doc, project_path)
+    _index_chain(workspace, out, doc, project_path)
     if live:
-        _live(config, out, doc, parent)
+        _live(workspace, out, doc, parent)
     out.verdict = "stale" if out.reasons else "fresh"
     return out
 
 
-def _index_chain(config: Config, out: Explanation, doc: dict[str, Any], project: str) -> None:
-    from gitlab_knowledge.embeddings.provider import get_provider
-    from gitlab_knowledge.embeddings.vectors import VectorStore, sql_str
+def _index_chain(workspace: Workspace, out: Explanation, doc: dict[str, Any], project: str) -> None:
+    from gitlab_knowledge.embeddings.vectors import sql_str
     from gitlab_knowledge.errors import StoreError
-    from gitlab_knowledge.lexical.index import LexicalIndex
 
-    provider = get_provider(config)
+    provider = workspace.embedder()
+    hashes = (doc["content_hash"], doc["meta_hash"])
     vector: dict[str, Any] = {"model": f"{provider.provider}/{provider.model}", "present": False}
-    if config.lancedb_dir.exists():
-        store = VectorStore(config.lancedb_dir, provider.provider, provider.model)
+    if workspace.config.lancedb_dir.exists():
+        store = workspace.vectors(provider.provider, provider.model)
         table = store.table()
         if table is not None:
             rows = table.search().where(f"doc_id = {sql_str(doc['id'])}").select(
-                ["chunk", "content_hash", "embedded_at", "dims"]).limit(None).to_arrow().to_pylist()
+                ["chunk", "content_hash", "meta_hash", "embedded_at", "dims"]).limit(None).to_arrow().to_pylist()
             if rows:
                 vector.update(present=True, chunks=len(rows), content_hash=rows[0]["content_hash"],
-                              embedded_at=rows[0]["embedded_at"], dims=rows[0]["dims"])
+                              meta_hash=rows[0]["meta_hash"], embedded_at=rows[0]["embedded_at"],
+                              dims=rows[0]["dims"])
         failure = store.failures(project).get(doc["id"])
         if failure:
             vector["failure"] = {k: failure[k] for k in ("error", "attempts", "failed_at")}
@@ -157,34 +156,40 @@ def _index_chain(config: Config, out: Explanation, doc: dict[str, Any], project:
         out.reasons.append(f"no vector in {vector['model']}" + (f" (embedding failed: {vector['failure']['error']})"
                            if vector.get("failure") else "") + ": the next sync (or `embed`) embeds it; keyword "
                            "search finds it meanwhile")
-    elif vector["content_hash"] != doc["content_hash"]:
-        out.reasons.append("the vector was embedded from an older text (hash "
-                           f"{vector['content_hash'][:12]} ≠ {doc['content_hash'][:12]}): the next sync re-embeds it")
+    else:
+        state = state_of(hashes, (vector["content_hash"], vector["meta_hash"]))
+        if state is EntryState.TEXT_CHANGED:
+            out.reasons.append("the vector was embedded from an older text (hash "
+                               f"{vector['content_hash'][:12]} ≠ {doc['content_hash'][:12]}): the next sync re-embeds it")
+        elif state is EntryState.METADATA_CHANGED:
+            out.reasons.append("the vector's metadata (labels, state, title…) is older than the document's: "
+                               "the next sync rewrites it")
     lexical: dict[str, Any] = {"present": False}
     try:
-        state = LexicalIndex(config.tantivy_dir).state(project).get(doc["id"])
+        entry = workspace.lexical().state(project).get(doc["id"])
     except StoreError:
-        state = None
-    if state:
-        lexical.update(present=True, content_hash=state[0], meta_hash=state[1])
+        entry = None
+    if entry:
+        lexical.update(present=True, content_hash=entry[0], meta_hash=entry[1])
     out.chain["lexical"] = lexical
-    if not lexical["present"]:
+    state = state_of(hashes, entry)
+    if state is EntryState.MISSING:
         out.reasons.append("not in the lexical index: the next sync indexes it")
-    elif lexical["content_hash"] != doc["content_hash"] or lexical["meta_hash"] != doc["meta_hash"]:
+    elif not state.is_current:
         out.reasons.append("the lexical entry is from an older version: the next sync re-indexes it")
 
 
-def _live(config: Config, out: Explanation, doc: dict[str, Any], parent: dict[str, Any] | None) -> None:
+def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], parent: dict[str, Any] | None) -> None:
     import asyncio
 
     from gitlab_knowledge.errors import NotFoundError
-    from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
+    from gitlab_knowledge.gitlab.client import encode_project
     from gitlab_knowledge.timeutil import parse_time
 
-    resource = TABLES[doc["parent_type"]]
+    resource = kinds.kind(doc["parent_type"]).api_path
 
     async def fetch() -> dict[str, Any] | None:
-        async with GitLabClient(config.gitlab, config.token()) as client:
+        async with workspace.gitlab() as client:
             try:
                 return await client.get(f"/projects/{encode_project(doc['project_path'])}/{resource}/{doc['parent_iid']}")
             except NotFoundError:

@@ -2,15 +2,15 @@
 
 For the vector table of one model and for the lexical index, every document is indexed (its hash
 matches), stale (present with another hash), unindexed (missing) or failed (embedding gave up on
-it); entries whose document is gone are orphaned. It is the same comparison the layers make when
-they decide what to do, so "stale" here is exactly what the next sync will redo.
+it); entries whose document is gone are orphaned. Stale means an older text or older metadata:
+the comparison is `freshness.compare`, the one the layers make when they decide what to redo.
 """
 
 from pathlib import Path
 from typing import Any
 
-from gitlab_knowledge.config import Config
-from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.freshness import compare
+from gitlab_knowledge.workspace import Workspace
 
 
 def dir_size(path: Path) -> int:
@@ -21,36 +21,17 @@ def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _compare(documents: dict[str, str], entries: dict[str, tuple[str, str]], failed: set[str]) -> dict[str, int]:
-    indexed = stale = unindexed = failures = 0
-    for doc_id, content_hash in documents.items():
-        entry = entries.get(doc_id)
-        if entry is None:
-            if doc_id in failed:
-                failures += 1
-            else:
-                unindexed += 1
-        elif entry[0] != content_hash:
-            stale += 1
-        else:
-            indexed += 1
-    return {"indexed": indexed, "stale": stale, "unindexed": unindexed, "failed": failures,
-            "orphaned": len(set(entries) - set(documents))}
-
-
-def index_status(config: Config, provider: str | None = None, model: str | None = None) -> dict[str, Any]:
-    from gitlab_knowledge.embeddings.provider import get_provider
-    from gitlab_knowledge.embeddings.vectors import VectorStore
+def index_status(workspace: Workspace, provider: str | None = None, model: str | None = None) -> dict[str, Any]:
     from gitlab_knowledge.errors import StoreError
-    from gitlab_knowledge.lexical.index import LexicalIndex
 
-    chosen = get_provider(config, provider, model)
-    vectors = VectorStore(config.lancedb_dir, chosen.provider, chosen.model) if config.lancedb_dir.exists() else None
+    config = workspace.config
+    chosen = workspace.embedder(provider, model)
+    vectors = workspace.vectors(chosen.provider, chosen.model) if config.lancedb_dir.exists() else None
     try:
-        lexical = LexicalIndex(config.tantivy_dir)
+        lexical = workspace.lexical()
     except StoreError:
         lexical = None
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+    with workspace.read() as con:
         docs = con.execute("SELECT project_path, id, content_hash, meta_hash FROM documents").fetchall()
     projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in config.projects}
     for project, doc_id, content_hash, meta_hash in docs:
@@ -60,15 +41,15 @@ def index_status(config: Config, provider: str | None = None, model: str | None 
         vector_state = vectors.document_state(project) if vectors else {}
         failed = set(vectors.failures(project)) if vectors else set()
         lexical_state = lexical.state(project) if lexical else {}
-        content = {doc_id: h[0] for doc_id, h in documents.items()}
         out.append({"project": project, "documents": len(documents),
-                    "vectors": _compare(content, vector_state, failed),
-                    "lexical": _compare(content, lexical_state, set())})
+                    "vectors": compare(documents, vector_state, failed).counts(),
+                    "lexical": compare(documents, lexical_state).counts()})
     return {"model": f"{chosen.provider}/{chosen.model}", "projects": out}
 
 
-def stats(config: Config) -> dict[str, Any]:
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+def stats(workspace: Workspace) -> dict[str, Any]:
+    config = workspace.config
+    with workspace.read() as con:
         by_type = con.execute("""
             SELECT project_path, source_type, count(*), count(*) FILTER (WHERE truncated)
             FROM documents GROUP BY 1, 2 ORDER BY 1, 2
@@ -80,7 +61,7 @@ def stats(config: Config) -> dict[str, Any]:
             SELECT (SELECT count(*) FROM issues), (SELECT count(*) FROM merge_requests),
                    (SELECT count(*) FROM discussions), (SELECT count(*) FROM notes)
         """).fetchone(), strict=True))
-    status = index_status(config)
+    status = index_status(workspace)
     projects = []
     for entry in status["projects"]:
         types = {t: n for p, t, n, _ in by_type if p == entry["project"]}

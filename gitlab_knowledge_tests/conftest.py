@@ -72,13 +72,14 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
         sync_all(config)
         index_all(config)
     # A second vector table, from an Ollama that then goes away: what degradation looks like.
+    from gitlab_knowledge.embeddings import refresh as embeddings
     from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
-    from gitlab_knowledge.embeddings.refresh import refresh_embeddings
+    from gitlab_knowledge.workspace import Workspace
     from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
     with FakeOllama() as fake:
         for project in config.projects:
-            refresh_embeddings(config, project, provider=OllamaProvider(host=fake.url))
+            embeddings.refresh(Workspace(config), project, provider=OllamaProvider(host=fake.url))
         gone = fake.url
     path = base / "gitlab_knowledge.toml"
     path.write_text('projects = ["acme/platform", "acme/web-app"]\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
@@ -137,11 +138,14 @@ def make_config(tmp_path: Path, token_env: str) -> Callable[..., Config]:
 
 
 def write_config_file(path: Path, sb: SandboxGitLab, data_dir: Path, **gitlab: Any) -> Path:
-    lines = [f'projects = {project_paths(sb)!r}'.replace("'", '"'), "[gitlab]", f'url = "{sb.url}"']
-    settings = {"rate_limit": 0, "max_retries": 4, "timeout": 5, **gitlab}
-    lines += [f"{k} = {v!r}".replace("'", '"') for k, v in settings.items()]
-    lines += ["[storage]", f'data_dir = "{data_dir}"']
-    path.write_text("\n".join(lines) + "\n")
+    import tomli_w
+
+    doc = {
+        "projects": project_paths(sb),
+        "gitlab": {"url": sb.url, "rate_limit": 0, "max_retries": 4, "timeout": 5, **gitlab},
+        "storage": {"data_dir": str(data_dir)},
+    }
+    path.write_text(tomli_w.dumps(doc), encoding="utf-8")
     return path
 
 

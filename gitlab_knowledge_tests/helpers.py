@@ -1,35 +1,65 @@
-"""Test helpers: run the pipeline's layers (the functions the Dagster assets call) and read the store."""
+"""Test helpers: run the pipeline (the Dagster job itself, in-process) and read the store."""
 
+from collections.abc import Sequence
 from typing import Any
 
+import dagster as dg
+
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.documents.refresh import refresh_documents
-from gitlab_knowledge.embeddings.refresh import refresh_embeddings
-from gitlab_knowledge.lexical.refresh import refresh_lexical
+from gitlab_knowledge.defs.runner import ProjectOutcome, run_sync
+from gitlab_knowledge.documents.refresh import DocumentStats
+from gitlab_knowledge.embeddings.refresh import EmbedStats
+from gitlab_knowledge.lexical.refresh import LexicalStats
 from gitlab_knowledge.store.db import read_connection
-from gitlab_knowledge.store.normalize import normalize_project
-from gitlab_knowledge.sync.engine import ProjectSync, SyncResult
+from gitlab_knowledge.sync.engine import RawStats
+from gitlab_knowledge.workspace import Workspace
+
+SYNC_LAYERS = ("raw_gitlab_payloads", "normalized_gitlab")
+INDEX_LAYERS = ("search_documents", "document_embeddings", "lexical_index")
+_instance: dg.DagsterInstance | None = None
 
 
-def sync(config: Config, project: str, **kwargs: Any) -> SyncResult:
-    result = ProjectSync(config, project, **kwargs).run()
-    normalize_project(config.duckdb_path, project)
-    return result
+def shared_instance() -> dg.DagsterInstance:
+    """One in-memory Dagster instance per test process: runs are recorded, nothing is written."""
+    global _instance
+    if _instance is None:
+        _instance = dg.DagsterInstance.ephemeral()
+    return _instance
 
 
-def sync_all(config: Config, **kwargs: Any) -> dict[str, SyncResult]:
-    return {p: sync(config, p, **kwargs) for p in config.projects}
+def workspace(config: Config, provider: Any = None, **kwargs: Any) -> Workspace:
+    """The config as a workspace; `provider` replaces the embedder (every model name asks for it)."""
+    if provider is not None:
+        kwargs["embedder_factory"] = lambda _config, _name=None, _model=None: provider
+    return Workspace(config, **kwargs)
+
+
+def run_layers(config: Config, projects: Sequence[str], layers: Sequence[str] | None, *, provider: Any = None,
+               workspace_kwargs: dict[str, Any] | None = None, **options: Any) -> list[ProjectOutcome]:
+    """Run the sync job (the asset graph's `layers`, or all of them) for each project; a failure
+    raises what the failing step raised."""
+    outcomes = run_sync(workspace(config, provider, **(workspace_kwargs or {})), projects, instance=shared_instance(),
+                        selection=layers, **options)
+    for outcome in outcomes:
+        if outcome.error is not None:
+            raise outcome.error
+    return outcomes
+
+
+def sync(config: Config, project: str, **options: Any) -> RawStats:
+    """GitLab → raw → normalized for one project, through the Dagster job."""
+    return run_layers(config, [project], SYNC_LAYERS, **options)[0].stats(RawStats)
+
+
+def sync_all(config: Config, **options: Any) -> dict[str, RawStats]:
+    return {p: sync(config, p, **options) for p in config.projects}
 
 
 def index_all(config: Config, provider: Any = None) -> dict[str, dict[str, Any]]:
-    out = {}
-    for project in config.projects:
-        out[project] = {
-            "documents": refresh_documents(config.duckdb_path, project),
-            "embeddings": refresh_embeddings(config, project, provider=provider),
-            "lexical": refresh_lexical(config, project),
-        }
-    return out
+    """documents → embeddings + lexical index for every project, through the Dagster job."""
+    outcomes = run_layers(config, list(config.projects), INDEX_LAYERS, provider=provider)
+    return {o.project: {"documents": o.stats(DocumentStats), "embeddings": o.stats(EmbedStats),
+                        "lexical": o.stats(LexicalStats)} for o in outcomes}
 
 
 def rows(config: Config, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
@@ -93,7 +123,7 @@ def run_checks(config_path: Any) -> dict[str, Any]:
     with dg.instance_for_test() as instance:
         result = resolved.execute_in_process(
             instance=instance, raise_on_error=False,
-            run_config={"resources": {"settings": {"config": {"config_path": str(config_path)}}}})
+            run_config={"resources": {"workspace": {"config": {"config_path": str(config_path)}}}})
         assert result.success
         return {e.event_specific_data.check_name: e.event_specific_data
                 for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}

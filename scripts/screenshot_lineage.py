@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gitlab_knowledge.cli.dagster_server import WORKSPACE, DagsterServer  # noqa: E402
-from gitlab_knowledge.config import load_config  # noqa: E402
 from gitlab_knowledge.defs.runner import instance_yaml, run_sync  # noqa: E402
 from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab  # noqa: E402
+from gitlab_knowledge.workspace import Workspace  # noqa: E402
 
 
 def free_port() -> int:
@@ -81,9 +81,8 @@ def main() -> int:
         os.environ["GITLAB_KNOWLEDGE_CONFIG"] = str(config_path)
         from dagster import DagsterInstance
 
-        outcomes = run_sync(load_config(config_path), projects, instance=DagsterInstance.get(),
-                            config_path=str(config_path))
-        assert all(o.success for o in outcomes), [o.error for o in outcomes]
+        outcomes = run_sync(Workspace.load(config_path), projects, instance=DagsterInstance.get())
+        assert all(o.success for o in outcomes), [o.message for o in outcomes]
         with DagsterServer(home, work / "workspace.yaml", port=free_port(), log=work / "dagster.log") as server:
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+import tomli_w
+
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, load_config
 
@@ -29,11 +31,13 @@ def demo_dir(base: Path) -> Path:
 def write_demo_config(directory: Path, url: str, projects: list[str]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "gitlab_knowledge.toml"
-    path.write_text(
-        "# Written by `python -m gitlab_knowledge demo`: the sandbox GitLab serving the bundled sample.\n"
-        f"projects = [{', '.join(repr(p).replace(chr(39), chr(34)) for p in projects)}]\n\n"
-        f'[gitlab]\nurl = "{url}"\ntoken_env = "{DEMO_TOKEN_ENV}"\nrate_limit = 0\n\n'
-        '[storage]\ndata_dir = "."\n')
+    doc = {
+        "projects": projects,
+        "gitlab": {"url": url, "token_env": DEMO_TOKEN_ENV, "rate_limit": 0},
+        "storage": {"data_dir": "."},
+    }
+    path.write_text("# Written by `python -m gitlab_knowledge demo`: the sandbox GitLab serving the bundled sample.\n"
+                    + tomli_w.dumps(doc), encoding="utf-8")
     return path
 
 
@@ -43,6 +47,7 @@ def run(args: argparse.Namespace, _config: Config | None) -> int:
     from gitlab_knowledge.search.engine import Searcher
     from gitlab_knowledge.search.filters import Filters
     from gitlab_knowledge.search.output import render_human
+    from gitlab_knowledge.workspace import Workspace
 
     os.environ[DEMO_TOKEN_ENV] = DEFAULT_TOKEN
     directory = demo_dir(Path.cwd())
@@ -56,12 +61,12 @@ def run(args: argparse.Namespace, _config: Config | None) -> int:
 
         started = time.monotonic()
         with BarProgress() as bar:
-            outcomes = run_sync(config, projects, progress=bar, config_path=str(config_path))
+            outcomes = run_sync(Workspace(config, progress=bar, config_path=str(config_path)), projects)
         print_summary(outcomes, time.monotonic() - started, full=False)
         if not all(o.success for o in outcomes):
             for o in outcomes:
                 if not o.success:
-                    console.fail(f"{o.project}: {o.error}")
+                    console.fail(f"{o.project}: {o.message}")
             return 1
         searcher = Searcher(config)
         for query, filters in EXAMPLES:

@@ -20,8 +20,9 @@ def _short(value: Any) -> str:
 
 def explain_cmd(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.explain import explain
+    from gitlab_knowledge.workspace import Workspace
 
-    result = explain(config, args.ref, args.project, live=args.live)
+    result = explain(Workspace(config), args.ref, args.project, live=args.live)
     if args.json:
         console.print_json(result.as_dict())
         return 0

@@ -37,19 +37,21 @@ class EtaProgress(BarProgress):
 
 
 def embed_cmd(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.defs.runner import exit_code_for, run_embed
+    from gitlab_knowledge.defs.runner import run_embed
+    from gitlab_knowledge.embeddings.refresh import EmbedStats
+    from gitlab_knowledge.workspace import Workspace
 
     provider, model = _model(args.model)
     projects = selected_projects(config, args.project)
     started = time.monotonic()
     with EtaProgress() as bar:
-        outcomes = run_embed(config, projects, everything=args.all, provider=provider, model=model, progress=bar,
-                             config_path=args.config)
+        workspace = Workspace(config, progress=bar, config_path=args.config)
+        outcomes = run_embed(workspace, projects, everything=args.all, provider=provider, model=model)
     rows = []
     for o in outcomes:
-        m = o.metadata.get("document_embeddings", {})
-        rows.append({"project": o.project, "success": o.success, "error": o.error,
-                     **{k.removeprefix("embeddings_"): v for k, v in m.items()}})
+        stats = o.stats(EmbedStats).as_dict() if EmbedStats.ASSET in o.metadata else {}
+        rows.append({"project": o.project, "success": o.success, "error": o.message, **stats,
+                     "last_error": o.stats(EmbedStats).last_error})
     if args.json:
         console.print_json({"duration_s": round(time.monotonic() - started, 3), "projects": rows})
     else:
@@ -71,8 +73,8 @@ def embed_cmd(args: argparse.Namespace, config: Config) -> int:
                              "they are retried on the next run")
     failed = [o for o in outcomes if not o.success]
     for o in failed:
-        console.fail(f"{o.project}: {o.error}")
-    return exit_code_for(failed[0].error_class) if failed else 0
+        console.fail(f"{o.project}: {o.message}")
+    return failed[0].exit_code if failed else 0
 
 
 def _mb(n: int) -> str:
@@ -81,8 +83,9 @@ def _mb(n: int) -> str:
 
 def stats_cmd(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.index_status import stats
+    from gitlab_knowledge.workspace import Workspace
 
-    data = stats(config)
+    data = stats(Workspace(config))
     if args.json:
         console.print_json(data)
         return 0
@@ -108,9 +111,10 @@ def stats_cmd(args: argparse.Namespace, config: Config) -> int:
 
 def index_status_cmd(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.index_status import index_status
+    from gitlab_knowledge.workspace import Workspace
 
     provider, model = _model(args.model)
-    data = index_status(config, provider, model)
+    data = index_status(Workspace(config), provider, model)
     if args.json:
         console.print_json(data)
         return 0

@@ -55,21 +55,22 @@ def selected_projects(config: Config, selected: list[str] | None) -> list[str]:
     return selected
 
 
-def summary_rows(metadata: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    raw = metadata.get("raw_gitlab_payloads", {})
-    docs = metadata.get("search_documents", {})
-    emb = metadata.get("document_embeddings", {})
-    lex = metadata.get("lexical_index", {})
+def summary_rows(outcome: Any) -> dict[str, Any]:
+    """One project's summary line, from the typed stats each layer reported."""
+    from gitlab_knowledge.documents.refresh import DocumentStats
+    from gitlab_knowledge.embeddings.refresh import EmbedStats
+    from gitlab_knowledge.lexical.refresh import LexicalStats
+    from gitlab_knowledge.sync.engine import RawStats
+
+    raw, docs = outcome.stats(RawStats), outcome.stats(DocumentStats)
+    emb, lex = outcome.stats(EmbedStats), outcome.stats(LexicalStats)
     return {
-        "fetched": raw.get("items_fetched", 0), "new": raw.get("items_new", 0),
-        "updated": raw.get("items_updated", 0), "deleted": raw.get("items_deleted", 0),
-        "threads": raw.get("threads_fetched", 0), "api_calls": raw.get("api_calls", 0),
-        "rate_limited": raw.get("rate_limited_429", 0), "sync_s": raw.get("duration_s", 0.0),
-        "documents_changed": sum(docs.get(f"documents_{k}", 0) for k in ("new", "content_changed",
-                                                                          "metadata_changed", "deleted")),
-        "embedded": emb.get("embeddings_embedded", 0), "embedding_failures": emb.get("embeddings_failed", 0),
-        "embedding_error": emb.get("embeddings_last_error"),
-        "documents": lex.get("lexical_documents", 0), "indexed": lex.get("lexical_index_documents", 0),
+        "fetched": raw.items_fetched, "new": raw.items_new, "updated": raw.items_updated,
+        "deleted": raw.items_deleted, "threads": raw.threads_fetched, "api_calls": raw.api_calls,
+        "rate_limited": raw.rate_limited_429, "sync_s": raw.duration_s,
+        "documents_changed": docs.new + docs.content_changed + docs.metadata_changed + docs.deleted,
+        "embedded": emb.embedded, "embedding_failures": emb.failed, "embedding_error": emb.last_error,
+        "documents": lex.documents, "indexed": lex.index_documents,
     }
 
 
@@ -87,12 +88,12 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
     table.add_column("time", justify="right")
     table.add_column("status")
     for o in outcomes:
-        row = summary_rows(o.metadata)
+        row = summary_rows(o)
         table.add_row(o.project, *(str(row[k]) for k, _ in COLUMNS), f"{o.duration_s:.1f}s",
                       "ok" if o.success else "[red]failed[/]")
     console.out.print(table)
     for o in outcomes:
-        row = summary_rows(o.metadata)
+        row = summary_rows(o)
         if row["rate_limited"]:
             console.warn(f"{o.project}: GitLab rate-limited {row['rate_limited']} request(s); they were retried")
         if row["embedding_failures"]:
@@ -102,25 +103,26 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.defs.runner import exit_code_for, run_sync
+    from gitlab_knowledge.defs.runner import run_sync
+    from gitlab_knowledge.workspace import Workspace
 
     projects = selected_projects(config, args.project)
     config.token()  # a missing token is a config problem: say so before Dagster starts
     started = time.monotonic()
     with BarProgress() as bar:
-        outcomes = run_sync(config, projects, full=args.full, force=args.force, progress=bar,
-                            config_path=args.config)
+        workspace = Workspace(config, progress=bar, config_path=args.config)
+        outcomes = run_sync(workspace, projects, full=args.full, force=args.force)
     elapsed = time.monotonic() - started
     failed = [o for o in outcomes if not o.success]
     if args.json:
         console.print_json({
             "success": not failed, "duration_s": round(elapsed, 3),
             "projects": [{"project": o.project, "success": o.success, "dagster_run_id": o.run_id,
-                          "error": o.error, "duration_s": o.duration_s, **summary_rows(o.metadata),
+                          "error": o.message, "duration_s": o.duration_s, **summary_rows(o),
                           "assets": o.metadata} for o in outcomes],
         })
     else:
         print_summary(outcomes, elapsed, full=args.full)
     for o in failed:
-        console.fail(f"{o.project}: {o.error} (Dagster run {o.run_id[:8]})")
-    return exit_code_for(failed[0].error_class) if failed else 0
+        console.fail(f"{o.project}: {o.message} (Dagster run {o.run_id})")
+    return failed[0].exit_code if failed else 0

@@ -10,14 +10,12 @@ from datetime import timedelta
 
 import dagster as dg
 
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.defs.assets.index import document_embeddings, lexical_index
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
-from gitlab_knowledge.defs.resources import KnowledgeSettings
 from gitlab_knowledge.store import integrity
-from gitlab_knowledge.store.db import read_connection
 from gitlab_knowledge.store.normalize import project_id_for
+from gitlab_knowledge.workspace import Workspace
 
 FRESHNESS = timedelta(minutes=30)
 ASSETS = {"raw": raw_gitlab_payloads, "normalized": normalized_gitlab}
@@ -40,10 +38,9 @@ def _result(outcome: integrity.Outcome, project: str | None,
 
 def _store_rule(name: str, rule: Callable[..., integrity.Outcome], asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=asset, name=name, description=rule.__doc__ or name.replace("_", " "))
-    def check(context: dg.AssetCheckExecutionContext, settings: KnowledgeSettings) -> dg.AssetCheckResult:
-        config = settings.load()
+    def check(context: dg.AssetCheckExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
         project = _project(context)
-        with read_connection(config.duckdb_path, wait=120.0) as con:
+        with workspace.read(wait=120.0) as con:
             project_id = project_id_for(con, project) if project else None
             return _result(rule(con, project_id), project)
 
@@ -53,10 +50,10 @@ def _store_rule(name: str, rule: Callable[..., integrity.Outcome], asset: dg.Ass
 STORE_CHECKS = [_store_rule(name, rule, ASSETS[layer]) for name, (rule, layer) in integrity.RULES.items()]
 
 
-def _index_status(config: Config, project: str | None) -> dict:
+def _index_status(workspace: Workspace, project: str | None) -> dict:
     from gitlab_knowledge.index_status import index_status
 
-    status = index_status(config)
+    status = index_status(workspace)
     if project:
         status["projects"] = [p for p in status["projects"] if p["project"] == project]
     return status
@@ -64,34 +61,36 @@ def _index_status(config: Config, project: str | None) -> dict:
 
 @dg.asset_check(asset=document_embeddings, description="documents == vectors, every vector's content hash "
                                                        "equal to its document's")
-def vectors_match_documents(context: dg.AssetCheckExecutionContext, settings: KnowledgeSettings) -> dg.AssetCheckResult:
+def vectors_match_documents(context: dg.AssetCheckExecutionContext,
+                            workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
     project = _project(context)
-    return _result(integrity.index_agreement(_index_status(settings.load(), project), project, "vectors"), project)
+    return _result(integrity.index_agreement(_index_status(workspace, project), project, "vectors"), project)
 
 
 @dg.asset_check(asset=document_embeddings, description="no document waits for a failed embedding to be retried")
-def no_failed_embeddings(context: dg.AssetCheckExecutionContext, settings: KnowledgeSettings) -> dg.AssetCheckResult:
+def no_failed_embeddings(context: dg.AssetCheckExecutionContext,
+                         workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
     project = _project(context)
-    return _result(integrity.no_failed_embeddings(_index_status(settings.load(), project), project), project,
+    return _result(integrity.no_failed_embeddings(_index_status(workspace, project), project), project,
                    dg.AssetCheckSeverity.WARN)
 
 
 @dg.asset_check(asset=lexical_index, description="documents == lexical entries, with equal content hashes")
 def lexical_matches_documents(context: dg.AssetCheckExecutionContext,
-                              settings: KnowledgeSettings) -> dg.AssetCheckResult:
+                              workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
     project = _project(context)
-    return _result(integrity.index_agreement(_index_status(settings.load(), project), project, "lexical"), project)
+    return _result(integrity.index_agreement(_index_status(workspace, project), project, "lexical"), project)
 
 
 @dg.asset_check(asset=raw_gitlab_payloads, description="every configured project synced successfully in the "
                                                       "last 30 minutes")
 def projects_synced_recently(context: dg.AssetCheckExecutionContext,
-                             settings: KnowledgeSettings) -> dg.AssetCheckResult:
-    config = settings.load()
+                             workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
+    config = workspace.config
     if not config.duckdb_path.exists():
         return _result(integrity.Outcome(False, len(config.projects), "no project has been synced yet"), None,
                        dg.AssetCheckSeverity.WARN)
-    with read_connection(config.duckdb_path, wait=120.0) as con:
+    with workspace.read(wait=120.0) as con:
         outcome = integrity.projects_synced_recently(con, list(config.projects), FRESHNESS)
     return _result(outcome, None, dg.AssetCheckSeverity.WARN)
 

@@ -1,39 +1,67 @@
-"""Running the sync job in this process, for the CLI: the same job, assets and code a Dagster
-daemon or the UI launches, recorded in the same Dagster instance so the runs show in the UI."""
+"""Running the pipeline's Dagster jobs in this process: the same jobs, assets and code a Dagster
+daemon or the UI launches, recorded in the same Dagster instance so the runs show in the UI.
 
-import contextlib
+This is the one way anything outside Dagster runs the layers: the CLI, the tests, the benchmarks
+and the drills all call `run_job` (or `run_sync` / `run_embed`) with a `Workspace`, which the run
+receives as its `workspace` resource. The order of the layers exists only in the asset graph.
+"""
+
 import os
 import time
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 
-from gitlab_knowledge import errors
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.defs.jobs import EMBED_JOB, SYNC_JOB
 from gitlab_knowledge.defs.partitions import ensure_partitions
-from gitlab_knowledge.defs.reporting import installed
-from gitlab_knowledge.sync.progress import SyncProgress
+from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError
+from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.redact import redact
 from gitlab_knowledge.sync.runs import HOSTNAME, process_alive, process_start
+from gitlab_knowledge.workspace import Workspace
 
 PROJECT_TAG = "gitlab_knowledge/project"
 TRIGGER_TAG = "gitlab_knowledge/trigger"
 PID_TAG = "gitlab_knowledge/pid"
 HOST_TAG = "gitlab_knowledge/host"
 PROCESS_START_TAG = "gitlab_knowledge/process_start"
+# Failures that are not about one project: the next project would fail the same way.
+STOP_ALL = (AuthError, ConfigError, StoreError)
+S = TypeVar("S", bound=LayerStats)
 
 
 @dataclass
 class ProjectOutcome:
     project: str
-    success: bool
     run_id: str
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # asset key -> metadata values
-    error: str | None = None
-    error_class: str | None = None
+    error: BaseException | None = None  # what the failing step raised, as raised
     duration_s: float = 0.0  # the whole run: every layer of this project
+
+    @property
+    def success(self) -> bool:
+        return self.error is None
+
+    @property
+    def message(self) -> str | None:
+        if self.error is None:
+            return None
+        if isinstance(self.error, KnowledgeError):
+            return str(self.error)
+        return redact(f"{type(self.error).__name__}: {self.error}")
+
+    @property
+    def exit_code(self) -> int:
+        return getattr(self.error, "exit_code", 1) if self.error is not None else 0
+
+    def stats(self, kind: type[S]) -> S:
+        """A layer's typed stats as this run reported them (defaults where the layer did not run)."""
+        return kind.from_metadata(self.metadata.get(kind.ASSET, {}))
 
 
 def instance_yaml(base: Path) -> str:
@@ -43,42 +71,36 @@ def instance_yaml(base: Path) -> str:
     return template.replace("data/dagster", str(base))
 
 
-def dagster_instance(config: Config) -> dg.DagsterInstance:
-    """$DAGSTER_HOME if set; else ./dagster.yaml (the repository's, storage under ./data/dagster);
-    else an instance with the same settings under the configured data directory."""
+def dagster_home(config: Config) -> Path:
+    """Where the instance lives: $DAGSTER_HOME if set; else the current directory when it holds
+    a dagster.yaml (the repository's: storage under ./data/dagster); else `<data_dir>/dagster`.
+    `sync` and `ui` both ask this, so runs the CLI starts show up in the UI."""
     if os.environ.get("DAGSTER_HOME"):
-        return dg.DagsterInstance.get()
+        return Path(os.environ["DAGSTER_HOME"]).expanduser().resolve()
     if Path("dagster.yaml").is_file():
-        return dg.DagsterInstance.from_config(str(Path.cwd()))
-    home = config.dagster_home
-    home.mkdir(parents=True, exist_ok=True)
+        return Path.cwd()
+    return config.dagster_home
+
+
+def dagster_instance(config: Config) -> dg.DagsterInstance:
+    """The instance `dagster_home` names, created with the repository's settings when new."""
+    home = dagster_home(config)
+    if os.environ.get("DAGSTER_HOME"):  # the user's instance: theirs to configure, never written here
+        return dg.DagsterInstance.from_config(str(home))
     yaml = home / "dagster.yaml"
     if not yaml.exists():
+        home.mkdir(parents=True, exist_ok=True)
         yaml.write_text(instance_yaml(home))
     return dg.DagsterInstance.from_config(str(home))
 
 
-def _metadata_values(event: dg.AssetMaterialization) -> dict[str, Any]:
-    return {key: getattr(value, "value", value) for key, value in event.metadata.items()}
-
-
-def _error_of(result: dg.ExecuteInProcessResult) -> tuple[str, str | None]:
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data and event.step_failure_data.error:
-            err = event.step_failure_data.error
-            while err.cause is not None:
-                err = err.cause
-            message = err.message.strip().splitlines()[0] if err.message else err.cls_name or "step failed"
-            for prefix in (f"gitlab_knowledge.errors.{err.cls_name}: ", f"{err.cls_name}: "):
-                if message.startswith(prefix):
-                    message = message[len(prefix):]
-            return message, err.cls_name
-    return "the run failed (see the Dagster event log)", None
-
-
-def exit_code_for(error_class: str | None) -> int:
-    cls = getattr(errors, error_class or "", None)
-    return getattr(cls, "exit_code", 1) if isinstance(cls, type) else 1
+def _materializations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for record in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records:
+        mat = record.event_log_entry.asset_materialization
+        if mat is not None:
+            out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return out
 
 
 def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
@@ -109,58 +131,59 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return reaped
 
 
-def run_sync(config: Config, projects: list[str], *, full: bool = False, force: bool = False,
-             progress: SyncProgress | None = None, instance: dg.DagsterInstance | None = None,
-             config_path: str | None = None) -> list[ProjectOutcome]:
-    """Run the sync job once per project, in this process."""
-    return run_job(config, SYNC_JOB, projects, {"raw_gitlab_payloads": {"full": full, "force": force}},
-                   progress=progress, instance=instance, config_path=config_path)
+def run_sync(workspace: Workspace, projects: Sequence[str], *, full: bool = False, force: bool = False,
+             instance: dg.DagsterInstance | None = None,
+             selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
+    """Run the sync job (every layer, or the `selection` of asset keys) once per project."""
+    op_config = {"raw_gitlab_payloads": {"full": full, "force": force}}
+    if selection is not None and "raw_gitlab_payloads" not in selection:
+        op_config = {}
+    return run_job(workspace, SYNC_JOB, projects, op_config, instance=instance, selection=selection)
 
 
-def run_embed(config: Config, projects: list[str], *, everything: bool = False, provider: str | None = None,
-              model: str | None = None, progress: SyncProgress | None = None,
-              instance: dg.DagsterInstance | None = None, config_path: str | None = None) -> list[ProjectOutcome]:
-    """Run the embeddings asset alone once per project, in this process."""
+def run_embed(workspace: Workspace, projects: Sequence[str], *, everything: bool = False, provider: str | None = None,
+              model: str | None = None, instance: dg.DagsterInstance | None = None) -> list[ProjectOutcome]:
+    """Run the embeddings asset alone once per project."""
     op_config = {"document_embeddings": {"everything": everything, "provider": provider or "", "model": model or ""}}
-    return run_job(config, EMBED_JOB, projects, op_config, progress=progress, instance=instance,
-                   config_path=config_path)
+    return run_job(workspace, EMBED_JOB, projects, op_config, instance=instance)
 
 
-def run_job(config: Config, job_name: str, projects: list[str], op_config: dict[str, dict[str, Any]], *,
-            progress: SyncProgress | None = None, instance: dg.DagsterInstance | None = None,
-            config_path: str | None = None) -> list[ProjectOutcome]:
+def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_config: Mapping[str, Any], *,
+            instance: dg.DagsterInstance | None = None,
+            selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
     """Run a partitioned job once per project, in this process and in the project's Dagster
-    instance; stops early only on failures that are not specific to one project (auth, config)."""
-    from gitlab_knowledge.defs import defs  # import late: loading Dagster definitions costs ~1 s
+    instance; stops early only on failures that are not specific to one project (auth, config,
+    store)."""
+    from gitlab_knowledge.defs import build_defs  # import late: loading Dagster definitions costs ~1 s
 
-    instance = instance or dagster_instance(config)
+    instance = instance or dagster_instance(workspace.config)
     reap_dead_runs(instance)
     ensure_partitions(instance, projects)
-    job = defs.resolve_job_def(job_name)
+    job = build_defs(workspace).resolve_job_def(job_name)
+    asset_selection = [dg.AssetKey(key) for key in selection] if selection is not None else None
+    run_config = {
+        "ops": {name: {"config": values} for name, values in op_config.items()},
+        # The CLI prints its own one-line error; the event log keeps the traceback for the UI.
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+    }
     outcomes = []
     for project in projects:
-        run_config = {
-            "ops": {name: {"config": values} for name, values in op_config.items()},
-            "resources": {"settings": {"config": {"config_path": config_path}}},
-            # The CLI prints its own one-line error; the event log keeps the traceback for the UI.
-            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-        }
         started = time.monotonic()
-        with installed(progress) if progress else contextlib.nullcontext():
+        outcome = ProjectOutcome(project=project, run_id=str(uuid.uuid4()))
+        try:
             result = job.execute_in_process(
-                run_config=run_config, instance=instance, partition_key=project, raise_on_error=False,
+                run_config=run_config, instance=instance, partition_key=project, raise_on_error=True,
+                run_id=outcome.run_id, asset_selection=asset_selection,
                 tags={PROJECT_TAG: project, TRIGGER_TAG: "cli", PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
                       PROCESS_START_TAG: process_start(os.getpid()) or ""},
             )
-        outcome = ProjectOutcome(project=project, success=result.success, run_id=result.run_id,
-                                 duration_s=round(time.monotonic() - started, 2))
-        for event in result.get_asset_materialization_events():
-            mat = event.event_specific_data.materialization
-            outcome.metadata[mat.asset_key.to_user_string()] = _metadata_values(mat)
-        if not result.success:
-            outcome.error, outcome.error_class = _error_of(result)
+            if not result.success:  # raise_on_error covers step failures; anything else is said here
+                outcome.error = KnowledgeError("the run failed (see the Dagster event log)")
+        except Exception as exc:  # noqa: BLE001 - typed below: the outcome carries what the step raised
+            outcome.error = exc
+        outcome.duration_s = round(time.monotonic() - started, 2)
+        outcome.metadata = _materializations(instance, outcome.run_id)
         outcomes.append(outcome)
-        if not result.success and outcome.error_class in ("AuthError", "ConfigError", "StoreError"):
+        if isinstance(outcome.error, STOP_ALL):
             break
     return outcomes
-

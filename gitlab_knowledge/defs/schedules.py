@@ -5,8 +5,8 @@ import dagster as dg
 from gitlab_knowledge.defs.checks import projects_synced_recently
 from gitlab_knowledge.defs.jobs import sync_project_job
 from gitlab_knowledge.defs.partitions import ensure_partitions
-from gitlab_knowledge.defs.resources import KnowledgeSettings
 from gitlab_knowledge.defs.sensors import PROJECT_TAG, SCHEDULE_STATUS, TRIGGER_TAG
+from gitlab_knowledge.workspace import Workspace
 
 freshness_job = dg.define_asset_job(
     "sync_freshness",
@@ -26,8 +26,8 @@ freshness_job = dg.define_asset_job(
                 "(deletions are invisible to incremental syncs).",
 )
 def weekly_full_reconciliation(context: dg.ScheduleEvaluationContext,
-                               settings: KnowledgeSettings) -> list[dg.RunRequest]:
-    config = settings.load()
+                               workspace: dg.ResourceParam[Workspace]) -> list[dg.RunRequest]:
+    config = workspace.config
     ensure_partitions(context.instance, config.projects)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return [dg.RunRequest(run_key=f"full|{project}|{day}", partition_key=project,

@@ -13,8 +13,8 @@ import dagster as dg
 
 from gitlab_knowledge.defs.jobs import sync_project_job
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
-from gitlab_knowledge.defs.resources import KnowledgeSettings
 from gitlab_knowledge.errors import StoreBusyError
+from gitlab_knowledge.workspace import Workspace
 
 # Knobs read when the definitions load: the interval (an end-to-end test watches ticks within
 # seconds), and GITLAB_KNOWLEDGE_AUTOMATION=off to have the sensor and schedules start stopped
@@ -55,21 +55,22 @@ def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
     default_status=SENSOR_STATUS,
     description="Probes each configured GitLab project (2 API calls) and syncs those that changed.",
 )
-def gitlab_change_sensor(context: dg.SensorEvaluationContext, settings: KnowledgeSettings) -> dg.SensorResult:
+def gitlab_change_sensor(context: dg.SensorEvaluationContext,
+                         workspace: dg.ResourceParam[Workspace]) -> dg.SensorResult:
     from gitlab_knowledge.sync.probe import probe_projects
 
-    config = settings.load()
+    config = workspace.config
     existing = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     new = [p for p in config.projects if p not in existing]
     partition_requests = [project_partitions.build_add_request(new)] if new else []
     try:
-        probes = probe_projects(config)
+        probes = probe_projects(workspace)
     except StoreBusyError as exc:
         return dg.SensorResult(dynamic_partitions_requests=partition_requests,
                                skip_reason=f"store busy, probing on the next tick: {exc}")
-    failed = [p for p in probes if p.reasons and p.reasons[0].startswith("probe failed")]
+    failed = [p for p in probes if p.error is not None]
     if probes and len(failed) == len(probes):
-        raise dg.DagsterError(failed[0].reasons[0])  # GitLab down or the token rejected: a failed tick says so
+        raise dg.DagsterError(f"probe failed: {failed[0].error}")  # GitLab down or the token rejected: a failed tick says so
     requests = []
     notes = []
     for probe in probes:

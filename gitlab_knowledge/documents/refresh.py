@@ -6,27 +6,32 @@ document. Documents of parents that no longer exist are removed at the end of ev
 """
 
 import logging
+import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import duckdb
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.build import Document, parent_document, thread_document
+from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.store.bulk import insert_rows
-from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.store.normalize import get_watermark, project_id_for, set_watermark
 from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge.workspace import Workspace
 
 LAYER = "documents"
 BATCH_PARENTS = 1000
 log = logging.getLogger(__name__)
-TABLES = {"issue": ("issues", "Issue", "issue_id"), "merge_request": ("merge_requests", "MergeRequest", "merge_request_id")}
 
 
 @dataclass
-class DocumentStats:
+class DocumentStats(LayerStats):
+    PREFIX: ClassVar[str] = "documents_"
+    ASSET: ClassVar[str] = "search_documents"
+
     parents: int = 0
     built: int = 0
     new: int = 0
@@ -34,16 +39,22 @@ class DocumentStats:
     metadata_changed: int = 0
     deleted: int = 0
     truncated: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+    duration_s: float = 0.0
 
 
-def refresh_documents(db_path: Path, project_path: str, *, dagster_run_id: str | None = None,
-                      batch_parents: int = BATCH_PARENTS) -> DocumentStats:
-    stats = DocumentStats()
+def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | None = None,
+            batch_parents: int = BATCH_PARENTS) -> DocumentStats:
+    """The documents layer's entry point: rebuild the documents of one project's changed parents."""
+    started = time.monotonic()
+    stats = _refresh(workspace, project_path, dagster_run_id, batch_parents, DocumentStats())
+    stats.duration_s = round(time.monotonic() - started, 3)
+    return stats
+
+
+def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_parents: int,
+             stats: DocumentStats) -> DocumentStats:
     while True:
-        with write_connection(db_path) as con:
+        with workspace.write() as con:
             project_id = project_id_for(con, project_path)
             if project_id is None:
                 return stats
@@ -77,7 +88,8 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[d
 
 def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, kind: str, ids: list[int],
              dagster_run_id: str | None, stats: DocumentStats) -> None:
-    table, noteable_type, fk = TABLES[kind]
+    k = kinds.kind(kind)
+    table, noteable_type, fk = k.table, k.noteable_type, k.thread_column
     parents = _rows(con, f"""
         SELECT t.*, r.sync_run_id AS raw_sync_run_id FROM {table} t
         LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id

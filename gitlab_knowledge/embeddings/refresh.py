@@ -10,21 +10,20 @@
 """
 
 import logging
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.documents.stage import iter_documents, stage_documents
-from gitlab_knowledge.embeddings.provider import EmbeddingProvider, get_provider
+from gitlab_knowledge.embeddings.provider import EmbeddingProvider
 from gitlab_knowledge.embeddings.vectors import VectorStore, chunk_rows, metadata_of
 from gitlab_knowledge.errors import EmbeddingUnavailable
-from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.freshness import EntryState, compare
+from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
 from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
 FLUSH_CHUNKS = 2048
@@ -32,7 +31,11 @@ MAX_CONSECUTIVE_UNAVAILABLE = 3
 
 
 @dataclass
-class EmbedStats:
+class EmbedStats(LayerStats):
+    PREFIX: ClassVar[str] = "embeddings_"
+    ASSET: ClassVar[str] = "document_embeddings"
+    HIDDEN: ClassVar[tuple[str, ...]] = ("errors",)
+
     provider: str = ""
     model: str = ""
     documents: int = 0
@@ -52,42 +55,57 @@ class EmbedStats:
     def docs_per_second(self) -> float:
         return self.embedded / self.embed_seconds if self.embed_seconds > 0 else 0.0
 
+    @property
+    def last_error(self) -> str | None:
+        return self.errors[-1] if self.errors else None
+
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = super().as_dict()
         out["docs_per_second"] = round(self.docs_per_second, 2)
         out["errors"] = self.errors[:5]
         return out
 
+    def to_metadata(self) -> dict[str, Any]:
+        out = super().to_metadata()
+        out[self.PREFIX + "docs_per_second"] = round(self.docs_per_second, 2)
+        if self.errors:
+            out[self.PREFIX + "last_error"] = self.errors[-1]
+        return out
+
+    @classmethod
+    def from_metadata(cls, metadata: Any) -> "EmbedStats":
+        stats = super().from_metadata(metadata)
+        last = metadata.get(cls.PREFIX + "last_error")
+        if last is not None:
+            stats.errors = [getattr(last, "value", last)]
+        return stats
+
 
 def plan(con: Any, store: VectorStore, project: str, everything: bool) -> tuple[list[str], list[str], list[str], int]:
     """(ids to embed, ids needing a metadata rewrite, ids to delete, document count)."""
-    have = store.document_state(project)
     docs = con.execute("SELECT id, content_hash, meta_hash FROM documents WHERE project_path = ?", [project]).fetchall()
-    embed, meta = [], []
-    for doc_id, content_hash, meta_hash in docs:
-        stored = have.get(doc_id)
-        if everything or stored is None or stored[0] != content_hash:
-            embed.append(doc_id)
-        elif stored[1] != meta_hash:
-            meta.append(doc_id)
-    current = {d[0] for d in docs}
-    return embed, meta, sorted(set(have) - current), len(docs)
+    comparison = compare({d[0]: (d[1], d[2]) for d in docs}, store.document_state(project))
+    if everything:
+        return [d[0] for d in docs], [], comparison.orphaned, len(docs)
+    embed = comparison.ids(EntryState.TEXT_CHANGED, EntryState.MISSING, EntryState.FAILED)
+    return embed, comparison.ids(EntryState.METADATA_CHANGED), comparison.orphaned, len(docs)
 
 
-def refresh_embeddings(config: Config, project: str, *, provider: EmbeddingProvider | None = None,
-                       everything: bool = False, progress: SyncProgress | None = None,
-                       batch_size: int | None = None,
-                       sleep: Callable[[float], None] = time.sleep) -> EmbedStats:
+def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider | None = None,
+            everything: bool = False, progress: SyncProgress | None = None, batch_size: int | None = None,
+            sleep: Callable[[float], None] = time.sleep) -> EmbedStats:
+    """The embeddings layer's entry point: embed one project's new and changed documents with
+    `provider` (default: the workspace's configured embedder)."""
     started = time.monotonic()
-    provider = provider or get_provider(config)
-    progress = progress or NullProgress()
-    store = VectorStore(config.lancedb_dir, provider.provider, provider.model)
+    config = workspace.config
+    provider = provider or workspace.embedder()
+    progress = progress or workspace.progress or NullProgress()
+    store = workspace.vectors(provider.provider, provider.model)
     stats = EmbedStats(provider=provider.provider, model=provider.model)
     batch_size = batch_size or config.embedding.batch_size
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gk-embed-", dir=config.data_dir) as tmp:
-        staged = Path(tmp) / "documents.parquet"
-        with read_connection(config.duckdb_path, wait=120.0) as con:
+    with workspace.scratch("gk-embed-") as tmp:
+        staged = tmp / "documents.parquet"
+        with workspace.read(wait=120.0) as con:
             to_embed, meta_only, stale, stats.documents = plan(con, store, project, everything)
             wanted = to_embed + meta_only
             if wanted:
@@ -120,9 +138,9 @@ def refresh_embeddings(config: Config, project: str, *, provider: EmbeddingProvi
                 failures += _failed(docs, project, stats.errors[-1], 0)
                 progress.advance(project, "embeddings", len(docs))
                 continue
-            chunks, error, attempts = _embed_with_retry(provider, docs, stats, sleep)
+            chunks, error, attempts, unavailable = _embed_with_retry(provider, docs, stats, sleep)
             if chunks is None:
-                unavailable_streak = unavailable_streak + 1 if error.startswith("unavailable:") else 0
+                unavailable_streak = unavailable_streak + 1 if unavailable else 0
                 failures += _failed(docs, project, error, attempts)
                 stats.errors.append(error)
                 log.warning("embedding batch of %d documents failed twice: %s", len(docs), error)
@@ -150,23 +168,25 @@ def refresh_embeddings(config: Config, project: str, *, provider: EmbeddingProvi
 
 
 def _embed_with_retry(provider: EmbeddingProvider, docs: list[dict[str, Any]], stats: EmbedStats,
-                      sleep: Callable[[float], None]) -> tuple[list[Any] | None, str, int]:
+                      sleep: Callable[[float], None]) -> tuple[list[Any] | None, str, int, bool]:
+    """(chunks or None, the last error, attempts, whether the provider was unreachable)."""
     error = ""
+    unavailable = False
     for attempt in (1, 2):
         t0 = time.monotonic()
         try:
             chunks = provider.embed_documents([d["content_text"] for d in docs])
             stats.embed_seconds += time.monotonic() - t0
-            return chunks, "", attempt
+            return chunks, "", attempt, False
         except EmbeddingUnavailable as exc:
-            error = f"unavailable: {exc}"
+            error, unavailable = f"unavailable: {exc}", True
         except Exception as exc:  # noqa: BLE001 - a provider bug must cost one batch, not the run
-            error = f"{type(exc).__name__}: {exc}"
+            error, unavailable = f"{type(exc).__name__}: {exc}", False
         stats.embed_seconds += time.monotonic() - t0
         if attempt == 1:
             stats.retried_batches += 1
             sleep(0.5)
-    return None, error, 2
+    return None, error, 2, unavailable
 
 
 def _failed(docs: list[dict[str, Any]], project: str, error: str, attempts: int) -> list[dict[str, Any]]:

@@ -4,19 +4,21 @@ The diff is against the index itself (its stored hashes per document), so a cras
 repaired by the next run; deletes and upserts go in one commit, which Tantivy applies atomically.
 """
 
-import tempfile
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
+from typing import ClassVar
 
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.documents.stage import iter_documents, stage_documents
-from gitlab_knowledge.lexical.index import LexicalIndex
-from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.freshness import EntryState, compare
+from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.workspace import Workspace
 
 
 @dataclass
-class LexicalStats:
+class LexicalStats(LayerStats):
+    PREFIX: ClassVar[str] = "lexical_"
+    ASSET: ClassVar[str] = "lexical_index"
+
     documents: int = 0
     indexed: int = 0
     deleted: int = 0
@@ -24,26 +26,24 @@ class LexicalStats:
     index_documents: int = 0
     duration_s: float = 0.0
 
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
-
-def refresh_lexical(config: Config, project: str, *, everything: bool = False) -> LexicalStats:
+def refresh(workspace: Workspace, project: str, *, everything: bool = False) -> LexicalStats:
+    """The lexical layer's entry point: bring the index in step with one project's documents."""
     started = time.monotonic()
     stats = LexicalStats()
-    index = LexicalIndex(config.tantivy_dir, create=True)
+    index = workspace.lexical(create=True)
     have = index.state(project)
-    config.data_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="gk-lexical-", dir=config.data_dir) as tmp:
-        staged = Path(tmp) / "documents.parquet"
-        with read_connection(config.duckdb_path, wait=120.0) as con:
+    with workspace.scratch("gk-lexical-") as tmp:
+        staged = tmp / "documents.parquet"
+        with workspace.read(wait=120.0) as con:
             docs = con.execute("SELECT id, content_hash, meta_hash FROM documents WHERE project_path = ?",
                                [project]).fetchall()
-            changed = [d[0] for d in docs if everything or have.get(d[0]) != (d[1], d[2])]
+            comparison = compare({d[0]: (d[1], d[2]) for d in docs}, have)
+            changed = [d[0] for d in docs] if everything else comparison.ids(
+                EntryState.TEXT_CHANGED, EntryState.METADATA_CHANGED, EntryState.MISSING)
             if changed:
                 stage_documents(con, changed, staged)
-        current = {d[0] for d in docs}
-        stale = sorted(set(have) - current)
+        stale = comparison.orphaned
         stats.documents = len(docs)
         stats.unchanged = len(docs) - len(changed)
         if changed or stale:

@@ -96,7 +96,7 @@ def cursors_within_data(con: duckdb.DuckDBPyConnection, project_id: int | None) 
     rows = con.execute(f"""
         SELECT c.project_id, c.resource_type, c.updated_at_cursor,
                (SELECT max(r.updated_at) FROM raw_payloads r WHERE r.project_id = c.project_id
-                  AND r.resource_type = CASE c.resource_type WHEN 'issues' THEN 'issue' ELSE 'merge_request' END)
+                  AND r.resource_type = c.resource_type)
         FROM sync_cursors c WHERE true{scope}
     """, params).fetchall()
     bad = [f"{p}/{r}: cursor {c} > newest {m}" for p, r, c, m in rows if m is None or (parse_time(c) or m) > m]

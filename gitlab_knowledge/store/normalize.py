@@ -8,37 +8,38 @@ change, a crash between layers) without calling GitLab.
 """
 
 import json
+import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import duckdb
 
+from gitlab_knowledge import kinds
+from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.store.bulk import insert_rows
-from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.store.transform import issue_row, merge_request_row, project_row, thread_rows
 from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge.workspace import Workspace
 
 LAYER = "normalized"
 BATCH_ROWS = 5000
-PARENT_TABLES = {
-    "issue": ("issues", "issue_labels", "issue_id", "Issue", issue_row),
-    "merge_request": ("merge_requests", "mr_labels", "merge_request_id", "MergeRequest", merge_request_row),
-}
+ROW_BUILDERS = {kinds.ISSUE.name: issue_row, kinds.MERGE_REQUEST.name: merge_request_row}
 
 
 @dataclass
-class NormalizeStats:
+class NormalizeStats(LayerStats):
+    PREFIX: ClassVar[str] = "changed_"
+    ASSET: ClassVar[str] = "normalized_gitlab"
+
     raw_changes: int = 0
     parents_rebuilt: int = 0
     parents_deleted: int = 0
     discussions: int = 0
     notes: int = 0
     batches: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+    duration_s: float = 0.0
 
 
 def project_id_for(con: duckdb.DuckDBPyConnection, project_path: str) -> int | None:
@@ -63,13 +64,20 @@ def set_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str, w
                 [project_id, layer, watermark, utcnow(), dagster_run_id])
 
 
-def normalize_project(db_path: Path, project_path: str, *, dagster_run_id: str | None = None,
-                      batch_rows: int = BATCH_ROWS) -> NormalizeStats:
-    """Bring the normalized tables of one project up to date with its raw payloads."""
-    stats = NormalizeStats()
+def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | None = None,
+            batch_rows: int = BATCH_ROWS) -> NormalizeStats:
+    """The normalized layer's entry point: bring one project's tables up to date with its raw payloads."""
+    started = time.monotonic()
+    stats = _refresh(workspace, project_path, dagster_run_id, batch_rows, NormalizeStats())
+    stats.duration_s = round(time.monotonic() - started, 3)
+    return stats
+
+
+def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_rows: int,
+             stats: NormalizeStats) -> NormalizeStats:
     while True:
         # One connection per batch: readers (CLI `count`, `show`) get the file between batches.
-        with write_connection(db_path) as con:
+        with workspace.write() as con:
             project_id = project_id_for(con, project_path)
             if project_id is None:
                 return stats
@@ -101,9 +109,9 @@ def _normalize_range(con: duckdb.DuckDBPyConnection, project_id: int, low: int, 
     for resource_type, key, parent_type, parent_id in changed:
         if resource_type == "project":
             _upsert_project(con, int(key))
-        elif resource_type in PARENT_TABLES:
+        elif resource_type in ROW_BUILDERS:
             parents[resource_type].add(int(key))
-        elif resource_type == "discussion" and parent_type in PARENT_TABLES:
+        elif resource_type == "discussion" and parent_type in ROW_BUILDERS:
             parents[parent_type].add(int(parent_id))
     for kind, ids in parents.items():
         _rebuild_parents(con, project_id, kind, sorted(ids), stats)
@@ -119,8 +127,9 @@ def _upsert_project(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
 
 def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str, ids: list[int],
                      stats: NormalizeStats) -> None:
-    table, label_table, label_fk, noteable_type, to_row = PARENT_TABLES[kind]
-    fk_column = "issue_id" if kind == "issue" else "merge_request_id"
+    k = kinds.kind(kind)
+    table, label_table, noteable_type, to_row = k.table, k.labels_table, k.noteable_type, ROW_BUILDERS[kind]
+    label_fk = fk_column = k.thread_column
     payloads = con.execute("""
         SELECT CAST(gitlab_key AS BIGINT), id, json FROM raw_payloads
         WHERE resource_type = ? AND deleted_at IS NULL AND gitlab_key IN (SELECT unnest(?::TEXT[]))

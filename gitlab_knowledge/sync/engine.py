@@ -1,6 +1,6 @@
 """Fetch one project's issues, merge requests and their discussions into the raw layer.
 
-The rules (DESIGN.md "Decisions"):
+The rules (docs/ARCHITECTURE.md, "Sync"):
 - Lists are read `order_by=updated_at&sort=asc&updated_after=<anchor>` (inclusive). After each
   page the anchor moves to the page's last `updated_at` and the list is asked again from there,
   instead of following offset pages: an item updated while we paginate moves to the end of an
@@ -23,18 +23,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
-from gitlab_knowledge.config import Config
+from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, NotFoundError
 from gitlab_knowledge.gitlab.client import GitLabClient, Page
+from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.store import raw
-from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.sync import runs
 from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
 from gitlab_knowledge.timeutil import naive_utc, parse_time, utcnow
+from gitlab_knowledge.workspace import Workspace
 
-RESOURCES = (("issues", "issue"), ("merge_requests", "merge_request"))
+RESOURCES = tuple((k.api_path, k.name) for k in kinds.ITEM_KINDS)  # (GitLab collection, store kind)
 THROTTLE_WINDOW_SECONDS = 60 + 2
 RECHECK_BATCH = 100
 
@@ -78,6 +80,66 @@ class SyncResult:
 
 
 @dataclass
+class RawStats(LayerStats):
+    """The raw layer's report: the totals over both kinds plus the GitLab client's counters."""
+
+    ASSET: ClassVar[str] = "raw_gitlab_payloads"
+
+    mode: str = "incremental"
+    sync_run_id: int | None = None
+    items_listed: int = 0
+    items_fetched: int = 0
+    items_new: int = 0
+    items_updated: int = 0
+    items_deleted: int = 0
+    threads_fetched: int = 0
+    threads_rechecked: int = 0
+    threads_new: int = 0
+    threads_updated: int = 0
+    threads_deleted: int = 0
+    api_calls: int = 0
+    api_retries: int = 0
+    rate_limited_429: int = 0
+    rate_limit_wait_s: float = 0.0
+    duration_s: float = 0.0
+
+    @classmethod
+    def of(cls, result: SyncResult) -> "RawStats":
+        totals = result.totals()
+        client = result.client
+        return cls(
+            mode=result.mode, sync_run_id=result.sync_run_id, items_listed=totals["listed"],
+            items_fetched=totals["fetched"], items_new=totals["new"], items_updated=totals["updated"],
+            items_deleted=totals["deleted"], threads_fetched=totals["discussion_fetches"],
+            threads_rechecked=totals["rechecked"], threads_new=totals["threads_new"],
+            threads_updated=totals["threads_updated"], threads_deleted=totals["threads_deleted"],
+            api_calls=client.get("api_calls", 0), api_retries=client.get("retries", 0),
+            rate_limited_429=client.get("throttled", 0),
+            rate_limit_wait_s=round(client.get("throttle_wait_s", 0.0) + client.get("limiter_wait_s", 0.0), 3),
+            duration_s=round(result.duration_s, 3))
+
+    def summary_markdown(self, result: SyncResult) -> str:
+        lines = [
+            f"**{result.project}** ({self.mode} sync, run {self.sync_run_id}) in {self.duration_s:.1f}s, "
+            f"{self.api_calls} API calls",
+            "",
+            "| resource | listed | fetched | new | updated | deleted | threads fetched | rechecked |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for name, r in result.resources.items():
+            lines.append(f"| {name} | {r.listed} | {r.fetched} | {r.new} | {r.updated} | {r.deleted} | "
+                         f"{r.discussion_fetches} | {r.rechecked} |")
+        return "\n".join(lines)
+
+
+def refresh(workspace: Workspace, project: str, *, full: bool = False, force: bool = False,
+            dagster_run_id: str | None = None, progress: SyncProgress | None = None) -> SyncResult:
+    """The raw layer's entry point: fetch what changed in GitLab for one project."""
+    return ProjectSync(workspace, project, full=full, force=force, dagster_run_id=dagster_run_id,
+                       progress=progress).run()
+
+
+@dataclass
 class _Parent:
     kind: str
     gitlab_id: int
@@ -89,18 +151,17 @@ class _Parent:
 
 
 class ProjectSync:
-    """One sync of one project; `run()` is what the Dagster asset and the CLI call."""
+    """One sync of one project into the raw layer; `refresh()` below is the layer's entry point."""
 
-    def __init__(self, config: Config, project_path: str, *, full: bool = False, force: bool = False,
-                 dagster_run_id: str | None = None, progress: SyncProgress | None = None,
-                 client_factory: Callable[[], GitLabClient] | None = None) -> None:
-        self.config = config
+    def __init__(self, workspace: Workspace, project_path: str, *, full: bool = False, force: bool = False,
+                 dagster_run_id: str | None = None, progress: SyncProgress | None = None) -> None:
+        self.workspace = workspace
+        self.config = workspace.config
         self.project_path = project_path
         self.full = full
         self.force = force
         self.dagster_run_id = dagster_run_id
-        self.progress = progress or NullProgress()
-        self._client_factory = client_factory or (lambda: GitLabClient(config.gitlab, config.token()))
+        self.progress = progress or workspace.progress or NullProgress()
         self.result = SyncResult(project=project_path, project_id=None, mode="full" if full else "incremental",
                                  sync_run_id=None)
         self._project_id: int | None = None
@@ -110,14 +171,14 @@ class ProjectSync:
     def run(self) -> SyncResult:
         self.config.token()  # fail on a missing token before anything is written
         started = time.monotonic()
-        with write_connection(self.config.duckdb_path) as con, transaction(con):
+        with self.workspace.write() as con, transaction(con):
             self.result.sync_run_id = runs.begin_run(
                 con, self.project_path, self.result.mode, force=self.force,
                 stale_after=timedelta(minutes=self.config.sync.stale_after_minutes),
                 dagster_run_id=self.dagster_run_id)
         client: GitLabClient | None = None
         try:
-            client = self._client_factory()
+            client = self.workspace.gitlab()
             asyncio.run(self._run(client))
         except BaseException as exc:
             self._finish(started, client, error=_describe(exc))
@@ -131,7 +192,7 @@ class ProjectSync:
             self.result.client = client.stats.as_dict()
         stats = self.result.as_dict()
         try:
-            with write_connection(self.config.duckdb_path) as con, transaction(con):
+            with self.workspace.write() as con, transaction(con):
                 if error is None:
                     runs.finish_run(con, self.result.sync_run_id, stats)
                 else:
@@ -156,10 +217,10 @@ class ProjectSync:
 
     async def _sync_resource(self, client: GitLabClient, resource: str, kind: str, stats: ResourceStats) -> None:
         path = f"/projects/{self._project_id}/{resource}"
-        with write_connection(self.config.duckdb_path) as con:
+        with self.workspace.write() as con:
             cursor = con.execute(
                 "SELECT updated_at_cursor, tie_breaker_id FROM sync_cursors WHERE project_id = ? AND resource_type = ?",
-                [self._project_id, resource]).fetchone()
+                [self._project_id, kind]).fetchone()
             known = dict(con.execute(
                 "SELECT CAST(gitlab_key AS BIGINT), payload_hash FROM raw_payloads "
                 "WHERE project_id = ? AND resource_type = ? AND deleted_at IS NULL",
@@ -264,7 +325,7 @@ class ProjectSync:
     async def _fetch_threads(self, client: GitLabClient, parents: Sequence[_Parent]) -> None:
         if not parents:
             return
-        resource = {"issue": "issues", "merge_request": "merge_requests"}
+        resource = {k.name: k.api_path for k in kinds.ITEM_KINDS}
 
         async def one(p: _Parent) -> None:
             try:
@@ -291,7 +352,7 @@ class ProjectSync:
                               dagster_run_id=self.dagster_run_id, fetched_at=utcnow())
 
     def _commit(self, work: Callable[[Any, raw.Provenance], Any]) -> Any:
-        with write_connection(self.config.duckdb_path) as con, transaction(con):
+        with self.workspace.write() as con, transaction(con):
             out = work(con, self._provenance())
             runs.heartbeat(con, self.result.sync_run_id, self._project_id)
             return out
@@ -318,7 +379,7 @@ class ProjectSync:
                     INSERT OR REPLACE INTO sync_cursors
                         (project_id, resource_type, updated_at_cursor, tie_breaker_id, moved_at, sync_run_id)
                     VALUES (?, ?, ?, ?, ?, ?)
-                """, [self._project_id, resource, cursor_item["updated_at"], int(cursor_item["id"]), utcnow(),
+                """, [self._project_id, kind, cursor_item["updated_at"], int(cursor_item["id"]), utcnow(),
                       self.result.sync_run_id])
             stats.fetched += len(items)
             stats.new += counts.new
@@ -334,7 +395,7 @@ class ProjectSync:
 
     async def _recheck(self, client: GitLabClient, kind: str, resource: str, done: set[int],
                        stats: ResourceStats) -> None:
-        with write_connection(self.config.duckdb_path) as con:
+        with self.workspace.write() as con:
             candidates = raw.recheck_candidates(con, self._project_id, kind, THROTTLE_WINDOW_SECONDS)
         candidates = [(gid, iid) for gid, iid in candidates if gid not in done]
         if candidates:
@@ -343,7 +404,7 @@ class ProjectSync:
         for start in range(0, len(candidates), RECHECK_BATCH):
             batch = [_Parent(kind, gid, iid, None, recheck=True) for gid, iid in candidates[start:start + RECHECK_BATCH]]
             await self._fetch_threads(client, batch)
-            with write_connection(self.config.duckdb_path) as con:
+            with self.workspace.write() as con:
                 stored = raw.stored_thread_signatures(con, kind, [p.gitlab_id for p in batch])
             # Threads changed under an unchanged updated_at: the parent's own payload is stale too
             # (user_notes_count), so it is refetched, once, for those parents only.

@@ -11,12 +11,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
-from gitlab_knowledge.store.db import read_connection
 from gitlab_knowledge.store.raw import canonical_json, payload_hash
 from gitlab_knowledge.sync.engine import RESOURCES, THROTTLE_WINDOW_SECONDS
+from gitlab_knowledge.workspace import Workspace
 
 
 @dataclass
@@ -26,14 +25,15 @@ class Probe:
     reasons: list[str] = field(default_factory=list)
     fingerprint: str = ""  # what GitLab looked like: equal fingerprints describe the same change
     api_calls: int = 0
+    error: KnowledgeError | None = None  # the probe itself failed (GitLab down, token rejected)
 
 
-def _stored_state(config: Config) -> dict[str, dict[str, Any]]:
+def _stored_state(workspace: Workspace) -> dict[str, dict[str, Any]]:
     """Per project path: cursors, stored hashes of candidate items, pending rechecks."""
-    if not config.duckdb_path.exists():
+    if not workspace.config.duckdb_path.exists():
         return {}
     out: dict[str, dict[str, Any]] = {}
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+    with workspace.read() as con:
         for project_id, path in con.execute(
                 "SELECT CAST(gitlab_key AS BIGINT), json_extract_string(json, '$.path_with_namespace') "
                 "FROM raw_payloads WHERE resource_type = 'project' AND deleted_at IS NULL").fetchall():
@@ -50,28 +50,29 @@ def _stored_state(config: Config) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _is_stored(config: Config, kind: str, item: dict[str, Any]) -> bool:
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+def _is_stored(workspace: Workspace, kind: str, item: dict[str, Any]) -> bool:
+    with workspace.read() as con:
         row = con.execute("SELECT payload_hash FROM raw_payloads WHERE resource_type = ? AND gitlab_key = ? "
                           "AND deleted_at IS NULL", [kind, str(item["id"])]).fetchone()
     return bool(row) and row[0] == payload_hash(canonical_json(item))
 
 
-async def _probe_project(client: GitLabClient, config: Config, project: str, state: dict[str, Any] | None) -> Probe:
+async def _probe_project(client: GitLabClient, workspace: Workspace, project: str,
+                         state: dict[str, Any] | None) -> Probe:
     probe = Probe(project, changed=False)
     parts = []
     if state is None:
         probe.changed = True
         probe.reasons.append("never synced")
     for resource, kind in RESOURCES:
-        cursor = (state or {}).get("cursors", {}).get(resource)
+        cursor = (state or {}).get("cursors", {}).get(kind)
         params = {"order_by": "updated_at", "sort": "desc", "per_page": 1,
                   "updated_after": cursor[0] if cursor else None}
         page = await client.get_page(f"/projects/{encode_project(project)}/{resource}", params)
         probe.api_calls += 1
         newest = page.items[0] if page.items else None
         parts.append(f"{resource}={newest['updated_at']}#{newest['id']}" if newest else f"{resource}=-")
-        if state is not None and newest is not None and not _is_stored(config, kind, newest):
+        if state is not None and newest is not None and not _is_stored(workspace, kind, newest):
             probe.changed = True
             probe.reasons.append(f"{resource.replace('_', ' ')} updated (newest {newest['updated_at']})")
     if state is not None and state["pending"]:
@@ -82,19 +83,19 @@ async def _probe_project(client: GitLabClient, config: Config, project: str, sta
     return probe
 
 
-async def _probe_all(config: Config, projects: list[str], state: dict[str, dict[str, Any]]) -> list[Probe]:
-    async with GitLabClient(config.gitlab, config.token()) as client:
+async def _probe_all(workspace: Workspace, projects: list[str], state: dict[str, dict[str, Any]]) -> list[Probe]:
+    async with workspace.gitlab() as client:
         out = []
         for project in projects:
             try:
-                out.append(await _probe_project(client, config, project, state.get(project)))
+                out.append(await _probe_project(client, workspace, project, state.get(project)))
             except KnowledgeError as exc:
-                out.append(Probe(project, changed=False, reasons=[f"probe failed: {exc}"]))
+                out.append(Probe(project, changed=False, reasons=[f"probe failed: {exc}"], error=exc))
         return out
 
 
-def probe_projects(config: Config, projects: list[str] | None = None) -> list[Probe]:
+def probe_projects(workspace: Workspace, projects: list[str] | None = None) -> list[Probe]:
     """Probe every configured project (or the given ones). Raises StoreError when the store is
     busy for longer than the configured wait (a sync is writing it: nothing to decide now)."""
-    state = _stored_state(config)
-    return asyncio.run(_probe_all(config, list(projects or config.projects), state))
+    state = _stored_state(workspace)
+    return asyncio.run(_probe_all(workspace, list(projects or workspace.config.projects), state))

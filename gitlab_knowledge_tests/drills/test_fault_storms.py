@@ -10,11 +10,9 @@ import pytest
 
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
-from gitlab_knowledge.store.normalize import normalize_project
-from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge.timeutil import parse_time
 from gitlab_knowledge_tests.conftest import store_config
-from gitlab_knowledge_tests.helpers import rows, scalar, snapshot
+from gitlab_knowledge_tests.helpers import rows, scalar, snapshot, sync
 
 STORMS = {
     "429 storm with Retry-After": "429:p=0.25,count=8,retry_after=1,seed=1",
@@ -30,12 +28,11 @@ STORMS = {
 
 
 def quick_sync(config, project: str, **kwargs) -> None:
-    """ProjectSync with the real client, but a short backoff (0.05 s base, 0.5 s cap)."""
-    def client() -> GitLabClient:
+    """The sync job with the real client, but a short backoff (0.05 s base, 0.5 s cap)."""
+    def client(config) -> GitLabClient:
         return GitLabClient(config.gitlab, config.token(), backoff_base=0.05, backoff_cap=0.5)
 
-    ProjectSync(config, project, client_factory=client, **kwargs).run()
-    normalize_project(config.duckdb_path, project)
+    sync(config, project, workspace_kwargs={"gitlab_factory": client}, **kwargs)
 
 
 @pytest.fixture(scope="module")

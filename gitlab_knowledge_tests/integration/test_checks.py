@@ -82,7 +82,7 @@ def break_note_dates(config):
 
 def break_cursor(config):
     sql(config, "UPDATE sync_cursors SET updated_at_cursor = '2099-01-01T00:00:00.000Z' "
-                "WHERE resource_type = 'issues'")
+                "WHERE resource_type = 'issue'")
 
 
 def break_vector(config):

@@ -11,6 +11,7 @@ from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import defs
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.defs.runner import instance_yaml, run_sync
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import scalar
 
@@ -57,8 +58,8 @@ def test_the_sync_job_materializes_a_partition_in_process(sandbox, tmp_path, tok
     config = load_config(path)
     project = config.projects[0]
     with dg.instance_for_test() as instance:
-        outcomes = run_sync(config, [project], instance=instance, config_path=str(path))
-        assert [o.success for o in outcomes] == [True], outcomes[0].error
+        outcomes = run_sync(Workspace.load(path), [project], instance=instance)
+        assert [o.success for o in outcomes] == [True], outcomes[0].message
         evaluations = {}
         for record in instance.all_logs(outcomes[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
             evaluation = record.dagster_event.event_specific_data

@@ -6,12 +6,10 @@ import sys
 
 import pytest
 
-from gitlab_knowledge.documents.refresh import refresh_documents
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import explain
-from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import index_all, rows
+from gitlab_knowledge_tests.helpers import index_all, rows, run_layers, workspace
 
 
 @pytest.fixture
@@ -24,28 +22,28 @@ def test_reference_forms_resolve(store):
     project = config.projects[0]
     issue = next(i for i in sb.state.list_items(project, "issues") if i["user_notes_count"])
     doc = f"issue:{issue['id']}"
-    assert explain(config, f"{project}#{issue['iid']}").document_id == doc
-    assert explain(config, f"#{issue['iid']}", project).document_id == doc
-    assert explain(config, doc).document_id == doc
-    assert explain(config, issue["web_url"]).document_id == doc
+    assert explain(workspace(config), f"{project}#{issue['iid']}").document_id == doc
+    assert explain(workspace(config), f"#{issue['iid']}", project).document_id == doc
+    assert explain(workspace(config), doc).document_id == doc
+    assert explain(workspace(config), issue["web_url"]).document_id == doc
     thread = next(t for t in sb.state.discussions(project, "issues", issue["iid"]) if not t["notes"][0]["system"])
     note_url = f"{issue['web_url']}#note_{thread['notes'][0]['id']}"
-    assert explain(config, note_url).document_id == f"discussion:{thread['id']}"
+    assert explain(workspace(config), note_url).document_id == f"discussion:{thread['id']}"
     with pytest.raises(UsageError, match="several projects"):
-        explain(config, "#1")
+        explain(workspace(config), "#1")
     for bad in ("#999999", "nonsense", "discussion:nope"):
         with pytest.raises(UsageError):
-            explain(config, bad, project)
+            explain(workspace(config), bad, project)
 
 
 def test_fresh_after_a_sync_and_the_chain_is_complete(store):
     sb, config = store
     project = config.projects[0]
     issue = sb.state.list_items(project, "issues")[0]
-    result = explain(config, f"{project}#{issue['iid']}", live=True)
+    result = explain(workspace(config), f"{project}#{issue['iid']}", live=True)
     assert result.verdict == "fresh", result.reasons
     chain = result.chain
-    assert chain["raw_payloads"][0]["sync_status"] == "succeeded" and chain["raw_payloads"][0]["dagster_run_id"] is None
+    assert chain["raw_payloads"][0]["sync_status"] == "succeeded" and chain["raw_payloads"][0]["dagster_run_id"]  # the job wrote it
     assert chain["document"]["content_hash"] == chain["vector"]["content_hash"] == chain["lexical"]["content_hash"]
     assert chain["gitlab"]["exists"]
 
@@ -57,21 +55,19 @@ def test_stale_layers_are_named(store):
     ref = f"{project}#{issue['iid']}"
     sb.clock.advance(3600)
     sb.state.update_issue(project, issue["iid"], description="a new description about cache stampedes")
-    live = explain(config, ref, live=True)
+    live = explain(workspace(config), ref, live=True)
     assert live.verdict == "stale" and any("GitLab has a newer version" in r for r in live.reasons)
-    ProjectSync(config, project).run()  # raw only
-    raw_only = explain(config, ref)
+    run_layers(config, [project], ["raw_gitlab_payloads"])
+    raw_only = explain(workspace(config), ref)
     assert any("after the last normalization" in r for r in raw_only.reasons)
-    from gitlab_knowledge.store.normalize import normalize_project
-
-    normalize_project(config.duckdb_path, project)
-    assert any("after documents were last built" in r for r in explain(config, ref).reasons)
-    refresh_documents(config.duckdb_path, project)
-    behind = explain(config, ref).reasons
+    run_layers(config, [project], ["normalized_gitlab"])
+    assert any("after documents were last built" in r for r in explain(workspace(config), ref).reasons)
+    run_layers(config, [project], ["search_documents"])
+    behind = explain(workspace(config), ref).reasons
     assert any("embedded from an older text" in r for r in behind)
     assert any("lexical entry is from an older version" in r for r in behind)
     index_all(config)
-    assert explain(config, ref, live=True).verdict == "fresh"
+    assert explain(workspace(config), ref, live=True).verdict == "fresh"
 
 
 def test_cli_explain(store, tmp_path):

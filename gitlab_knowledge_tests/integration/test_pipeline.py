@@ -3,14 +3,14 @@ Tantivy and the real embedded model)."""
 
 import pytest
 
+from gitlab_knowledge.embeddings import refresh as embeddings
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
-from gitlab_knowledge.embeddings.refresh import refresh_embeddings
 from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.errors import EmbeddingUnavailable
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.sandbox import SandboxGitLab
-from gitlab_knowledge_tests.helpers import index_all, rows, scalar, sync, sync_all
+from gitlab_knowledge_tests.helpers import index_all, rows, run_layers, scalar, sync, sync_all, workspace
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
 
@@ -106,14 +106,12 @@ def test_a_failing_batch_is_retried_once_then_recorded_and_the_rest_embedded(san
     config = make_config(sandbox)
     project = config.projects[0]
     sync_all(config)
-    from gitlab_knowledge.documents.refresh import refresh_documents
-
-    refresh_documents(config.duckdb_path, project)
+    run_layers(config, [project], ["search_documents"])
     total = scalar(config, "SELECT count(*) FROM documents WHERE project_path = ?", [project])
     poisoned_doc = rows(config, "SELECT id, content_text FROM documents WHERE project_path = ? ORDER BY id LIMIT 1 "
                                 "OFFSET 5", [project])[0]
     flaky = FlakyProvider(provider, poisoned_doc[1])
-    stats = refresh_embeddings(config, project, provider=flaky, batch_size=4, sleep=lambda s: None)
+    stats = embeddings.refresh(workspace(config), project, provider=flaky, batch_size=4, sleep=lambda s: None)
     assert stats.failed == 4 and stats.retried_batches == 1  # one batch of four, tried twice
     assert stats.embedded == total - 4
     failures = vectors(config).failures(project)
@@ -121,7 +119,7 @@ def test_a_failing_batch_is_retried_once_then_recorded_and_the_rest_embedded(san
     assert "choked" in failures[poisoned_doc[0]]["error"]
     assert vectors(config).count(project)[0] == total - 4
     # The provider recovers: the next run embeds exactly the four, and the failures are cleared.
-    stats = refresh_embeddings(config, project, provider=provider, batch_size=4)
+    stats = embeddings.refresh(workspace(config), project, provider=provider, batch_size=4)
     assert stats.embedded == 4 and stats.failed == 0
     assert vectors(config).failures(project) == {}
     assert vectors(config).count(project)[0] == total
@@ -131,17 +129,16 @@ def test_provider_down_records_everything_quickly_and_keeps_the_documents(sandbo
     config = make_config(sandbox)
     project = config.projects[0]
     sync_all(config)
-    from gitlab_knowledge.documents.refresh import refresh_documents
-    from gitlab_knowledge.lexical.refresh import refresh_lexical
+    from gitlab_knowledge.lexical import refresh as lexical
 
-    refresh_documents(config.duckdb_path, project)
+    run_layers(config, [project], ["search_documents"])
     down = OllamaProvider(host="http://127.0.0.1:9", timeout=2)  # the discard port: nothing listens
-    stats = refresh_embeddings(config, project, provider=down, batch_size=8, sleep=lambda s: None)
+    stats = embeddings.refresh(workspace(config), project, provider=down, batch_size=8, sleep=lambda s: None)
     documents = scalar(config, "SELECT count(*) FROM documents WHERE project_path = ?", [project])
     assert stats.failed == documents and stats.embedded == 0
     assert "not reachable" in stats.errors[0]
     assert stats.retried_batches <= 3  # the circuit opened after three batches failed in a row
-    assert refresh_lexical(config, project).indexed == documents  # keyword search still gets everything
+    assert lexical.refresh(workspace(config), project).indexed == documents  # keyword search still gets everything
 
 
 def test_a_second_models_table_is_built_beside_the_first(sandbox, synced, provider):
@@ -149,7 +146,7 @@ def test_a_second_models_table_is_built_beside_the_first(sandbox, synced, provid
     project = config.projects[0]
     with FakeOllama() as fake:
         ollama = OllamaProvider(host=fake.url)
-        stats = refresh_embeddings(config, project, provider=ollama)
+        stats = embeddings.refresh(workspace(config), project, provider=ollama)
         assert stats.embedded == scalar(config, "SELECT count(*) FROM documents WHERE project_path = ?", [project])
         second = vectors(config, "nomic-embed-text", "ollama")
         assert second.name != vectors(config).name

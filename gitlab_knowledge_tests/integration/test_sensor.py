@@ -9,8 +9,8 @@ import pytest
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import defs
-from gitlab_knowledge.defs.resources import KnowledgeSettings
 from gitlab_knowledge.defs.runner import run_sync
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import write_config_file
 
 
@@ -24,7 +24,7 @@ def env(sandbox, tmp_path, token_env):
 def tick(instance: dg.DagsterInstance, config_path: str) -> dg.SensorResult:
     sensor = defs.resolve_sensor_def("gitlab_change_sensor")
     with dg.build_sensor_context(instance=instance,
-                                 resources={"settings": KnowledgeSettings(config_path=config_path)}) as context:
+                                 resources={"workspace": Workspace.load(config_path)}) as context:
         return sensor(context)
 
 
@@ -37,7 +37,7 @@ def test_never_synced_projects_become_partitions_and_runs(env):
 
 def test_no_change_no_run_then_one_change_one_run(env):
     sb, config, path, instance = env
-    assert all(o.success for o in run_sync(config, list(config.projects), instance=instance, config_path=path))
+    assert all(o.success for o in run_sync(Workspace.load(path), list(config.projects), instance=instance))
     sb.reset_stats()
     quiet = tick(instance, path)
     assert quiet.run_requests == [] and "no change" in quiet.skip_reason.skip_message
@@ -56,7 +56,7 @@ def test_no_change_no_run_then_one_change_one_run(env):
 
 def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(env):
     sb, config, path, instance = env
-    run_sync(config, list(config.projects), instance=instance, config_path=path)
+    run_sync(Workspace.load(path), list(config.projects), instance=instance)
     project = config.projects[0]
     sb.clock.advance(3600)
     sb.state.create_issue(project, "something new")
@@ -75,11 +75,11 @@ def test_a_pending_throttle_recheck_requests_a_run(env):
     sb.clock.set(datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
     issue = sb.state.list_items(project, "issues")[0]
     sb.state.update_issue(project, issue["iid"], description="touched now: its threads are fetched in the window")
-    run_sync(config, list(config.projects), instance=instance, config_path=path)
+    run_sync(Workspace.load(path), list(config.projects), instance=instance)
     requests = tick(instance, path).run_requests
     assert [r.partition_key for r in requests] == [project]
     sb.clock.advance(120)
-    run_sync(config, [project], instance=instance, config_path=path)  # fetched after the window: settled
+    run_sync(Workspace.load(path), [project], instance=instance)  # fetched after the window: settled
     assert tick(instance, path).run_requests == []
 
 
@@ -95,7 +95,7 @@ def test_an_unreachable_gitlab_fails_the_tick_with_one_line(env, tmp_path):
 def test_weekly_schedule_requests_a_full_sync_per_project(env):
     sb, config, path, instance = env
     schedule = defs.resolve_schedule_def("weekly_full_reconciliation")
-    with dg.build_schedule_context(instance=instance, resources={"settings": KnowledgeSettings(config_path=path)},
+    with dg.build_schedule_context(instance=instance, resources={"workspace": Workspace.load(path)},
                                    scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
                                    repository_def=defs.get_repository_def()) as context:
         requests = schedule.evaluate_tick(context).run_requests

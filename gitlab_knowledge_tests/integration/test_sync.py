@@ -11,7 +11,7 @@ from gitlab_knowledge.sandbox import SandboxGitLab
 from gitlab_knowledge.store.db import transaction, write_connection
 from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge.timeutil import utcnow
-from gitlab_knowledge_tests.helpers import rows, scalar, snapshot, sync, sync_all
+from gitlab_knowledge_tests.helpers import rows, scalar, snapshot, sync, sync_all, workspace
 
 
 def dataset_counts(sb: SandboxGitLab) -> dict[str, int]:
@@ -57,7 +57,7 @@ def test_initial_sync_matches_the_dataset(sandbox, make_config):
     no_notes = sum(1 for p in sandbox.state.list_projects() for k in ("issues", "merge_requests")
                    for it in sandbox.state.list_items(p["id"], k) if it["user_notes_count"] == 0)
     assert no_notes > 0
-    fetched = sum(r.totals()["discussion_fetches"] for r in results.values())
+    fetched = sum(r.threads_fetched for r in results.values())
     assert fetched == expected["issues"] + expected["merge_requests"] - no_notes
 
 
@@ -69,8 +69,7 @@ def test_second_sync_changes_nothing_and_costs_one_list_call_per_resource(sandbo
     results = sync_all(config)
     assert snapshot(config) == before
     for result in results.values():
-        totals = result.totals()
-        assert (totals["new"], totals["updated"], totals["deleted"], totals["threads_new"]) == (0, 0, 0, 0)
+        assert (result.items_new, result.items_updated, result.items_deleted, result.threads_new) == (0, 0, 0, 0)
     by_route = sandbox.stats()["by_route"]
     projects = len(config.projects)
     assert by_route.get("issues") == projects and by_route.get("merge_requests") == projects
@@ -132,7 +131,7 @@ def test_notes_added_or_edited_within_the_throttle_window_are_caught(sandbox, ma
     assert sandbox.state.get(pid, "issues", first["iid"])["updated_at"] == updated_at  # GitLab's throttle
     result = sync(config, project)
     assert _note_ids(config, "Throttled note: the parent's updated_at stays T") == [note["id"]]
-    assert result.totals()["rechecked"] >= 1
+    assert result.threads_rechecked >= 1
     # The parent's own payload was refreshed too (its user_notes_count moved, its updated_at did not).
     assert scalar(config, "SELECT user_notes_count FROM issues WHERE id = ?", [first["id"]]) == \
         sandbox.state.get(pid, "issues", first["iid"])["user_notes_count"]
@@ -149,7 +148,7 @@ def test_notes_added_or_edited_within_the_throttle_window_are_caught(sandbox, ma
     sync(config, project)
     sandbox.reset_stats()
     result = sync(config, project)
-    assert result.totals()["rechecked"] == 0
+    assert result.threads_rechecked == 0
     assert sandbox.stats()["by_route"].get("issue_discussions", 0) == 0
 
 
@@ -163,7 +162,7 @@ def test_full_sync_removes_a_deleted_issue_and_its_threads(sandbox, make_config)
     sync(config, project)
     assert scalar(config, "SELECT count(*) FROM issues WHERE id = ?", [victim["id"]]) == 1  # invisible to incremental
     result = sync(config, project, full=True)
-    assert result.totals()["deleted"] == 1
+    assert result.items_deleted == 1
     assert scalar(config, "SELECT count(*) FROM issues WHERE id = ?", [victim["id"]]) == 0
     assert scalar(config, "SELECT count(*) FROM discussions WHERE issue_id = ?", [victim["id"]]) == 0
     assert scalar(config, "SELECT count(*) FROM notes WHERE noteable_type = 'Issue' AND noteable_id = ?",
@@ -214,11 +213,11 @@ def test_persistent_errors_fail_cleanly_and_the_next_sync_resumes(small_dataset,
         project = config.projects[0]
         sb.set_faults("500:after=2,path=/issues$")  # the third issues page onwards fails
         with pytest.raises(GitLabError) as failure:
-            ProjectSync(config, project).run()
+            ProjectSync(workspace(config), project).run()
         assert "500" in str(failure.value) and "\n" not in str(failure.value)
         status, error = rows(config, "SELECT status, error FROM sync_runs ORDER BY id DESC LIMIT 1")[0]
         assert status == "failed" and "500" in error
-        cursor = rows(config, "SELECT updated_at_cursor FROM sync_cursors WHERE resource_type = 'issues'")
+        cursor = rows(config, "SELECT updated_at_cursor FROM sync_cursors WHERE resource_type = 'issue'")
         assert cursor, "pages committed before the failure keep their cursor"
         stored = scalar(config, "SELECT count(*) FROM raw_payloads WHERE resource_type = 'issue'")
         assert stored > 0
@@ -257,7 +256,7 @@ def test_a_second_concurrent_sync_is_refused(sandbox, make_config):
 
     def first() -> None:
         try:
-            ProjectSync(config, project, progress=gate).run()
+            ProjectSync(workspace(config), project, progress=gate).run()
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
@@ -266,10 +265,10 @@ def test_a_second_concurrent_sync_is_refused(sandbox, make_config):
     try:
         assert gate.inside.wait(30)
         with pytest.raises(SyncInProgressError) as refused:
-            ProjectSync(config, project).run()
+            ProjectSync(workspace(config), project).run()
         assert "already running" in str(refused.value)
         with pytest.raises(SyncInProgressError):
-            ProjectSync(config, project, force=True).run()  # --force never takes over a live sync
+            ProjectSync(workspace(config), project, force=True).run()  # --force never takes over a live sync
     finally:
         gate.release.set()
         worker.join(60)
@@ -286,9 +285,9 @@ def test_stale_run_needs_force_and_dead_process_is_taken_over(sandbox, make_conf
                        VALUES (nextval('sync_run_ids'), ?, 'incremental', 'running', ?, ?, 4242, 'another-host')""",
                     [project, long_ago, long_ago])
     with pytest.raises(SyncInProgressError) as refused:
-        ProjectSync(config, project).run()
+        ProjectSync(workspace(config), project).run()
     assert "--force" in str(refused.value)
-    ProjectSync(config, project, force=True).run()
+    ProjectSync(workspace(config), project, force=True).run()
     statuses = [r[0] for r in rows(config, "SELECT status FROM sync_runs ORDER BY id")]
     assert statuses == ["abandoned", "succeeded"]
     # A run left 'running' by a process of this host that no longer exists is taken over silently.
@@ -298,7 +297,7 @@ def test_stale_run_needs_force_and_dead_process_is_taken_over(sandbox, make_conf
         con.execute("""INSERT INTO sync_runs (id, project_path, mode, status, started_at, heartbeat_at, pid, hostname)
                        VALUES (nextval('sync_run_ids'), ?, 'incremental', 'running', now(), now(), 999999, ?)""",
                     [project, HOSTNAME])
-    ProjectSync(config, project).run()
+    ProjectSync(workspace(config), project).run()
     statuses = [r[0] for r in rows(config, "SELECT status FROM sync_runs ORDER BY id")]
     assert statuses == ["abandoned", "succeeded", "abandoned", "succeeded"]
 

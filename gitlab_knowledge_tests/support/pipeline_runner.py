@@ -1,28 +1,28 @@
-"""Every layer of one sync, in order, with the functions the Dagster assets call, in a process of
-its own: what the kill drill kills twenty times (a CLI sync pays ~3 s of Dagster start-up per run;
-this pays ~1 s). The CLI itself is killed by integration/test_kill.py.
+"""The sync job (every layer of every project) run in-process in a process of its own: what the
+kill drill kills twenty times. It is the Dagster job the CLI and the daemon run, on an in-memory
+Dagster instance: the drill is about the store surviving kill -9 at any point, and the CLI's own
+Dagster bookkeeping after a kill (dead runs, pool slots) is killed and checked by
+integration/test_kill.py.
 
     python -m gitlab_knowledge_tests.support.pipeline_runner CONFIG
 """
 
 import sys
 
-from gitlab_knowledge.config import load_config
-from gitlab_knowledge.documents.refresh import refresh_documents
-from gitlab_knowledge.embeddings.refresh import refresh_embeddings
-from gitlab_knowledge.lexical.refresh import refresh_lexical
-from gitlab_knowledge.store.normalize import normalize_project
-from gitlab_knowledge.sync.engine import ProjectSync
+import dagster as dg
+
+from gitlab_knowledge.defs.runner import run_sync
+from gitlab_knowledge.workspace import Workspace
 
 
 def main(config_path: str) -> int:
-    config = load_config(config_path)
-    for project in config.projects:
-        ProjectSync(config, project).run()
-        normalize_project(config.duckdb_path, project)
-        refresh_documents(config.duckdb_path, project)
-        refresh_embeddings(config, project)
-        refresh_lexical(config, project)
+    workspace = Workspace.load(config_path)
+    outcomes = run_sync(workspace, workspace.config.projects, instance=dg.DagsterInstance.ephemeral())
+    failed = [o for o in outcomes if not o.success]
+    for outcome in failed:
+        print(f"{outcome.project}: {outcome.message}", file=sys.stderr, flush=True)
+    if failed:
+        return failed[0].exit_code
     print("done", flush=True)
     return 0
 

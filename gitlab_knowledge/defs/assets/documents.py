@@ -5,8 +5,8 @@ import dagster as dg
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.defs.resources import KnowledgeSettings
-from gitlab_knowledge.documents.refresh import refresh_documents
+from gitlab_knowledge.documents import refresh as documents
+from gitlab_knowledge.workspace import Workspace
 
 
 @dg.asset(
@@ -23,9 +23,8 @@ from gitlab_knowledge.documents.refresh import refresh_documents
         "provenance (raw payload ids, sync run, Dagster run)."
     ),
 )
-def search_documents(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
-    config = settings.load()
-    stats = refresh_documents(config.duckdb_path, context.partition_key, dagster_run_id=context.run.run_id)
+def search_documents(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
+    stats = documents.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     if stats.truncated:
         context.log.warning(f"{stats.truncated} document(s) exceeded ~8,000 tokens and were cut from the middle")
-    return dg.MaterializeResult(metadata={f"documents_{k}": v for k, v in stats.as_dict().items()})
+    return dg.MaterializeResult(metadata=stats.to_metadata())

@@ -5,11 +5,9 @@ import dagster as dg
 from gitlab_knowledge.defs.assets.documents import search_documents
 from gitlab_knowledge.defs.assets.pools import LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.defs.reporting import progress_for
-from gitlab_knowledge.defs.resources import KnowledgeSettings
-from gitlab_knowledge.embeddings.provider import get_provider
-from gitlab_knowledge.embeddings.refresh import refresh_embeddings
-from gitlab_knowledge.lexical.refresh import refresh_lexical
+from gitlab_knowledge.embeddings import refresh as embeddings
+from gitlab_knowledge.lexical import refresh as lexical
+from gitlab_knowledge.workspace import Workspace
 
 
 class EmbedRunConfig(dg.Config):
@@ -32,18 +30,14 @@ class EmbedRunConfig(dg.Config):
     ),
 )
 def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfig,
-                        settings: KnowledgeSettings) -> dg.MaterializeResult:
-    loaded = settings.load()
-    provider = get_provider(loaded, config.provider or None, config.model or None)
-    stats = refresh_embeddings(loaded, context.partition_key, provider=provider, everything=config.everything,
-                               progress=progress_for(context))
+                        workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
+    provider = workspace.embedder(config.provider or None, config.model or None)
+    stats = embeddings.refresh(workspace, context.partition_key, provider=provider, everything=config.everything,
+                               progress=workspace.progress_for(context.log))
     if stats.failed:
         context.log.warning(f"{stats.failed} document(s) failed to embed and will be retried next run: "
-                            f"{stats.errors[-1] if stats.errors else ''}")
-    metadata = {f"embeddings_{k}": v for k, v in stats.as_dict().items() if k != "errors"}
-    if stats.errors:
-        metadata["embeddings_last_error"] = stats.errors[-1]
-    return dg.MaterializeResult(metadata=metadata)
+                            f"{stats.last_error or ''}")
+    return dg.MaterializeResult(metadata=stats.to_metadata())
 
 
 @dg.asset(
@@ -59,6 +53,6 @@ def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfi
         "every search filter. Kept in step with the documents: upserts and deletes in one commit."
     ),
 )
-def lexical_index(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
-    stats = refresh_lexical(settings.load(), context.partition_key)
-    return dg.MaterializeResult(metadata={f"lexical_{k}": v for k, v in stats.as_dict().items()})
+def lexical_index(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
+    stats = lexical.refresh(workspace, context.partition_key)
+    return dg.MaterializeResult(metadata=stats.to_metadata())

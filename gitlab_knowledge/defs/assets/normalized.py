@@ -5,9 +5,9 @@ import dagster as dg
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.defs.resources import KnowledgeSettings
-from gitlab_knowledge.store.normalize import normalize_project
+from gitlab_knowledge.store import normalize
 from gitlab_knowledge.store.queries import project_counts
+from gitlab_knowledge.workspace import Workspace
 
 
 @dg.asset(
@@ -24,11 +24,7 @@ from gitlab_knowledge.store.queries import project_counts
         "store alone, never from GitLab."
     ),
 )
-def normalized_gitlab(context: dg.AssetExecutionContext, settings: KnowledgeSettings) -> dg.MaterializeResult:
-    config = settings.load()
-    stats = normalize_project(config.duckdb_path, context.partition_key, dagster_run_id=context.run.run_id)
-    counts = project_counts(config, context.partition_key)
-    return dg.MaterializeResult(metadata={
-        **{f"changed_{k}": v for k, v in stats.as_dict().items()},
-        **{f"count_{k}": v for k, v in counts.items()},
-    })
+def normalized_gitlab(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
+    stats = normalize.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
+    counts = project_counts(workspace.config, context.partition_key)
+    return dg.MaterializeResult(metadata={**stats.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}})

@@ -4,48 +4,13 @@ import dagster as dg
 
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.defs.reporting import progress_for
-from gitlab_knowledge.defs.resources import KnowledgeSettings
-from gitlab_knowledge.sync.engine import ProjectSync, SyncResult
+from gitlab_knowledge.sync import engine
+from gitlab_knowledge.workspace import Workspace
 
 
 class SyncRunConfig(dg.Config):
     full: bool = False
     force: bool = False
-
-
-def sync_metadata(result: SyncResult) -> dict[str, object]:
-    totals = result.totals()
-    lines = [
-        f"**{result.project}** ({result.mode} sync, run {result.sync_run_id}) in {result.duration_s:.1f}s, "
-        f"{result.client.get('api_calls', 0)} API calls",
-        "",
-        "| resource | listed | fetched | new | updated | deleted | threads fetched | rechecked |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for name, r in result.resources.items():
-        lines.append(f"| {name} | {r.listed} | {r.fetched} | {r.new} | {r.updated} | {r.deleted} | "
-                     f"{r.discussion_fetches} | {r.rechecked} |")
-    return {
-        "summary": dg.MetadataValue.md("\n".join(lines)),
-        "mode": result.mode,
-        "sync_run_id": result.sync_run_id,
-        "items_listed": totals["listed"],
-        "items_fetched": totals["fetched"],
-        "items_new": totals["new"],
-        "items_updated": totals["updated"],
-        "items_deleted": totals["deleted"],
-        "threads_fetched": totals["discussion_fetches"],
-        "threads_rechecked": totals["rechecked"],
-        "threads_new": totals["threads_new"],
-        "threads_updated": totals["threads_updated"],
-        "threads_deleted": totals["threads_deleted"],
-        "api_calls": result.client.get("api_calls", 0),
-        "api_retries": result.client.get("retries", 0),
-        "rate_limited_429": result.client.get("throttled", 0),
-        "rate_limit_wait_s": round(result.client.get("throttle_wait_s", 0.0) + result.client.get("limiter_wait_s", 0.0), 3),
-        "duration_s": round(result.duration_s, 3),
-    }
 
 
 @dg.asset(
@@ -62,7 +27,9 @@ def sync_metadata(result: SyncResult) -> dict[str, object]:
     ),
 )
 def raw_gitlab_payloads(context: dg.AssetExecutionContext, config: SyncRunConfig,
-                        settings: KnowledgeSettings) -> dg.MaterializeResult:
-    result = ProjectSync(settings.load(), context.partition_key, full=config.full, force=config.force,
-                         dagster_run_id=context.run.run_id, progress=progress_for(context)).run()
-    return dg.MaterializeResult(metadata=sync_metadata(result))
+                        workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
+    result = engine.refresh(workspace, context.partition_key, full=config.full, force=config.force,
+                            dagster_run_id=context.run.run_id, progress=workspace.progress_for(context.log))
+    stats = engine.RawStats.of(result)
+    return dg.MaterializeResult(metadata={"summary": dg.MetadataValue.md(stats.summary_markdown(result)),
+                                          **stats.to_metadata()})

@@ -1,0 +1,43 @@
+"""What a layer's run reports, typed, and its Dagster metadata both ways.
+
+Each layer's `refresh(workspace, project, …)` returns a dataclass deriving from `LayerStats`. The
+asset turns it into materialization metadata with `to_metadata()`; whoever reads a finished run
+(the CLI summary, tests, benchmarks) turns that metadata back with `from_metadata()`. The keys are
+the dataclass's own field names under the layer's prefix, so a renamed field is renamed on both
+sides at once instead of silently reading a default.
+"""
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+
+@dataclasses.dataclass
+class LayerStats:
+    PREFIX: ClassVar[str] = ""
+    ASSET: ClassVar[str] = ""  # the asset key whose materialization carries these stats
+    HIDDEN: ClassVar[tuple[str, ...]] = ()  # fields not worth a metadata entry
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_metadata(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name in self.HIDDEN:
+                continue
+            value = getattr(self, f.name)
+            out[self.PREFIX + f.name] = round(value, 3) if isinstance(value, float) else value
+        return out
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> Self:
+        """The stats a run reported; a field the run did not report keeps its default (a run of
+        an older version, or a layer that never ran)."""
+        values = {}
+        for f in dataclasses.fields(cls):
+            key = cls.PREFIX + f.name
+            if key in metadata:
+                value = metadata[key]
+                values[f.name] = getattr(value, "value", value)  # Dagster MetadataValue or plain
+        return cls(**values)

@@ -1,0 +1,118 @@
+"""The workspace: the one object between whoever runs the pipeline and the layers.
+
+Dagster assets, the CLI, tests, benchmarks and drills all hand the layers a `Workspace`. It owns
+the validated settings and builds every handle a layer needs: short-lived DuckDB connections, the
+vector store of a model, the lexical index, GitLab clients, embedding providers and the progress
+sink. No layer reads the config file or opens a store on its own, so a test can give a whole
+Dagster run a fake GitLab or a fake embedder by building the workspace with them.
+
+In Dagster the workspace is the `workspace` resource (defs/resources.py builds it from the config
+file named in run config); `dg.materialize(..., resources={"workspace": ws})` or
+`execute_in_process(resources=...)` hands a run a ready-made one instead.
+"""
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gitlab_knowledge.config import Config, load_config
+from gitlab_knowledge.sync.progress import LogProgress, SyncProgress
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from gitlab_knowledge.embeddings.provider import EmbeddingProvider
+    from gitlab_knowledge.embeddings.vectors import VectorStore
+    from gitlab_knowledge.gitlab.client import GitLabClient
+    from gitlab_knowledge.lexical.index import LexicalIndex
+
+GitLabFactory = Callable[[Config], "GitLabClient"]
+EmbedderFactory = Callable[[Config, "str | None", "str | None"], "EmbeddingProvider"]
+
+
+def real_gitlab(config: Config) -> "GitLabClient":
+    from gitlab_knowledge.gitlab.client import GitLabClient
+
+    return GitLabClient(config.gitlab, config.token())
+
+
+def real_embedder(config: Config, provider: str | None = None, model: str | None = None) -> "EmbeddingProvider":
+    from gitlab_knowledge.embeddings.provider import get_provider
+
+    return get_provider(config, provider, model)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Settings plus the factories of everything a layer touches."""
+
+    config: Config
+    gitlab_factory: GitLabFactory = real_gitlab
+    embedder_factory: EmbedderFactory = real_embedder
+    progress: SyncProgress | None = None  # None: the run's own log (LogProgress)
+    config_path: str | None = None  # the file the settings came from, for subprocesses and Dagster
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def load(cls, config_path: str | os.PathLike[str] | None = None, **factories: Any) -> "Workspace":
+        """From a config file (or the usual lookup: $GITLAB_KNOWLEDGE_CONFIG, ./gitlab_knowledge.toml)."""
+        return cls(load_config(config_path), config_path=str(config_path) if config_path else None, **factories)
+
+    def with_(self, **changes: Any) -> "Workspace":
+        """A copy with some factories or the progress sink replaced (and a fresh handle cache)."""
+        return replace(self, _cache={}, **changes)
+
+    # -- DuckDB: short-lived connections, never held across a layer -------------------------
+
+    def write(self, wait: float = 120.0) -> "contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]":
+        from gitlab_knowledge.store.db import write_connection
+
+        return write_connection(self.config.duckdb_path, wait=wait)
+
+    def read(self, wait: float | None = None) -> "contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]":
+        """A read-only connection; `wait` defaults to the configured lock wait of read commands."""
+        from gitlab_knowledge.store.db import read_connection
+
+        return read_connection(self.config.duckdb_path,
+                               self.config.sync.lock_wait_seconds if wait is None else wait)
+
+    # -- the index stores -------------------------------------------------------------------
+
+    def vectors(self, provider: str, model: str) -> "VectorStore":
+        from gitlab_knowledge.embeddings.vectors import VectorStore
+
+        return VectorStore(self.config.lancedb_dir, provider, model)
+
+    def lexical(self, *, create: bool = False) -> "LexicalIndex":
+        from gitlab_knowledge.lexical.index import LexicalIndex
+
+        return LexicalIndex(self.config.tantivy_dir, create=create)
+
+    @contextlib.contextmanager
+    def scratch(self, prefix: str) -> Iterator[Path]:
+        """A private temporary directory under the data directory (staging files)."""
+        import tempfile
+
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=prefix, dir=self.config.data_dir) as tmp:
+            yield Path(tmp)
+
+    # -- outside services -------------------------------------------------------------------
+
+    def gitlab(self) -> "GitLabClient":
+        """A new GitLab client (async context manager); one per sync run."""
+        return self.gitlab_factory(self.config)
+
+    def embedder(self, provider: str | None = None, model: str | None = None) -> "EmbeddingProvider":
+        """The embedding provider (the configured one unless named); loaded once per workspace."""
+        key = f"embedder:{provider}:{model}"
+        if key not in self._cache:
+            self._cache[key] = self.embedder_factory(self.config, provider, model)
+        return self._cache[key]
+
+    def progress_for(self, log: Any) -> SyncProgress:
+        return self.progress or LogProgress(log)
+
