@@ -112,21 +112,39 @@ def change_gitlab(sb: Any, rng: Any, attempt: int) -> None:
 
 
 def run_checks(config_path: Any) -> dict[str, Any]:
-    """Every asset check, through Dagster (a job of all checks, in-process, scope: all projects)."""
+    """Every asset check through Dagster, in-process: the per-project checks once per project
+    partition, the store-wide ones once. Per check name, a failing evaluation wins over passing
+    ones (which project failed is in its metadata's scope)."""
     import dagster as dg
 
+    from gitlab_knowledge.config import load_config
     from gitlab_knowledge.defs import defs
+    from gitlab_knowledge.defs.partitions import PARTITIONS_NAME
 
-    job = dg.define_asset_job("every_check", selection=dg.AssetSelection.all_asset_checks(),
-                              executor_def=dg.in_process_executor)
-    resolved = dg.Definitions.merge(defs, dg.Definitions(jobs=[job])).resolve_job_def("every_check")
+    partitioned = [c.check_key for c in defs.asset_checks if c.partitions_def is not None]
+    jobs = [dg.define_asset_job("project_checks", selection=dg.AssetSelection.checks(*partitioned),
+                                executor_def=dg.in_process_executor),
+            dg.define_asset_job("store_checks", selection=dg.AssetSelection.all_asset_checks()
+                                - dg.AssetSelection.checks(*partitioned), executor_def=dg.in_process_executor)]
+    merged = dg.Definitions.merge(defs, dg.Definitions(jobs=jobs))
+    run_config = {"resources": {"workspace": {"config": {"config_path": str(config_path)}}}}
+    projects = list(load_config(config_path).projects)
+    evaluations: dict[str, Any] = {}
     with dg.instance_for_test() as instance:
-        result = resolved.execute_in_process(
-            instance=instance, raise_on_error=False,
-            run_config={"resources": {"workspace": {"config": {"config_path": str(config_path)}}}})
-        assert result.success
-        return {e.event_specific_data.check_name: e.event_specific_data
-                for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+        instance.add_dynamic_partitions(PARTITIONS_NAME, projects)
+        runs = [("project_checks", p) for p in projects] + [("store_checks", None)]
+        for job_name, partition in runs:
+            result = merged.resolve_job_def(job_name).execute_in_process(
+                instance=instance, raise_on_error=False, run_config=run_config,
+                tags={"dagster/partition": partition} if partition else None)
+            assert result.success
+            for event in result.all_events:
+                if event.event_type_value == "ASSET_CHECK_EVALUATION":
+                    evaluation = event.event_specific_data
+                    previous = evaluations.get(evaluation.check_name)
+                    if previous is None or previous.passed:
+                        evaluations[evaluation.check_name] = evaluation
+    return evaluations
 
 
 def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: float) -> dict[str, int]:

@@ -38,7 +38,7 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
         deleted = f" [red]deleted {_short(raw['deleted_at'])}[/]" if raw["deleted_at"] else ""
         o.print(f"  raw payload      #{raw['id']} {raw['resource_type']} {escape(raw['gitlab_key'])}: GitLab updated "
                 f"{_short(raw['updated_at'])}, fetched {_short(raw['fetched_at'])} by sync run {raw['sync_run_id']} "
-                f"({raw['sync_mode']}, {raw['sync_status']}), Dagster run {_short(raw['dagster_run_id'])[:8]}, "
+                f"({raw['sync_mode']}, {raw['sync_status']}), Dagster run {_short(raw['dagster_run_id'])}, "
                 f"seq {raw['change_seq']}{deleted}")
     norm = chain["normalized"]
     row = norm["row"]
@@ -49,7 +49,7 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
         o.print(f"                   discussion {escape(d['id'])}: {d['note_count']} note(s), "
                 f"{_short(d['first_note_at'])} → {_short(d['last_note_at'])}")
     o.print(f"  document         hash {_short(doc['content_hash'])}, built {_short(doc['built_at'])} by Dagster run "
-            f"{_short(doc['dagster_run_id'])[:8]}, ~{doc['token_count']} tokens"
+            f"{_short(doc['dagster_run_id'])}, ~{doc['token_count']} tokens"
             + (" [yellow](truncated)[/]" if doc["truncated"] else ""))
     v = chain["vector"]
     o.print(f"  vector           {escape(v['model'])}: " + (

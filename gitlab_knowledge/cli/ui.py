@@ -36,8 +36,11 @@ def server_for(config: Config, *, host: str, port: int, config_path: Path | str 
     """The `dagster dev` process `ui` runs, not started yet."""
     home, workspace = dagster_paths(config)
     env = {**os.environ, **(extra_env or {})}
-    if config_path:
-        env["GITLAB_KNOWLEDGE_CONFIG"] = str(Path(config_path).resolve())
+    # The daemon's processes run elsewhere (Dagster's home), where ./gitlab_knowledge.toml is not:
+    # hand them the file this command read, whichever way it was found.
+    source = config_path or (config.source if Path(config.source).is_file() else None)
+    if source:
+        env["GITLAB_KNOWLEDGE_CONFIG"] = str(Path(source).resolve())
     # In this directory, as `sync` runs: relative paths in a dagster.yaml and the config file
     # lookup then resolve the same way for both.
     return DagsterServer(home, workspace, host=host, port=port, env=env, cwd=Path.cwd())
@@ -46,14 +49,24 @@ def server_for(config: Config, *, host: str, port: int, config_path: Path | str 
 def launch(config: Config, *, host: str, port: int, config_path: Path | str | None,
            extra_env: dict[str, str] | None = None) -> int:
     server = server_for(config, host=host, port=port, config_path=config_path, extra_env=extra_env).start()
-    previous = signal.signal(signal.SIGTERM, lambda *_: server.stop())
+
+    def terminate(*_: object) -> None:
+        # Unwind out of server.wait() and stop from the main flow: stopping inside the handler
+        # would wait on the process while the interrupted wait holds Popen's lock (40 s, then SIGKILL).
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
     try:
         return server.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated):
         return 0
     finally:
-        server.stop()
         signal.signal(signal.SIGTERM, previous)
+        server.stop()
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived: stop the UI as Ctrl-C does."""
 
 
 def run(args: argparse.Namespace, config: Config) -> int:

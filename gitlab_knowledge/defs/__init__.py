@@ -12,7 +12,7 @@ from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.defs.jobs import embed_project_job, sync_project_job
 from gitlab_knowledge.defs.resources import WORKSPACE, workspace_resource
 from gitlab_knowledge.defs.schedules import freshness_job, freshness_schedule, weekly_full_reconciliation
-from gitlab_knowledge.defs.sensors import gitlab_change_sensor
+from gitlab_knowledge.defs.sensors import dead_run_reaper, gitlab_change_sensor
 
 
 def build_defs(workspace: Any = workspace_resource) -> dg.Definitions:
@@ -24,7 +24,7 @@ def build_defs(workspace: Any = workspace_resource) -> dg.Definitions:
         assets=[raw_gitlab_payloads, normalized_gitlab, search_documents, document_embeddings, lexical_index],
         asset_checks=ALL_CHECKS,
         jobs=[sync_project_job, embed_project_job, freshness_job],
-        sensors=[gitlab_change_sensor],
+        sensors=[gitlab_change_sensor, dead_run_reaper],
         schedules=[weekly_full_reconciliation, freshness_schedule],
         resources={WORKSPACE: workspace},
         executor=dg.in_process_executor,

@@ -1,9 +1,10 @@
 """The change sensor: every 10 minutes, probe each project and run the sync for those that changed.
 
-It asks GitLab two cheap questions per project (sync/probe.py) and never advances anything
-itself. A run key made of the project, what GitLab looked like, and how many runs of that project
-failed since its last success makes a retried tick request the same runs (Dagster drops repeated
-keys) while a failed sync is still retried on the next tick. Projects added to the config become
+It asks GitLab two cheap questions per project (sync/probe.py) and the store what work is left
+(sync/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
+of those facts; its run key is built from facts that move whenever a run does work, so work that
+remains always gets a new key while a retried tick over the same state repeats its key (Dagster
+drops the repeat), and a failed sync is retried on the next tick. Projects added to the config become
 partitions here, without a code change.
 """
 
@@ -20,6 +21,7 @@ from gitlab_knowledge.workspace import Workspace
 # seconds), and GITLAB_KNOWLEDGE_AUTOMATION=off to have the sensor and schedules start stopped
 # (they can then be switched on one by one in the UI).
 INTERVAL_SECONDS = int(os.environ.get("GITLAB_KNOWLEDGE_SENSOR_INTERVAL", "600"))
+REAPER_INTERVAL_SECONDS = min(60, INTERVAL_SECONDS)
 AUTOMATION_ON = os.environ.get("GITLAB_KNOWLEDGE_AUTOMATION", "on").strip().lower() not in ("off", "0", "false", "no")
 SENSOR_STATUS = dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultSensorStatus.STOPPED
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
@@ -53,10 +55,12 @@ def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
     job=sync_project_job,
     minimum_interval_seconds=INTERVAL_SECONDS,
     default_status=SENSOR_STATUS,
-    description="Probes each configured GitLab project (2 API calls) and syncs those that changed.",
+    description="Probes each configured GitLab project (2 API calls) and syncs those that changed or that "
+                "have work left: pending thread rechecks, a layer behind its upstream, failed embeddings.",
 )
 def gitlab_change_sensor(context: dg.SensorEvaluationContext,
                          workspace: dg.ResourceParam[Workspace]) -> dg.SensorResult:
+    from gitlab_knowledge.sync.due import backlog, decide
     from gitlab_knowledge.sync.probe import probe_projects
 
     config = workspace.config
@@ -65,27 +69,39 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     partition_requests = [project_partitions.build_add_request(new)] if new else []
     try:
         probes = probe_projects(workspace)
+        work = backlog(workspace, list(config.projects))
     except StoreBusyError as exc:
         return dg.SensorResult(dynamic_partitions_requests=partition_requests,
                                skip_reason=f"store busy, probing on the next tick: {exc}")
     failed = [p for p in probes if p.error is not None]
     if probes and len(failed) == len(probes):
-        raise dg.DagsterError(f"probe failed: {failed[0].error}")  # GitLab down or the token rejected: a failed tick says so
+        raise dg.DagsterError(f"probe failed: {failed[0].error}")  # GitLab down or the token rejected
     requests = []
     notes = []
     for probe in probes:
-        if not probe.changed:
-            notes.append(f"{probe.project}: " + ("; ".join(probe.reasons) or "no change"))
+        decision = decide(probe, work.get(probe.project), in_flight=in_flight(context.instance, probe.project),
+                          attempt=failures_since_success(context.instance, probe.project), now=probe.gitlab_now)
+        if not decision.run:
+            notes.append(decision.skip)
             continue
-        if in_flight(context.instance, probe.project):
-            notes.append(f"{probe.project}: changed, but a sync is already running")
-            continue
-        attempt = failures_since_success(context.instance, probe.project)
-        requests.append(dg.RunRequest(
-            run_key=f"{probe.project}|{probe.fingerprint}|attempt={attempt}",
-            partition_key=probe.project,
-            tags={TRIGGER_TAG: "sensor", PROJECT_TAG: probe.project},
-        ))
-        context.log.info(f"{probe.project}: {'; '.join(probe.reasons)}")
+        requests.append(dg.RunRequest(run_key=decision.run_key, partition_key=probe.project,
+                                      tags={TRIGGER_TAG: "sensor", PROJECT_TAG: probe.project}))
+        context.log.info(f"{probe.project}: {'; '.join(decision.reasons)}")
     return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests,
                            skip_reason=None if requests else "; ".join(notes) or "no project changed")
+
+
+@dg.sensor(
+    name="dead_run_reaper",
+    minimum_interval_seconds=REAPER_INTERVAL_SECONDS,
+    default_status=SENSOR_STATUS,
+    description="Fails the runs whose process died (kill -9, a crash) and frees the pool slots they held, so a "
+                "dead CLI sync or a force-terminated run never blocks the runs behind it.",
+)
+def dead_run_reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    from gitlab_knowledge.defs.runner import reap_dead_runs
+
+    reaped = reap_dead_runs(context.instance)
+    for run_id in reaped:
+        context.log.warning(f"run {run_id}: its process is gone; marked failed and its pool slots freed")
+    return dg.SkipReason(f"reaped {len(reaped)} dead run(s)" if reaped else "no dead run")

@@ -138,10 +138,11 @@ def index_agreement(status: dict[str, Any], project: str | None, index: str) -> 
     bad = []
     for p in rows:
         s = p[index]
-        off = s["stale"] + s["unindexed"] + s["orphaned"]
+        # A document whose embedding failed has no vector: documents != vectors, whatever the reason.
+        off = s["stale"] + s["unindexed"] + s["orphaned"] + s["failed"]
         if off:
-            bad.append(f"{p['project']}: {s['stale']} stale, {s['unindexed']} missing, {s['orphaned']} orphaned "
-                       f"of {p['documents']} documents")
+            bad.append(f"{p['project']}: {s['stale']} stale, {s['unindexed'] + s['failed']} missing "
+                       f"({s['failed']} failed to embed), {s['orphaned']} orphaned of {p['documents']} documents")
     what = {"vectors": "vector", "lexical": "lexical entry"}[index]
     return Outcome(not bad, len(bad), f"every document has exactly one {what} with its current content hash"
                    if not bad else f"{index} out of step with the documents", bad,

@@ -2,19 +2,20 @@
 
 For issues and for MRs: the newest item updated at or after the cursor
 (`order_by=updated_at&sort=desc&per_page=1&updated_after=<cursor>`). It is a change unless that
-item is already stored at exactly that version. A project is also due when a ThrottledTouch
-recheck is pending (a thread fetched inside GitLab's 60 s window: a note GitLab did not signal
-may be waiting). Nothing is written: the cursor moves only when a sync commits.
+item is already stored at exactly that version. What the store itself has left to do (rechecks,
+layers behind, failed embeddings) is sync/due.py's `backlog`. Nothing is written: the cursor
+moves only when a sync commits.
 """
 
 import asyncio
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
 from gitlab_knowledge.store.raw import canonical_json, payload_hash
-from gitlab_knowledge.sync.engine import RESOURCES, THROTTLE_WINDOW_SECONDS
+from gitlab_knowledge.sync.engine import RESOURCES
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -26,10 +27,11 @@ class Probe:
     fingerprint: str = ""  # what GitLab looked like: equal fingerprints describe the same change
     api_calls: int = 0
     error: KnowledgeError | None = None  # the probe itself failed (GitLab down, token rejected)
+    gitlab_now: datetime | None = None  # GitLab's clock (Date header) when it answered
 
 
 def _stored_state(workspace: Workspace) -> dict[str, dict[str, Any]]:
-    """Per project path: cursors, stored hashes of candidate items, pending rechecks."""
+    """Per stored project path: its id and cursors."""
     if not workspace.config.duckdb_path.exists():
         return {}
     out: dict[str, dict[str, Any]] = {}
@@ -40,13 +42,7 @@ def _stored_state(workspace: Workspace) -> dict[str, dict[str, Any]]:
             cursors = dict(((r, (c, t)) for r, c, t in con.execute(
                 "SELECT resource_type, updated_at_cursor, tie_breaker_id FROM sync_cursors WHERE project_id = ?",
                 [project_id]).fetchall()))
-            pending = con.execute(f"""
-                SELECT count(*) FROM raw_payloads
-                WHERE project_id = ? AND resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
-                  AND (discussions_fetched_at IS NULL
-                       OR discussions_fetched_at <= updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND)
-            """, [project_id]).fetchone()[0]
-            out[path] = {"project_id": project_id, "cursors": cursors, "pending": int(pending)}
+            out[path] = {"project_id": project_id, "cursors": cursors}
     return out
 
 
@@ -70,15 +66,12 @@ async def _probe_project(client: GitLabClient, workspace: Workspace, project: st
                   "updated_after": cursor[0] if cursor else None}
         page = await client.get_page(f"/projects/{encode_project(project)}/{resource}", params)
         probe.api_calls += 1
+        probe.gitlab_now = page.server_time or probe.gitlab_now
         newest = page.items[0] if page.items else None
         parts.append(f"{resource}={newest['updated_at']}#{newest['id']}" if newest else f"{resource}=-")
         if state is not None and newest is not None and not _is_stored(workspace, kind, newest):
             probe.changed = True
             probe.reasons.append(f"{resource.replace('_', ' ')} updated (newest {newest['updated_at']})")
-    if state is not None and state["pending"]:
-        probe.changed = True
-        probe.reasons.append(f"{state['pending']} thread recheck(s) pending (GitLab's 60 s note throttle)")
-        parts.append(f"pending={state['pending']}")
     probe.fingerprint = "|".join(parts)
     return probe
 

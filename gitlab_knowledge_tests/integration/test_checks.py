@@ -105,6 +105,10 @@ def break_embedding_failure(config):
                             "error": "simulated", "attempts": 2, "failed_at": utcnow()}])
 
 
+def break_layers_caught_up(config):
+    sql(config, "UPDATE layer_state SET watermark = 0 WHERE layer = 'normalized'")
+
+
 def break_freshness(config):
     sql(config, "UPDATE sync_runs SET finished_at = ?", [utcnow() - timedelta(hours=2)])
 
@@ -119,6 +123,7 @@ BREAKAGES = {
     "vectors_match_documents": break_vector,
     "lexical_matches_documents": break_lexical,
     "no_failed_embeddings": break_embedding_failure,
+    "layers_caught_up": break_layers_caught_up,
     "projects_synced_recently": break_freshness,
 }
 
@@ -141,6 +146,6 @@ def test_each_check_fails_on_a_store_broken_for_it(consistent, tmp_path, name):
     evaluations = run_checks(path)
     assert not evaluations[name].passed, f"{name} did not notice"
     assert evaluations[name].metadata["violations"].value >= 1
-    expected = dg.AssetCheckSeverity.WARN if name in ("no_failed_embeddings", "projects_synced_recently") \
+    expected = dg.AssetCheckSeverity.WARN if name in ("no_failed_embeddings", "projects_synced_recently", "layers_caught_up") \
         else dg.AssetCheckSeverity.ERROR
     assert evaluations[name].severity == expected

@@ -64,7 +64,7 @@ def test_the_sync_job_materializes_a_partition_in_process(sandbox, tmp_path, tok
         for record in instance.all_logs(outcomes[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
             evaluation = record.dagster_event.event_specific_data
             evaluations[evaluation.check_name] = evaluation
-        assert len(evaluations) == 10
+        assert len(evaluations) == 11
         failed = {n: e.metadata for n, e in evaluations.items() if not e.passed}
         # Only the other project is stale: it has never been synced.
         assert set(failed) == {"projects_synced_recently"}, failed

@@ -4,6 +4,7 @@ import dagster as dg
 
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
+from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.documents import refresh as documents
 from gitlab_knowledge.workspace import Workspace
@@ -24,7 +25,8 @@ from gitlab_knowledge.workspace import Workspace
     ),
 )
 def search_documents(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    stats = documents.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
+    with said_plainly():
+        stats = documents.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     if stats.truncated:
         context.log.warning(f"{stats.truncated} document(s) exceeded ~8,000 tokens and were cut from the middle")
     return dg.MaterializeResult(metadata=stats.to_metadata())

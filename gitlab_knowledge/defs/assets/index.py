@@ -4,6 +4,7 @@ import dagster as dg
 
 from gitlab_knowledge.defs.assets.documents import search_documents
 from gitlab_knowledge.defs.assets.pools import LANCEDB_POOL, TANTIVY_POOL
+from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.embeddings import refresh as embeddings
 from gitlab_knowledge.lexical import refresh as lexical
@@ -31,9 +32,10 @@ class EmbedRunConfig(dg.Config):
 )
 def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfig,
                         workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    provider = workspace.embedder(config.provider or None, config.model or None)
-    stats = embeddings.refresh(workspace, context.partition_key, provider=provider, everything=config.everything,
-                               progress=workspace.progress_for(context.log))
+    with said_plainly():
+        provider = workspace.embedder(config.provider or None, config.model or None)
+        stats = embeddings.refresh(workspace, context.partition_key, provider=provider, everything=config.everything,
+                                   progress=workspace.progress_for(context.log))
     if stats.failed:
         context.log.warning(f"{stats.failed} document(s) failed to embed and will be retried next run: "
                             f"{stats.last_error or ''}")
@@ -54,5 +56,6 @@ def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfi
     ),
 )
 def lexical_index(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    stats = lexical.refresh(workspace, context.partition_key)
+    with said_plainly():
+        stats = lexical.refresh(workspace, context.partition_key)
     return dg.MaterializeResult(metadata=stats.to_metadata())

@@ -4,6 +4,7 @@ import dagster as dg
 
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
+from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.store import normalize
 from gitlab_knowledge.store.queries import project_counts
@@ -25,6 +26,7 @@ from gitlab_knowledge.workspace import Workspace
     ),
 )
 def normalized_gitlab(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    stats = normalize.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
+    with said_plainly():
+        stats = normalize.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     counts = project_counts(workspace.config, context.partition_key)
     return dg.MaterializeResult(metadata={**stats.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}})

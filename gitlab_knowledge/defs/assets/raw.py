@@ -3,6 +3,7 @@
 import dagster as dg
 
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
+from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.sync import engine
 from gitlab_knowledge.workspace import Workspace
@@ -28,8 +29,9 @@ class SyncRunConfig(dg.Config):
 )
 def raw_gitlab_payloads(context: dg.AssetExecutionContext, config: SyncRunConfig,
                         workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    result = engine.refresh(workspace, context.partition_key, full=config.full, force=config.force,
-                            dagster_run_id=context.run.run_id, progress=workspace.progress_for(context.log))
+    with said_plainly():
+        result = engine.refresh(workspace, context.partition_key, full=config.full, force=config.force,
+                                dagster_run_id=context.run.run_id, progress=workspace.progress_for(context.log))
     stats = engine.RawStats.of(result)
     return dg.MaterializeResult(metadata={"summary": dg.MetadataValue.md(stats.summary_markdown(result)),
                                           **stats.to_metadata()})

@@ -1,0 +1,148 @@
+"""What work is due for a project, and whether the change sensor should run its sync.
+
+The sensor asks GitLab what changed (sync/probe.py) and the store what is left undone (`Backlog`
+here): ThrottledTouch rechecks not settled yet, a layer behind the one upstream of it, index
+entries behind the documents, documents whose embedding failed. `decide` is a pure function of
+those facts. Its run key is made of them, and each of them moves when a run does its work (a
+recheck moves `discussions_fetched_at`, a layer moves its watermark, a failed embedding records a
+new `failed_at`), so work that remains after a run always yields a new key on the next tick,
+while a tick retried over the same state yields the same key (Dagster drops the repeat).
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gitlab_knowledge.sync.engine import THROTTLE_WINDOW_SECONDS
+from gitlab_knowledge.sync.probe import Probe
+from gitlab_knowledge.timeutil import naive_utc
+from gitlab_knowledge.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the store says is left to do for one project."""
+
+    pending: int = 0  # parents whose threads were fetched inside GitLab's 60 s touch window
+    pending_identity: str = ""  # which ones, at which fetch: moves with every recheck
+    pending_due: datetime | None = None  # when the earliest of them can be settled (GitLab's clock)
+    behind: tuple[str, ...] = ()  # "normalized: raw seq 120 > watermark 100", …
+    failed_embeddings: int = 0
+    failed_identity: str = ""  # moves with every new attempt (failed_at)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.pending or self.behind or self.failed_embeddings)
+
+
+@dataclass(frozen=True)
+class Decision:
+    project: str
+    run: bool
+    run_key: str = ""
+    reasons: tuple[str, ...] = ()
+    skip: str = ""  # why not, when run is False
+
+
+@dataclass
+class _Parts:
+    key: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def _digest(values: list[str]) -> str:
+    return hashlib.sha1("\n".join(sorted(values)).encode()).hexdigest()[:12] if values else ""
+
+
+def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
+    """The backlog of each stored project (a project never synced has none: its probe says so)."""
+    if not workspace.config.duckdb_path.exists():
+        return {}
+    from gitlab_knowledge.index_status import index_status
+
+    out: dict[str, Backlog] = {}
+    with workspace.read() as con:
+        stored = dict(con.execute(
+            "SELECT json_extract_string(json, '$.path_with_namespace'), CAST(gitlab_key AS BIGINT) FROM raw_payloads "
+            "WHERE resource_type = 'project' AND deleted_at IS NULL").fetchall())
+        facts = {}
+        for project in projects:
+            if project not in stored:
+                continue
+            pid = stored[project]
+            pending = con.execute(f"""
+                SELECT gitlab_key, discussions_fetched_at, updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND
+                FROM raw_payloads
+                WHERE project_id = ? AND resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
+                  AND (discussions_fetched_at IS NULL
+                       OR discussions_fetched_at <= updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND)
+            """, [pid]).fetchall()
+            raw_seq, normalized_seq, = con.execute("""
+                SELECT (SELECT coalesce(max(change_seq), 0) FROM raw_payloads WHERE project_id = $1),
+                       (SELECT coalesce(max(change_seq), 0) FROM (
+                            SELECT change_seq FROM issues WHERE project_id = $1
+                            UNION ALL SELECT change_seq FROM merge_requests WHERE project_id = $1))
+            """, [pid]).fetchone()
+            marks = dict(con.execute("SELECT layer, watermark FROM layer_state WHERE project_id = ?", [pid]).fetchall())
+            behind = []
+            if raw_seq > marks.get("normalized", 0):
+                behind.append(f"normalized: raw seq {raw_seq} > watermark {marks.get('normalized', 0)}")
+            if normalized_seq > marks.get("documents", 0):
+                behind.append(f"documents: items seq {normalized_seq} > watermark {marks.get('documents', 0)}")
+            facts[project] = (pending, behind, marks.get("documents", 0))
+    status = {p["project"]: p for p in index_status(workspace)["projects"]} if facts else {}
+    for project, (pending, behind, documents_mark) in facts.items():
+        entry = status.get(project)
+        failed = 0
+        if entry is not None:
+            for index in ("vectors", "lexical"):
+                counts = entry[index]
+                off = counts["stale"] + counts["unindexed"] + counts["orphaned"]
+                if off:
+                    behind.append(f"{index}: {off} entr{'y' if off == 1 else 'ies'} behind documents "
+                                  f"(documents watermark {documents_mark})")
+            failed = entry["vectors"]["failed"]
+        failures = _failures(workspace, project) if failed else []
+        dues = [due for _key, fetched, due in pending if fetched is not None]
+        out[project] = Backlog(
+            pending=len(pending), pending_identity=_digest([f"{k}@{f}" for k, f, _d in pending]),
+            pending_due=min(dues) if dues else None, behind=tuple(behind), failed_embeddings=failed,
+            failed_identity=_digest(failures))
+    return out
+
+
+def _failures(workspace: Workspace, project: str) -> list[str]:
+    provider = workspace.embedder()
+    store = workspace.vectors(provider.provider, provider.model)
+    return [f"{doc_id}@{f['failed_at']}" for doc_id, f in store.failures(project).items()]
+
+
+def decide(probe: Probe, work: Backlog | None, *, in_flight: bool, attempt: int,
+           now: datetime | None = None) -> Decision:
+    """Whether to run `probe.project`'s sync now, and under which run key."""
+    project = probe.project
+    if probe.error is not None:
+        return Decision(project, False, skip=f"{project}: probe failed: {probe.error}")
+    parts = _Parts(key=[project, probe.fingerprint])
+    if probe.changed:
+        parts.reasons += probe.reasons
+    work = work or Backlog()
+    if work.pending:
+        due = ""
+        if work.pending_due is not None and now is not None and work.pending_due > naive_utc(now):
+            due = f", settles after {work.pending_due:%H:%M:%S}"
+        parts.reasons.append(f"{work.pending} thread recheck(s) pending (GitLab's 60 s note throttle{due})")
+        parts.key.append(f"pending={work.pending_identity}")
+    if work.behind:
+        parts.reasons += [f"behind upstream: {b}" for b in work.behind]
+        parts.key.append("behind=" + _digest(list(work.behind)))
+    if work.failed_embeddings:
+        parts.reasons.append(f"{work.failed_embeddings} document(s) failed to embed: retrying")
+        parts.key.append(f"failed={work.failed_identity}")
+    if not parts.reasons:
+        return Decision(project, False, skip=f"{project}: no change")
+    if in_flight:
+        return Decision(project, False, reasons=tuple(parts.reasons),
+                        skip=f"{project}: {'; '.join(parts.reasons)}, but a sync is already running")
+    parts.key.append(f"attempt={attempt}")
+    return Decision(project, True, run_key="|".join(parts.key), reasons=tuple(parts.reasons))

@@ -1,0 +1,62 @@
+"""The sensor's decision as a pure function: work that remains after a run always gets a new run
+key on the next tick; the same state gives the same key; nothing to do, nothing requested."""
+
+from datetime import datetime
+
+from gitlab_knowledge.errors import GitLabError
+from gitlab_knowledge.sync.due import Backlog, decide
+from gitlab_knowledge.sync.probe import Probe
+
+NOW = datetime(2026, 11, 1, 12, 0, 30)
+QUIET = Probe("acme/platform", changed=False, fingerprint="issues=2026-11-01T11:00:00Z#7|merge_requests=-")
+
+
+def test_nothing_to_do_requests_nothing():
+    decision = decide(QUIET, Backlog(), in_flight=False, attempt=0, now=NOW)
+    assert not decision.run and "no change" in decision.skip
+
+
+def test_a_change_in_gitlab_requests_a_run_and_a_retried_tick_repeats_its_key():
+    changed = Probe("acme/platform", changed=True, reasons=["issues updated"], fingerprint="issues=T2#8")
+    first = decide(changed, Backlog(), in_flight=False, attempt=0, now=NOW)
+    again = decide(changed, Backlog(), in_flight=False, attempt=0, now=NOW)
+    assert first.run and first.run_key == again.run_key
+
+
+def test_a_recheck_still_pending_after_a_run_gets_a_new_key():
+    # The first recheck landed inside GitLab's 60 s window: the parent is still pending, but its
+    # discussions were fetched again, so the identity moved and the next tick asks once more.
+    before = Backlog(pending=1, pending_identity="a1", pending_due=datetime(2026, 11, 1, 12, 1, 2))
+    after = Backlog(pending=1, pending_identity="b2", pending_due=datetime(2026, 11, 1, 12, 1, 2))
+    one = decide(QUIET, before, in_flight=False, attempt=0, now=NOW)
+    two = decide(QUIET, after, in_flight=False, attempt=0, now=NOW)
+    assert one.run and two.run and one.run_key != two.run_key
+    assert "settles after 12:01:02" in one.reasons[0]
+
+
+def test_failed_embeddings_are_work_and_each_new_attempt_moves_the_key():
+    one = decide(QUIET, Backlog(failed_embeddings=170, failed_identity="x"), in_flight=False, attempt=0, now=NOW)
+    two = decide(QUIET, Backlog(failed_embeddings=170, failed_identity="y"), in_flight=False, attempt=0, now=NOW)
+    assert one.run and two.run and one.run_key != two.run_key
+    assert "170 document(s) failed to embed" in one.reasons[0]
+
+
+def test_a_layer_behind_its_upstream_is_work():
+    behind = Backlog(behind=("normalized: raw seq 120 > watermark 100",))
+    decision = decide(QUIET, behind, in_flight=False, attempt=0, now=NOW)
+    assert decision.run and "behind upstream" in decision.reasons[0]
+    caught_up = Backlog(behind=("normalized: raw seq 130 > watermark 120",))
+    assert decide(QUIET, caught_up, in_flight=False, attempt=0, now=NOW).run_key != decision.run_key
+
+
+def test_a_sync_in_flight_is_not_doubled_and_a_failed_run_gets_a_new_key():
+    work = Backlog(behind=("documents: items seq 9 > watermark 8",))
+    assert not decide(QUIET, work, in_flight=True, attempt=0, now=NOW).run
+    assert decide(QUIET, work, in_flight=False, attempt=1, now=NOW).run_key != \
+        decide(QUIET, work, in_flight=False, attempt=0, now=NOW).run_key
+
+
+def test_a_failed_probe_requests_nothing_and_says_why():
+    failed = Probe("acme/platform", changed=False, error=GitLabError("GitLab answered 503"))
+    decision = decide(failed, Backlog(behind=("x",)), in_flight=False, attempt=0, now=NOW)
+    assert not decision.run and "probe failed: GitLab answered 503" in decision.skip
