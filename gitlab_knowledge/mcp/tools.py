@@ -1,0 +1,316 @@
+"""The tools: input schema, output schema, and a handler calling what the CLI calls.
+
+search → `Searcher.search` (the resident one) and the search JSON contract; get_issue /
+get_merge_request → `store.queries.show_item`; gitlab_get_mr_comments → comments.py;
+explain → `explain.explain`; index_status → `index_status.index_status`. Handlers return
+(short text, structured output); a failure raises `KnowledgeError`, which the server turns into a
+one-line tool error.
+"""
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from gitlab_knowledge import kinds
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.mcp.bounds import SEARCH_LIMIT
+from gitlab_knowledge.mcp.resident import ResidentSearch
+from gitlab_knowledge.workspace import Workspace, real_embedder
+
+STORE_WAIT_SECONDS = 0.5  # a sync holding DuckDB makes a tool answer "store busy", never wait long
+
+
+@dataclass
+class Context:
+    """What every handler may use: one per server process."""
+
+    config: Config  # with the short DuckDB wait
+    resident: ResidentSearch
+    include_confidential: bool
+    include_internal: bool
+
+    @classmethod
+    def create(cls, config: Config, resident: ResidentSearch) -> "Context":
+        quick = dataclasses.replace(config, sync=dataclasses.replace(config.sync, lock_wait_seconds=STORE_WAIT_SECONDS))
+        return cls(config=quick, resident=resident, include_confidential=config.mcp.include_confidential,
+                   include_internal=config.mcp.include_internal)
+
+    def workspace(self) -> Workspace:
+        """The CLI's seam, with the resident process's embedding model (loaded once)."""
+        def embedder(config: Config, provider: str | None = None, model: str | None = None) -> Any:
+            if provider is None and model is None:
+                return self.resident.provider()
+            return real_embedder(config, provider, model)
+
+        return Workspace(self.config, embedder_factory=embedder)
+
+
+Result = tuple[str, dict[str, Any]]
+Handler = Callable[[Context, dict[str, Any]], Awaitable[Result]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    handler: Handler
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    """A JSON Schema shipped in the package (`mcp/<name>` or `search/schema.json`)."""
+    package, _, file = name.rpartition("/")
+    return json.loads(resources.files(f"gitlab_knowledge.{package or 'mcp'}").joinpath(file).read_text("utf-8"))
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready: datetimes as ISO 8601 (UTC `Z` when naive, as the store keeps them)."""
+    if isinstance(value, datetime):
+        return value.isoformat() + ("Z" if value.tzinfo is None else "")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def _optional_string(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+# -- search -------------------------------------------------------------------------------------
+
+SEARCH_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["query"],
+    "properties": {
+        "query": {"type": "string", "minLength": 1, "description": "What to look for: words, a question, an "
+                  "identifier, a path, or a reference such as #234, !847 or group/project#12."},
+        "type": {"type": "array", "items": {"enum": ["issue", "merge_request", "discussion"]},
+                 "description": "Only these document types (issues, MRs, discussion threads)."},
+        "author": _optional_string("Only documents by this username."),
+        "label": {"type": "array", "items": {"type": "string"}, "description": "Every label must match."},
+        "after": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created on or after (YYYY-MM-DD)."},
+        "before": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created before (YYYY-MM-DD)."},
+        "project": _optional_string("Only this project (group/project)."),
+        "state": _optional_string("opened, closed, merged, ..."),
+        "mode": {"enum": ["hybrid", "lexical", "semantic"], "default": "hybrid",
+                 "description": "hybrid (default) fuses keywords and meaning; lexical is keywords only."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT, "default": 10},
+    },
+}
+
+
+async def search(ctx: Context, args: dict[str, Any]) -> Result:
+    from gitlab_knowledge.search.filters import Filters
+    from gitlab_knowledge.search.output import render_human, response_json
+
+    filters = Filters.build(types=args.get("type"), author=args.get("author"), labels=args.get("label"),
+                            after=args.get("after"), before=args.get("before"), project=args.get("project"),
+                            state=args.get("state"), exclude_confidential=not ctx.include_confidential,
+                            exclude_internal=not ctx.include_internal)
+    limit = args.get("limit", 10)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
+        raise UsageError(f"limit must be a whole number from 1 to {SEARCH_LIMIT}, got {limit!r}")
+    response = await asyncio.to_thread(ctx.resident.search, str(args.get("query") or ""), filters,
+                                       args.get("mode", "hybrid"), limit)
+    warnings = "".join(f"warning: {w}\n" for w in response.warnings)
+    return warnings + render_human(response, color=False), response_json(response)
+
+
+# -- items --------------------------------------------------------------------------------------
+
+
+def _item_input(kind: kinds.Kind) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["iid"],
+        "properties": {
+            "iid": {"type": "integer", "minimum": 1,
+                    "description": f"The {kind.display}'s IID, the number in {kind.sigil}123."},
+            "project": _optional_string("group/project; needed when the IID exists in several synced projects."),
+        },
+    }
+
+
+def _item_handler(kind: kinds.Kind) -> Handler:
+    async def handler(ctx: Context, args: dict[str, Any]) -> Result:
+        from gitlab_knowledge.mcp.items import get_item, render
+
+        iid = args.get("iid")
+        if isinstance(iid, bool) or not isinstance(iid, int) or iid < 1:
+            raise UsageError(f"iid must be a whole number >= 1, got {iid!r}")
+        item = await asyncio.to_thread(get_item, ctx.config, kind, iid, args.get("project") or None,
+                                       include_confidential=ctx.include_confidential,
+                                       include_internal=ctx.include_internal)
+        return render(item), item
+
+    return handler
+
+
+# -- MR comments --------------------------------------------------------------------------------
+
+COMMENTS_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["project", "mr"],
+    "properties": {
+        "project": {"type": ["string", "integer"], "description": "The project: numeric id or group/project path."},
+        "mr": {"type": "integer", "minimum": 1, "description": "The merge request's IID (the number in !847)."},
+        "includeSystem": {"type": "boolean", "default": False,
+                          "description": "Include GitLab's system notes (needs live: true for now)."},
+        "includeOverviewNotes": {"type": "boolean", "default": True,
+                                 "description": "Include notes on the MR itself, not on a diff line."},
+        "onlyResolved": {"type": "boolean", "default": False},
+        "onlyUnresolved": {"type": "boolean", "default": False,
+                           "description": "Only unresolved resolvable notes: what is left to address."},
+        "perPage": {"type": "integer", "minimum": 1, "maximum": 100, "default": 100},
+        "format": {"enum": ["json", "markdown"], "default": "json",
+                   "description": "markdown adds a digest grouped by file and line, unresolved first."},
+        "live": {"type": "boolean", "default": False,
+                 "description": "false: the local store as last synced; true: GitLab now (read-only)."},
+    },
+}
+
+
+async def mr_comments(ctx: Context, args: dict[str, Any]) -> Result:
+    from gitlab_knowledge.mcp import comments, digest
+
+    if isinstance(args.get("project"), int) and not isinstance(args.get("project"), bool):
+        args = {**args, "project": str(args["project"])}
+    request = comments.CommentsRequest.from_arguments(args)
+    workspace = ctx.workspace()
+    if request.live:
+        source = await comments.from_gitlab(workspace, request)
+    else:
+        source = await asyncio.to_thread(comments.from_store, workspace, request)
+    out, hidden = comments.envelope(request, source, ctx.include_internal)
+    text = digest.render(out, title=source.title, reference=source.reference, web_url=source.web_url,
+                         live=request.live, hidden_internal=hidden)
+    if request.markdown:
+        out["markdown"] = text
+    return text, out
+
+
+# -- explain, index status ----------------------------------------------------------------------
+
+EXPLAIN_INPUT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["ref"],
+    "properties": {
+        "ref": {"type": "string", "minLength": 1,
+                "description": "#IID, !IID, group/project#IID, a GitLab URL (a note's too) or a document id."},
+        "project": _optional_string("group/project, when a short reference is ambiguous."),
+        "live": {"type": "boolean", "default": False, "description": "Also compare with GitLab now."},
+    },
+}
+EXPLAIN_OUTPUT = {
+    "type": "object",
+    "required": ["document_id", "verdict", "reasons", "chain", "related_documents"],
+    "properties": {
+        "document_id": {"type": "string"},
+        "verdict": {"enum": ["fresh", "stale"]},
+        "reasons": {"type": "array", "items": {"type": "string"}},
+        "chain": {"type": "object", "description": "Per layer: gitlab (live), raw_payloads, normalized, document, "
+                                                   "vector, lexical, watermarks."},
+        "related_documents": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+
+async def explain(ctx: Context, args: dict[str, Any]) -> Result:
+    from gitlab_knowledge.explain import explain as explain_ref
+
+    ref = str(args.get("ref") or "").strip()
+    if not ref:
+        raise UsageError("ref is required: #IID, !IID, group/project#IID, a GitLab URL or a document id")
+    result = await asyncio.to_thread(explain_ref, ctx.workspace(), ref, args.get("project") or None,
+                                     bool(args.get("live", False)))
+    out = plain(result.as_dict())
+    lines = [f"{out['document_id']}: {out['verdict']}"]
+    lines += [f"- {reason}" for reason in out["reasons"]]
+    if out["verdict"] == "fresh":
+        lines.append("every layer holds the version GitLab gave the last sync")
+    return "\n".join(lines) + "\n", out
+
+
+INDEX_STATUS_OUTPUT = {
+    "type": "object",
+    "required": ["model", "projects"],
+    "properties": {
+        "model": {"type": "string"},
+        "projects": {"type": "array", "items": {
+            "type": "object",
+            "required": ["project", "documents", "vectors", "lexical"],
+            "properties": {
+                "project": {"type": "string"},
+                "documents": {"type": "integer", "minimum": 0},
+                "vectors": {"$ref": "#/$defs/counts"},
+                "lexical": {"$ref": "#/$defs/counts"},
+            },
+        }},
+    },
+    "$defs": {"counts": {"type": "object", "required": ["indexed", "stale", "unindexed", "failed", "orphaned"],
+                         "additionalProperties": {"type": "integer", "minimum": 0}}},
+}
+
+
+async def index_status(ctx: Context, args: dict[str, Any]) -> Result:
+    from gitlab_knowledge.index_status import index_status as status_of
+
+    out = plain(await asyncio.to_thread(status_of, ctx.workspace()))
+    lines = [f"model {out['model']}"]
+    for p in out["projects"]:
+        v, lx = p["vectors"], p["lexical"]
+        lines.append(f"{p['project']}: {p['documents']} documents; vectors {v['indexed']} indexed, {v['stale']} stale, "
+                     f"{v['unindexed']} unindexed, {v['failed']} failed, {v['orphaned']} orphaned; lexical "
+                     f"{lx['indexed']} indexed, {lx['stale']} stale, {lx['unindexed']} unindexed, "
+                     f"{lx['orphaned']} orphaned")
+    return "\n".join(lines) + "\n", out
+
+
+# -- the list -----------------------------------------------------------------------------------
+
+
+def all_tools() -> list[Tool]:
+    return [
+        Tool("search", "Search GitLab knowledge",
+             "Hybrid keyword + meaning search over the synced issues, merge requests and discussion threads. "
+             "Exact references (#234, !847) and code identifiers come first. Returns the search JSON contract.",
+             SEARCH_INPUT, schema("search/schema.json"), search),
+        Tool("get_issue", "Get an issue",
+             "An issue from the local store with its discussion threads and notes (long bodies are cut with a "
+             "marker).", _item_input(kinds.ISSUE), schema("item.schema.json"), _item_handler(kinds.ISSUE)),
+        Tool("get_merge_request", "Get a merge request",
+             "A merge request from the local store with its discussion threads, notes and DiffNote file/line "
+             "(long bodies are cut with a marker).", _item_input(kinds.MERGE_REQUEST), schema("item.schema.json"),
+             _item_handler(kinds.MERGE_REQUEST)),
+        Tool("gitlab_get_mr_comments", "Get an MR's review comments",
+             "The review feedback on one merge request as one list of comments (diff and overview notes, with "
+             "author, file, line, resolution), from the local store or live from GitLab (live: true). "
+             "onlyUnresolved: what is left to address; format markdown: a digest grouped by file and line.",
+             COMMENTS_INPUT, schema("mr_comments.schema.json"), mr_comments),
+        Tool("explain", "Explain a document's freshness",
+             "The provenance chain of an issue, MR or thread (GitLab, raw payload, normalized row, document, "
+             "vector, lexical entry) and whether the index is fresh or stale, naming the layer behind.",
+             EXPLAIN_INPUT, EXPLAIN_OUTPUT, explain),
+        Tool("index_status", "Index status",
+             "Per project: documents, and for the vectors and the lexical index how many are indexed, stale, "
+             "unindexed, failed or orphaned.", {"type": "object", "additionalProperties": False, "properties": {}},
+             INDEX_STATUS_OUTPUT, index_status),
+    ]
