@@ -15,10 +15,13 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.freshness import EntryState, state_of
-from gitlab_knowledge.store.normalize import get_watermark
+from gitlab_knowledge.store.normalize import get_watermark, project_id_for
 from gitlab_knowledge.workspace import Workspace
 
-_URL = re.compile(r"^/(?P<project>[^/]+(?:/[^/]+)*)/-/(?P<kind>issues|merge_requests)/(?P<iid>\d+)(?:#note_(?P<note>\d+))?")
+# GitLab before 12.x wrote web_urls without the `/-/` scope (`…/gitlab-ee/merge_requests/14656`);
+# stored payloads and search results still carry them, so both forms name an item.
+_URL = re.compile(r"^/(?P<project>[^/]+(?:/[^/]+)*?)(?:/-)?/(?P<kind>issues|merge_requests)/(?P<iid>\d+)"
+                  r"(?:/[a-z_]+)?/?(?:#note_(?P<note>\d+))?$")
 _REF = re.compile(r"^(?P<project>[\w.\-]+(?:/[\w.\-]+)+)?(?P<sigil>[#!])(?P<iid>\d+)$")
 _DOC = re.compile(r"^(issue|merge_request|discussion):\S+$")
 
@@ -42,6 +45,14 @@ def _row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> dict[st
     return dict(zip([d[0] for d in cur.description], row, strict=True)) if row else None
 
 
+class NoteNotStored(UsageError):
+    """A URL names a note the store does not hold (yet): `explain` asks GitLab about it."""
+
+    def __init__(self, message: str, project: str, kind: kinds.Kind, iid: int, note: int) -> None:
+        super().__init__(message)
+        self.project, self.kind, self.iid, self.note = project, kind, iid, note
+
+
 def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> str:
     """A document id for a reference (#234, group/p!847, a URL, or a document id)."""
     ref = ref.strip()
@@ -57,7 +68,7 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
         if note:
             found = con.execute("SELECT 'discussion:' || discussion_id FROM notes WHERE id = ?", [int(note)]).fetchone()
             if not found:
-                raise UsageError(f"no note {note} in the store")
+                raise NoteNotStored(f"no note {note} in the store", project, kind, iid, int(note))
             return found[0]
     else:
         match = _REF.match(ref)
@@ -66,9 +77,18 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
                              f"(issue:…, merge_request:…, discussion:…), got {ref!r}")
         kind, iid = kinds.by_sigil(match["sigil"]), int(match["iid"])
         project = match["project"] or project
-    where = " AND p.path_with_namespace = ?" if project else ""
+    # A path as typed or as an older URL has it: GitLab resolves paths case-insensitively and
+    # through renames, so the project is found by the id that path resolved to.
+    project_id = project_id_for(con, project) if project else None
+    where = " AND p.id = ?" if project else ""
     rows = con.execute(f"SELECT t.id, p.path_with_namespace FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
-                       f"WHERE t.iid = ?{where}", [iid, *([project] if project else [])]).fetchall()
+                       f"WHERE t.iid = ?{where}", [iid, *([project_id] if project else [])]).fetchall()
+    if not rows and url:
+        # A GitLab under a relative root (`https://host/gitlab/group/p/-/issues/5`): the stored
+        # web_url, with or without the `/-/` scope, names the item.
+        bare = f"{parts.scheme}://{parts.netloc}{parts.path}".rstrip("/").replace("/-/", "/")
+        rows = con.execute(f"SELECT t.id, p.path_with_namespace FROM {kind.table} t JOIN projects p "
+                           f"ON p.id = t.project_id WHERE replace(t.web_url, '/-/', '/') = ?", [bare]).fetchall()
     label = kind.ref(iid)
     if not rows:
         raise UsageError(f"no {label} in the store" + (f" for {project}" if project else ""))
@@ -80,7 +100,10 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
 
 def explain(workspace: Workspace, ref: str, project: str | None = None, live: bool = False) -> Explanation:
     with workspace.read() as con:
-        doc_id = resolve(con, ref, project)
+        try:
+            doc_id = resolve(con, ref, project)
+        except NoteNotStored as missing:
+            return _missing_note(workspace, missing)
         out = Explanation(doc_id)
         doc = _row(con, "SELECT * EXCLUDE (content_text) FROM documents WHERE id = ?", [doc_id])
         if doc is None:
@@ -124,9 +147,16 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
             out.reasons.append(f"the {kind} changed (seq {parent['change_seq']}) after documents were last built "
                                f"(watermark {watermarks['documents']}): the next sync rebuilds this document")
         project_path = doc["project_path"]
+        raw_parent = _row(con, """
+            SELECT updated_at, CAST(json_extract(json, '$.user_notes_count') AS INTEGER) AS user_notes_count
+            FROM raw_payloads WHERE resource_type = ? AND gitlab_key = ? AND deleted_at IS NULL""",
+                          [kind, str(parent_id)]) if live else None
+        raw_thread = _row(con, "SELECT json FROM raw_payloads WHERE resource_type = 'discussion' AND gitlab_key = ? "
+                               "AND deleted_at IS NULL", [doc["source_id"]]) \
+            if live and doc["source_type"] == "discussion" else None
     _index_chain(workspace, out, doc, project_path)
     if live:
-        _live(workspace, out, doc, parent)
+        _live(workspace, out, doc, raw_parent, _user_notes(raw_thread["json"]) if raw_thread else None)
     out.verdict = "stale" if out.reasons else "fresh"
     return out
 
@@ -179,29 +209,105 @@ def _index_chain(workspace: Workspace, out: Explanation, doc: dict[str, Any], pr
         out.reasons.append("the lexical entry is from an older version: the next sync re-indexes it")
 
 
-def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], parent: dict[str, Any] | None) -> None:
+def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:
+    """A note the store lacks: does GitLab have it? Then the raw layer is behind (a note inside
+    GitLab's 60 s touch window is the usual reason); if not, the URL names nothing."""
+    import asyncio
+
+    from gitlab_knowledge.errors import NotFoundError
+    from gitlab_knowledge.gitlab.client import encode_project
+
+    path = f"/projects/{encode_project(missing.project)}/{missing.kind.api_path}/{missing.iid}/notes/{missing.note}"
+
+    async def fetch() -> dict[str, Any] | None:
+        async with workspace.gitlab() as client:
+            try:
+                return await client.get(path)
+            except NotFoundError:
+                return None
+
+    note = asyncio.run(fetch())
+    if note is None or note.get("system"):
+        raise UsageError(f"no note {missing.note} in the store, and GitLab has no such user note on "
+                         f"{missing.project}{missing.kind.sigil}{missing.iid}")
+    out = Explanation(f"note:{missing.note}", verdict="stale")
+    author = (note.get("author") or {}).get("username") or "?"
+    out.chain["gitlab"] = {"exists": True, "note_id": missing.note, "author": author,
+                           "created_at": note.get("created_at"), "updated_at": note.get("updated_at")}
+    out.reasons.append(f"GitLab has note {missing.note} (by @{author}, {note.get('created_at')}) on "
+                       f"{missing.project}{missing.kind.sigil}{missing.iid} that the store lacks: the next sync "
+                       "fetches it (a note inside GitLab's 60 s touch window waits for the thread recheck)")
+    return out
+
+
+def _user_notes(thread_json: str | dict[str, Any]) -> dict[int, Any]:
+    """A thread payload's user notes: note id -> updated_at (system notes are never stored)."""
+    import json
+
+    from gitlab_knowledge.timeutil import parse_time
+
+    thread = json.loads(thread_json) if isinstance(thread_json, str) else thread_json
+    return {int(n["id"]): parse_time(n.get("updated_at")) for n in thread.get("notes") or []
+            if isinstance(n, dict) and not n.get("system") and "id" in n}
+
+
+def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], raw_parent: dict[str, Any] | None,
+          raw_notes: dict[int, Any] | None) -> None:
+    """What GitLab says now against the raw layer (the first stored layer: the layers after it are
+    compared with their upstream by watermarks above): the item's updated_at *and* its
+    user_notes_count (a note added inside GitLab's 60 s touch window does not move updated_at),
+    and for a thread, its notes by id."""
     import asyncio
 
     from gitlab_knowledge.errors import NotFoundError
     from gitlab_knowledge.gitlab.client import encode_project
     from gitlab_knowledge.timeutil import parse_time
 
-    resource = kinds.kind(doc["parent_type"]).api_path
+    base = f"/projects/{encode_project(doc['project_path'])}/{kinds.kind(doc['parent_type']).api_path}/" \
+           f"{doc['parent_iid']}"
 
-    async def fetch() -> dict[str, Any] | None:
+    async def fetch() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         async with workspace.gitlab() as client:
             try:
-                return await client.get(f"/projects/{encode_project(doc['project_path'])}/{resource}/{doc['parent_iid']}")
+                item = await client.get(base)
             except NotFoundError:
-                return None
+                return None, None
+            thread = None
+            if raw_notes is not None:
+                try:
+                    thread = await client.get(f"{base}/discussions/{doc['source_id']}")
+                except NotFoundError:
+                    thread = {"notes": []}
+            return item, thread
 
-    item = asyncio.run(fetch())
+    item, thread = asyncio.run(fetch())
     if item is None:
         out.chain["gitlab"] = {"exists": False}
         out.reasons.append("GitLab no longer has it (404): a full sync (`sync --full`) removes it")
         return
     live_updated = parse_time(item.get("updated_at"))
-    out.chain["gitlab"] = {"exists": True, "updated_at": live_updated, "user_notes_count": item.get("user_notes_count")}
-    if parent is not None and live_updated and parent["updated_at"] and live_updated > parent["updated_at"]:
-        out.reasons.append(f"GitLab has a newer version (updated {live_updated}, stored {parent['updated_at']}): "
-                           "the next sync fetches it")
+    live_count = item.get("user_notes_count")
+    out.chain["gitlab"] = {"exists": True, "updated_at": live_updated, "user_notes_count": live_count}
+    if raw_parent is None:
+        out.reasons.append("the raw layer has no payload of the item: the next sync fetches it")
+        return
+    if live_updated and raw_parent["updated_at"] and live_updated > raw_parent["updated_at"]:
+        out.reasons.append(f"GitLab has a newer version (updated {live_updated}, raw payload {raw_parent['updated_at']}):"
+                           " the next sync fetches it")
+    elif isinstance(live_count, int) and raw_parent["user_notes_count"] is not None \
+            and live_count != raw_parent["user_notes_count"]:
+        out.reasons.append(f"GitLab counts {live_count} user notes, the raw payload {raw_parent['user_notes_count']} "
+                           "(a note inside GitLab's 60 s touch window does not move updated_at): the next sync "
+                           "rechecks its threads")
+    if thread is not None and raw_notes is not None:
+        live_notes = _user_notes(thread)
+        out.chain["gitlab"]["thread_notes"] = len(live_notes)
+        missing = sorted(set(live_notes) - set(raw_notes))
+        gone = sorted(set(raw_notes) - set(live_notes))
+        edited = sorted(n for n in set(live_notes) & set(raw_notes)
+                        if live_notes[n] and raw_notes[n] and live_notes[n] > raw_notes[n])
+        for what, ids in (("has note(s) the store lacks", missing), ("no longer has note(s)", gone),
+                          ("has newer edits of note(s)", edited)):
+            if ids:
+                out.reasons.append(f"GitLab {what} {', '.join(map(str, ids))} in this thread: the next sync "
+                                   "refetches its threads")

@@ -28,6 +28,11 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
         return 0
     o = console.out
     chain = result.chain
+    if "document" not in chain:  # a note only GitLab has yet
+        o.print(f"[bold]{escape(result.document_id)}[/]  not in the store\n\n[yellow]stale[/]:")
+        for reason in result.reasons:
+            o.print(f"  - {escape(reason)}")
+        return 0
     doc = chain["document"]
     o.print(f"[bold]{escape(result.document_id)}[/]  {escape(doc['url'] or '')}")
     if "gitlab" in chain:

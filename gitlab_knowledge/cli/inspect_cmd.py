@@ -34,7 +34,8 @@ def list_cmd(args: argparse.Namespace, config: Config) -> int:
     if kind is kinds.MERGE_REQUEST:
         table.add_column("branch", overflow="ellipsis", max_width=40)
     for r in rows:
-        cells = [r["project"], kind.ref(r["iid"]), escape(r["title"] or ""), r["state"] or "", f"@{r['author']}",
+        cells = [r["project"], kind.ref(r["iid"]), escape(r["title"] or ""), r["state"] or "",
+                 escape(queries.author_label(r["author"], r.get("author_name"))),
                  console.when(r["updated_at"])]
         if kind is kinds.MERGE_REQUEST:
             cells.append(f"{r['source_branch']} → {r['target_branch']}")
@@ -63,7 +64,8 @@ def show_cmd(args: argparse.Namespace, config: Config) -> int:
     o = console.out
     title = escape(item["title"] or "")
     o.print(f"[bold]{kind.display} {kind.ref(item['iid'])}: {title}[/]")
-    facts = [item["project"], item["state"] or "", f"@{item['author_username']}",
+    facts = [item["project"], item["state"] or "", escape(queries.author_label(item["author_username"],
+                                                                                item.get("author_name"))),
              f"created {console.when(item['created_at'])}", f"updated {console.when(item['updated_at'])}"]
     if kind is kinds.MERGE_REQUEST:
         facts.append(f"{item['source_branch']} → {item['target_branch']}")
@@ -86,13 +88,23 @@ def show_cmd(args: argparse.Namespace, config: Config) -> int:
         for note in thread["notes"]:
             where = ""
             if note.get("new_path") or note.get("old_path"):
-                line = note.get("new_line") or note.get("old_line")
-                where = f" on {note.get('new_path') or note.get('old_path')}" + (f":{line}" if line else "")
+                where = f" on {note.get('new_path') or note.get('old_path')}{_lines(note)}"
             flag = " [magenta](internal)[/]" if note["internal"] else ""
-            o.print(f"  @{note['author']} ({console.when(note['created_at'])}){escape(where)}{flag}:")
+            who = queries.author_label(note["author"], note.get("author_name"))
+            o.print(f"  {escape(who)} ({console.when(note['created_at'])}){escape(where)}{flag}:")
             for text_line in (note["body"] or "").splitlines() or [""]:
                 o.print("    " + text_line, markup=False, highlight=False)
     return 0
+
+
+def _lines(note: dict) -> str:
+    """`, lines 10–11` for a multi-line DiffNote, `:42` for a one-line one, nothing without a line."""
+    start = note.get("line_range_start_new_line") or note.get("line_range_start_old_line")
+    end = note.get("line_range_end_new_line") or note.get("line_range_end_old_line")
+    if start and end and start != end:
+        return f", lines {start}–{end}"
+    line = note.get("new_line") or note.get("old_line") or start
+    return f":{line}" if line else ""
 
 
 def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
@@ -107,10 +119,12 @@ def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
     for column in ("project", "last successful sync", "issues cursor", "MRs cursor"):
         table.add_column(column)
     cursors = {(c["project"], c["resource_type"]): c for c in status["cursors"]}
-    for project in status["configured_projects"]:
-        ic = cursors.get((project, kinds.ISSUE.name))
-        mc = cursors.get((project, kinds.MERGE_REQUEST.name))
-        table.add_row(project, f"{console.when(last.get(project))} ({console.ago(last.get(project))})",
+    for entry in status["projects"]:
+        project, canonical = entry["configured"], entry["project"] or entry["configured"]
+        ic = cursors.get((canonical, kinds.ISSUE.name))
+        mc = cursors.get((canonical, kinds.MERGE_REQUEST.name))
+        name = project if canonical == project else f"{project} (GitLab: {canonical})"
+        table.add_row(escape(name), f"{console.when(last.get(project))} ({console.ago(last.get(project))})",
                       _cursor(ic), _cursor(mc))
     o.print(table)
     o.print()

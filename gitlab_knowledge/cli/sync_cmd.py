@@ -1,6 +1,7 @@
 """`sync`: run the Dagster sync job in-process for each project, with a progress bar."""
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -46,6 +47,13 @@ class BarProgress:
         self._progress.console.print(text, markup=False, highlight=False)
 
 
+def raise_if_interrupted(outcomes: list[Any]) -> None:
+    """Ctrl-C (or SIGTERM) inside a run reaches the runner as a step failure: it is an interrupt
+    (`interrupted`, exit 130), not a failed project."""
+    if any(console.is_interrupt(o.error) for o in outcomes):
+        raise KeyboardInterrupt
+
+
 def selected_projects(config: Config, selected: list[str] | None) -> list[str]:
     if not selected:
         return list(config.projects)
@@ -64,9 +72,12 @@ def summary_rows(outcome: Any) -> dict[str, Any]:
 
     raw, docs = outcome.stats(RawStats), outcome.stats(DocumentStats)
     emb, lex = outcome.stats(EmbedStats), outcome.stats(LexicalStats)
+    if RawStats.ASSET not in outcome.metadata and getattr(outcome.error, "raw_stats", None) is not None:
+        raw = outcome.error.raw_stats  # the raw step failed: what it did before it failed
     return {
         "fetched": raw.items_fetched, "new": raw.items_new, "updated": raw.items_updated,
-        "deleted": raw.items_deleted, "threads": raw.threads_fetched, "api_calls": raw.api_calls,
+        "deleted": raw.items_deleted, "rejected": raw.items_rejected, "threads": raw.threads_fetched,
+        "api_calls": raw.api_calls,
         "rate_limited": raw.rate_limited_429, "sync_s": raw.duration_s,
         "documents_changed": docs.new + docs.content_changed + docs.metadata_changed + docs.deleted,
         "embedded": emb.embedded, "embedding_failures": emb.failed, "embedding_error": emb.last_error,
@@ -94,6 +105,9 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
     console.out.print(table)
     for o in outcomes:
         row = summary_rows(o)
+        if row["rejected"]:
+            console.warn(f"{o.project}: {row['rejected']} item(s) or thread(s) GitLab sent could not be stored "
+                         "(each named above); the rest was synced")
         if row["rate_limited"]:
             console.warn(f"{o.project}: GitLab rate-limited {row['rate_limited']} request(s); they were retried")
         if row["embedding_failures"]:
@@ -112,11 +126,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     with BarProgress() as bar:
         workspace = Workspace(config, progress=bar, config_path=args.config)
         outcomes = run_sync(workspace, projects, full=args.full, force=args.force)
+    raise_if_interrupted(outcomes)
     elapsed = time.monotonic() - started
     failed = [o for o in outcomes if not o.success]
+    removed = removed_projects(workspace, args, interactive=not args.json) if not failed else []
     if args.json:
         console.print_json({
-            "success": not failed, "duration_s": round(elapsed, 3),
+            "success": not failed, "duration_s": round(elapsed, 3), "removed_projects": removed,
             "projects": [{"project": o.project, "success": o.success, "dagster_run_id": o.run_id,
                           "error": o.message, "duration_s": o.duration_s, **summary_rows(o),
                           "assets": o.metadata} for o in outcomes],
@@ -126,3 +142,43 @@ def run(args: argparse.Namespace, config: Config) -> int:
     for o in failed:
         console.fail(f"{o.project}: {o.message} (Dagster run {o.run_id})")
     return failed[0].exit_code if failed else 0
+
+
+def removed_projects(workspace: Any, args: argparse.Namespace, *, interactive: bool) -> list[dict[str, Any]]:
+    """Projects in the store that the configuration no longer names: purged with `--yes` or a yes
+    on a terminal, else left (still searchable) with a warning saying how to remove them. Only
+    after every configured project synced, so each configured path has resolved to its id."""
+    from gitlab_knowledge.store import purge
+
+    if not workspace.config.duckdb_path.exists():
+        return []
+    try:
+        with workspace.read() as con:
+            found = purge.removed_projects(con, list(workspace.config.projects))
+    except purge.Unresolved as exc:
+        console.warn(f"not checking for projects removed from the configuration: {exc} has not been synced yet")
+        return []
+    out = []
+    for project in found:
+        entry = {**project.as_dict(), "purged": False}
+        what = f"project {project.path} (id {project.project_id}, {project.documents} documents)"
+        if args.yes or (interactive and _ask(f"{what} is no longer in the configuration. Remove it from the "
+                                              "store and the indexes?")):
+            purge.purge(workspace, project)
+            entry["purged"] = True
+            console.err.print(f"Removed {what}: no longer in the configuration.", markup=False, highlight=False)
+        else:
+            console.warn(f"{what} is no longer in the configuration but stays searchable; "
+                         "`sync --yes` removes it")
+        out.append(entry)
+    return out
+
+
+def _ask(question: str) -> bool:
+    if not (sys.stdin.isatty() and console.err.is_terminal):
+        return False
+    console.err.print(f"{question} [y/N] ", end="", markup=False, highlight=False)
+    try:
+        return input().strip().lower() in ("y", "yes")
+    except EOFError:
+        return False

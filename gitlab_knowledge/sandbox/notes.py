@@ -57,8 +57,8 @@ class NotesMixin:
             self.get(proj, kind, iid)
             flat = [n for t in proj.collection(kind).discussions.get(int(iid), ()) for n in t.get("notes") or ()]
         field = "updated_at" if order_by == "updated_at" else "created_at"
-        flat.sort(key=lambda n: int(n["id"]), reverse=True)
-        flat.sort(key=lambda n: ts_key(n[field]), reverse=sort != "asc")
+        flat.sort(key=lambda n: _id_key(n.get("id")), reverse=True)
+        flat.sort(key=lambda n: _time_key(n, field), reverse=sort != "asc")
         return flat
 
     def note(self, project: "int | str | Project", kind: str, iid: int, note_id: int) -> Json:
@@ -188,7 +188,7 @@ class NotesMixin:
         wanted = int(note_id)
         for t_index, thread in enumerate(proj.collection(kind).discussions.get(int(iid), ())):
             for n_index, note in enumerate(thread.get("notes") or ()):
-                if int(note.get("id") or 0) == wanted:
+                if _id_key(note.get("id")) == wanted:
                     return t_index, n_index, note
         raise NotFound("404 Note Not Found")
 
@@ -221,6 +221,23 @@ class NotesMixin:
         item = coll.items[iid]
         if ts_key(now) - ts_key(item["updated_at"]) > TOUCH_INTERVAL_US:
             coll.put({**item, "updated_at": now})
+
+
+def _id_key(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _time_key(note: Json, field: str) -> int:
+    """Saved notes from older GitLabs may lack `updated_at` (never edited): created_at stands in,
+    and a note without either sorts first rather than failing the request."""
+    for name in (field, "created_at"):
+        value = note.get(name)
+        if isinstance(value, str):
+            try:
+                return ts_key(value)
+            except ValueError:
+                continue
+    return 0
 
 
 def _body(value: Any) -> str:

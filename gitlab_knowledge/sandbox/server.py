@@ -238,7 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None,
                    *, truncate: bool = False, count: bool = True) -> None:
-        payload = b"" if status == 204 else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        payload = b"" if status == 204 else _encode_json(body)
         if truncate and payload:
             # Valid HTTP (Content-Length matches), broken JSON.
             payload = payload[: max(1, len(payload) // 2)]
@@ -369,3 +369,11 @@ class SandboxGitLab:
 
     def control(self, method: str, path: str, raw_body: bytes) -> tuple[int, Any]:
         return handle_control(self, method, path, raw_body)
+
+
+def _encode_json(body: Any) -> bytes:
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    except UnicodeEncodeError:
+        # A saved body may hold `\ud800` (valid JSON, not valid UTF-8): served escaped, as it was saved.
+        return json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()

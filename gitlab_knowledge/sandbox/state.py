@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import SandboxClock, iso_ms, parse_iso, ts_key
-from .dataset import ISSUE, MERGE_REQUEST, Dataset, DatasetError, Json, gc_paused
+from .dataset import ISSUE, MERGE_REQUEST, Dataset, Json, gc_paused
 from .errors import BadRequest, NotFound, missing
+from .itemcheck import add_labels, check_item, id_key, label_name, source_name, time_key
 from .notes import NotesMixin, user_note_count
 from .params import as_bool, as_labels
 from .shapes import author_of, new_issue, new_merge_request, new_system_note, noteable_type_of
@@ -38,6 +39,11 @@ class Collection:
         self.items[item["iid"]] = item
         self.invalidate()
 
+    def put_at(self, iid: int, item: Json) -> None:
+        # last_iid stays: a hostile iid (1e23) must not decide the iids of items created later.
+        self.items[iid] = item
+        self.invalidate()
+
     def invalidate(self) -> None:
         self._rows = None
         self._sorted = {}
@@ -48,7 +54,8 @@ class Collection:
             return cached
         if self._rows is None:
             self._rows = [
-                (ts_key(i["created_at"]), ts_key(i["updated_at"]), int(i["id"]), i) for i in self.items.values()
+                (time_key(i.get("created_at")), time_key(i.get("updated_at")), id_key(i.get("id")), i)
+                for i in self.items.values()
             ]
         col = 0 if order_by == "created_at" else 1
         # Ties go id-descending in both directions on purpose (DATASET.md): clients must not rely
@@ -100,6 +107,7 @@ class SandboxState(NotesMixin):
         self._by_path: dict[str, Project] = {}
         max_ids = {"issues": 0, "merge_requests": 0}
         max_note = 0
+        seen_ids: dict[str, set[int]] = {"issues": set(), "merge_requests": set()}  # ids are global
         for raw in dataset.projects:
             project = Project(data=raw)
             self.projects.append(project)
@@ -108,8 +116,10 @@ class SandboxState(NotesMixin):
                 self._by_path[str(raw["path_with_namespace"]).lower()] = project
             for kind, source in (("issues", dataset.issues), ("merge_requests", dataset.merge_requests)):
                 coll = project.collection(kind)
-                for item in source.get(raw["id"], ()):
-                    _check_item(item, raw["id"], kind)
+                where = source_name(dataset, raw["id"], kind)
+                ids = seen_ids[kind]
+                for line, item in enumerate(source.get(raw["id"], ()), 1):
+                    check_item(item, where, line, coll.items, ids)
                     coll.items[int(item["iid"])] = item
                     coll.last_iid = max(coll.last_iid, int(item["iid"]))
                     max_ids[kind] = max(max_ids[kind], int(item["id"]))
@@ -122,12 +132,39 @@ class SandboxState(NotesMixin):
                 for threads in coll.discussions.values():
                     for thread in threads:
                         for note in thread.get("notes") or ():
-                            max_note = max(max_note, int(note.get("id") or 0))
+                            max_note = max(max_note, id_key(note.get("id")))
                 for iid, item in list(coll.items.items()):
                     # Shallow copy: the count is ours to set, the caller's dict stays untouched.
                     coll.items[iid] = {**item, "user_notes_count": user_note_count(coll.discussions.get(iid, ()))}
         self._next_id = {kind: value + 1 for kind, value in max_ids.items()}
         self._next_note_id = max_note + 1
+
+    # -- projects --------------------------------------------------------------------------------
+
+    def rename_project(self, ref: "int | str | Project", path_with_namespace: str) -> Json:
+        """Rename or transfer a project: its old path keeps answering, as GitLab's redirect routes
+        make `GET /projects/:old_path` return the project under its new path."""
+        proj = self.project(ref)
+        with self.lock:
+            old_path = str(proj.data.get("path_with_namespace") or "")
+            namespace, _, path = path_with_namespace.rpartition("/")
+            data = {**proj.data, "path_with_namespace": path_with_namespace, "path": path}
+            if isinstance(proj.data.get("web_url"), str) and old_path:
+                data["web_url"] = proj.data["web_url"].replace(old_path, path_with_namespace)
+            if isinstance(proj.data.get("namespace"), dict) and namespace:
+                data["namespace"] = {**proj.data["namespace"], "full_path": namespace}
+            proj.data = data
+            self._by_path[path_with_namespace.lower()] = proj
+            return data
+
+    def put_item(self, ref: "int | str | Project", kind: str, item: Json) -> Json:
+        """Serve `item` verbatim (no checks): how tests hand a client a body no GitLab should send
+        (a title that is a list, no id, an iid of 1e23). Its iid must be a number to address it."""
+        proj = self.project(ref)
+        with self.lock:
+            coll = proj.collection(kind)
+            coll.put_at(int(item["iid"]), item)
+            return item
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -277,10 +314,10 @@ class SandboxState(NotesMixin):
             if "labels" in params:
                 new["labels"] = as_labels(params["labels"])
             if "add_labels" in params:
-                new["labels"] = list(dict.fromkeys([*new.get("labels", []), *as_labels(params["add_labels"])]))
+                new["labels"] = add_labels(new.get("labels") or [], as_labels(params["add_labels"]))
             if "remove_labels" in params:
                 drop = set(as_labels(params["remove_labels"]))
-                new["labels"] = [label for label in new.get("labels", []) if label not in drop]
+                new["labels"] = [label for label in new.get("labels") or [] if label_name(label) not in drop]
             for flag in ("confidential", "discussion_locked"):
                 if flag in params:
                     new[flag] = as_bool(params[flag])
@@ -370,15 +407,3 @@ class SandboxState(NotesMixin):
 
 def iso_ms_from_text(text: str) -> str:
     return iso_ms(parse_iso(text))
-
-
-def _check_item(item: Json, project_id: Any, kind: str) -> None:
-    try:
-        int(item["id"])
-        int(item["iid"])
-        ts_key(item["created_at"])
-        ts_key(item["updated_at"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DatasetError(
-            f"project {project_id} {kind}: item {item.get('iid')!r} needs integer id/iid and ISO created_at/updated_at ({exc})"
-        ) from exc

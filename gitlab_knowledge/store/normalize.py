@@ -8,8 +8,10 @@ change, a crash between layers) without calling GitLab.
 """
 
 import json
+import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,12 +21,14 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.db import transaction
+from gitlab_knowledge.store.payloads import item_name, item_problem, thread_problem
 from gitlab_knowledge.store.transform import issue_row, merge_request_row, project_row, thread_rows
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
 LAYER = "normalized"
 BATCH_ROWS = 5000
+log = logging.getLogger(__name__)
 ROW_BUILDERS = {kinds.ISSUE.name: issue_row, kinds.MERGE_REQUEST.name: merge_request_row}
 
 
@@ -38,18 +42,44 @@ class NormalizeStats(LayerStats):
     parents_deleted: int = 0
     discussions: int = 0
     notes: int = 0
+    rejected: int = 0  # stored payloads the normalized tables cannot hold (skipped, logged)
     batches: int = 0
     duration_s: float = 0.0
 
 
 def project_id_for(con: duckdb.DuckDBPyConnection, project_path: str) -> int | None:
+    """The GitLab id of the project a configured path names.
+
+    GitLab resolves `GET /projects/:path` case-insensitively and through the redirects a rename
+    or transfer leaves, so the path as configured need not be the project's `path_with_namespace`.
+    The id GitLab returned for this path to the latest sync that got that far is the answer (the
+    sync run records it); before any such sync, the stored project whose path matches, exactly or
+    else in another case."""
+    row = con.execute("""
+        SELECT s.project_id FROM sync_runs s
+        JOIN raw_payloads r ON r.resource_type = 'project' AND r.gitlab_key = CAST(s.project_id AS TEXT)
+                            AND r.deleted_at IS NULL
+        WHERE s.project_path = ? AND s.project_id IS NOT NULL
+        ORDER BY s.id DESC LIMIT 1
+    """, [project_path]).fetchone()
+    if row:
+        return int(row[0])
     row = con.execute("""
         SELECT CAST(gitlab_key AS BIGINT) FROM raw_payloads
         WHERE resource_type = 'project' AND deleted_at IS NULL
-          AND json_extract_string(json, '$.path_with_namespace') = ?
-        ORDER BY change_seq DESC LIMIT 1
-    """, [project_path]).fetchone()
+          AND lower(json_extract_string(json, '$.path_with_namespace')) = lower(?)
+        ORDER BY json_extract_string(json, '$.path_with_namespace') = ? DESC, change_seq DESC LIMIT 1
+    """, [project_path, project_path]).fetchone()
     return int(row[0]) if row else None
+
+
+def canonical_path(con: duckdb.DuckDBPyConnection, project_id: int) -> str | None:
+    """The project's `path_with_namespace` as GitLab last returned it."""
+    row = con.execute("""
+        SELECT json_extract_string(json, '$.path_with_namespace') FROM raw_payloads
+        WHERE resource_type = 'project' AND gitlab_key = ?
+    """, [str(project_id)]).fetchone()
+    return row[0] if row else None
 
 
 def get_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str) -> int:
@@ -152,27 +182,41 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     parent_rows: list[dict[str, Any]] = []
     label_rows: list[dict[str, Any]] = []
     project_labels: set[tuple[int, str]] = set()
-    for _gid, raw_id, text in payloads:
-        row = to_row(json.loads(text), int(raw_id))
+    for gid, raw_id, text in payloads:
+        row = _checked(lambda payload, raw_id=raw_id: to_row(payload, int(raw_id)), text, _stored_item_problem,
+                       lambda payload, gid=gid: item_name(k.display, payload) if payload else f"{k.display} id {gid}",
+                       stats)
+        if row is None:
+            continue
         parent_rows.append(row)
         for name in row["labels"]:
             label_rows.append({label_fk: row["id"], "label_name": name})
             project_labels.add((row["project_id"], name))
     live = {row["id"] for row in parent_rows}
     stats.parents_rebuilt += len(parent_rows)
-    stats.parents_deleted += len(set(ids) - live)
+    stats.parents_deleted += len(set(ids) - {int(gid) for gid, _raw_id, _text in payloads})
 
     discussion_rows, note_rows, position_rows = [], [], []
+    note_ids: set[int] = set()
     for parent_id, raw_id, position, text in threads:
         if parent_id not in live:
             continue  # an orphan thread of a vanished parent is never stored
-        discussion, notes, positions = thread_rows(
-            json.loads(text), parent_type=kind, parent_id=int(parent_id), project_id=project_id,
-            position=int(position or 0), raw_payload_id=int(raw_id))
-        if discussion is not None:
-            discussion_rows.append(discussion)
-            note_rows.extend(notes)
-            position_rows.extend(positions)
+        built = _checked(lambda thread, parent_id=parent_id, raw_id=raw_id, position=position: thread_rows(
+            thread, parent_type=kind, parent_id=int(parent_id), project_id=project_id,
+            position=int(position or 0), raw_payload_id=int(raw_id)), text, _stored_thread_problem,
+            lambda _payload, parent_id=parent_id: f"a discussion of {k.display} id {parent_id}", stats)
+        if built is None or built[0] is None:
+            continue
+        discussion, notes, positions = built
+        if any(n["id"] in note_ids for n in notes):
+            # One note in two threads is not GitLab's doing; the first thread keeps it.
+            _skip(f"discussion {discussion['id']} of {k.display} id {parent_id}: repeats a note of another "
+                  "thread", stats)
+            continue
+        note_ids.update(n["id"] for n in notes)
+        discussion_rows.append(discussion)
+        note_rows.extend(notes)
+        position_rows.extend(positions)
     insert_rows(con, table, parent_rows, {"change_seq": "nextval('change_seq')"})
     insert_rows(con, label_table, label_rows)
     if project_labels:
@@ -183,3 +227,32 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     insert_rows(con, "note_positions", position_rows)
     stats.discussions += len(discussion_rows)
     stats.notes += len(note_rows)
+
+
+def _stored_item_problem(payload: Any) -> str | None:
+    return item_problem(payload, utf8=False)  # text read from DuckDB is valid UTF-8
+
+
+def _stored_thread_problem(payload: Any) -> str | None:
+    return thread_problem(payload, utf8=False)
+
+
+def _skip(message: str, stats: NormalizeStats) -> None:
+    stats.rejected += 1
+    log.warning("skipped %s", message)
+
+
+def _checked(build: Callable[[Any], Any], text: str, problem_of: Callable[[Any], str | None],
+             name_of: Callable[[Any], str], stats: NormalizeStats) -> Any:
+    """`build(payload)` for a stored payload that passes its checks, else None (logged and
+    counted): a bad row written by an older version must not fail this and every later run."""
+    payload = None
+    try:
+        payload = json.loads(text)
+        problem = problem_of(payload)
+        if problem is None:
+            return build(payload)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    _skip(f"{name_of(payload)}: {problem}", stats)
+    return None

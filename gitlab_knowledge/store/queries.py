@@ -9,14 +9,30 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.store.normalize import canonical_path, project_id_for
 
 THREAD_TABLES = ("discussions", "notes")
+# Documents show an author they do not know as @unknown; the CLI says the same.
+UNKNOWN_AUTHOR = "@unknown"
 
 
-def _project_filter(project: str | None, column: str = "project_id") -> tuple[str, list[Any]]:
+def author_label(username: str | None, name: str | None) -> str:
+    """Who wrote it, for people: @username; an author without one (pre-v4 notes carry only a name
+    and an email) by name; none at all (a deleted user, a null author) as @unknown."""
+    if username:
+        return f"@{username}"
+    if name and name.strip():
+        return name.strip()
+    return UNKNOWN_AUTHOR
+
+
+def _project_filter(con: duckdb.DuckDBPyConnection, project: str | None,
+                    column: str = "project_id") -> tuple[str, list[Any]]:
+    """A clause keeping one project's rows, by the GitLab id its path resolves to (the path may be
+    typed in another case, or be a name the project had before a rename)."""
     if not project:
         return "", []
-    return f" AND {column} IN (SELECT id FROM projects WHERE path_with_namespace = ?)", [project]
+    return f" AND {column} = ?", [check_project(con, project)]
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -26,8 +42,9 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[d
 
 
 def project_counts(config: Config, project: str | None = None) -> dict[str, int]:
-    where, params = _project_filter(project)
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+        project_id = project_id_for(con, project) if project else None
+        where, params = (" AND project_id = ?", [project_id]) if project else ("", [])
         out = {}
         for table in (*(k.table for k in kinds.ITEM_KINDS), *THREAD_TABLES):
             out[table] = con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
@@ -38,24 +55,32 @@ def known_projects(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in con.execute("SELECT path_with_namespace FROM projects ORDER BY 1").fetchall()]
 
 
-def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> None:
-    if project and project not in known_projects(con):
+def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> int | None:
+    """The id of the stored project `project` names (UsageError if none)."""
+    if not project:
+        return None
+    project_id = project_id_for(con, project)
+    if project_id is None or not con.execute("SELECT 1 FROM projects WHERE id = ?", [project_id]).fetchone():
         known = ", ".join(known_projects(con)) or "none yet"
         raise UsageError(f"project {project!r} is not in the store (synced projects: {known})")
+    return project_id
+
+
+# `--state all` is GitLab's own word for "any state".
+ANY_STATE = "all"
 
 
 def list_items(config: Config, kind: kinds.Kind, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
     table = kind.table
-    where, params = _project_filter(project, "t.project_id")
-    if state:
-        where += " AND t.state = ?"
-        params.append(state)
     extra = ", t.source_branch, t.target_branch" if kind is kinds.MERGE_REQUEST else ""
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
-        check_project(con, project)
+        where, params = _project_filter(con, project, "t.project_id")
+        if state and state != ANY_STATE:
+            where += " AND t.state = ?"
+            params.append(state)
         return _rows(con, f"""
             SELECT p.path_with_namespace AS project, t.iid, t.title, t.state, t.author_username AS author,
-                   t.labels, t.updated_at, t.web_url{extra}
+                   t.author_name, t.labels, t.updated_at, t.web_url{extra}
             FROM {table} t JOIN projects p ON p.id = t.project_id
             WHERE true{where}
             ORDER BY t.updated_at DESC, t.id DESC LIMIT ?
@@ -68,9 +93,8 @@ def count(config: Config, what: str, project: str | None) -> int:
     if kind is None and what not in THREAD_TABLES:
         raise UsageError(f"cannot count {what!r}: expected issues, mrs, discussions or notes")
     table = kind.table if kind else what
-    where, params = _project_filter(project)
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
-        check_project(con, project)
+        where, params = _project_filter(con, project)
         return con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
 
 
@@ -78,9 +102,8 @@ def show_item(config: Config, kind: kinds.Kind, iid: int, project: str | None) -
     """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
     table = kind.table
     noteable = kind.noteable_type
-    where, params = _project_filter(project, "t.project_id")
     with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
-        check_project(con, project)
+        where, params = _project_filter(con, project, "t.project_id")
         found = _rows(con, f"""
             SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
             WHERE t.iid = ?{where}
@@ -100,8 +123,10 @@ def show_item(config: Config, kind: kinds.Kind, iid: int, project: str | None) -
             ORDER BY position, first_note_at
         """, [noteable, item["id"]])
         notes = _rows(con, """
-            SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.body, n.created_at, n.updated_at,
-                   n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line
+            SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.author_name, n.body, n.created_at,
+                   n.updated_at, n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line,
+                   p.line_range_start_old_line, p.line_range_start_new_line,
+                   p.line_range_end_old_line, p.line_range_end_new_line
             FROM notes n LEFT JOIN note_positions p ON p.note_id = n.id
             WHERE n.noteable_type = ? AND n.noteable_id = ? ORDER BY n.discussion_id, n.position
         """, [noteable, item["id"]])
@@ -140,5 +165,12 @@ def sync_status(config: Config) -> dict[str, Any]:
                    (SELECT max(change_seq) FROM raw_payloads r WHERE r.project_id = l.project_id) AS raw_seq
             FROM layer_state l LEFT JOIN projects p ON p.id = l.project_id ORDER BY 1, 2
         """, [])
+        # A configured path may be a different spelling of the project's canonical path: the
+        # cursors and layers above are keyed by the project GitLab resolved it to.
+        resolved = []
+        for path in config.projects:
+            project_id = project_id_for(con, path)
+            resolved.append({"configured": path, "project_id": project_id,
+                             "project": canonical_path(con, project_id) if project_id is not None else None})
     return {"runs": runs, "cursors": cursors, "last_success": last_success, "layers": layers,
-            "configured_projects": list(config.projects)}
+            "configured_projects": list(config.projects), "projects": resolved}

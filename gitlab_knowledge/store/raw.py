@@ -6,10 +6,12 @@ normalized layer can follow. All functions take an open connection inside the ca
 transaction: a page of items, their discussions and the cursor commit together or not at all.
 """
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +21,7 @@ import pyarrow as pa
 from gitlab_knowledge.timeutil import parse_time
 
 DISCUSSION = "discussion"
+log = logging.getLogger(__name__)
 
 _ROW_SCHEMA = pa.schema([
     ("resource_type", pa.string()),
@@ -91,8 +94,45 @@ class Provenance:
     fetched_at: datetime
 
 
-def _register(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> None:
-    con.register(name, table)
+@contextlib.contextmanager
+def registered(con: duckdb.DuckDBPyConnection, **tables: pa.Table) -> Iterator[None]:
+    """Arrow tables visible to SQL under the given names for the block.
+
+    When the block fails, DuckDB has usually aborted the transaction, and unregistering then
+    raises "Current transaction is aborted": cleanup must never replace the error that matters,
+    so that one is swallowed (the caller rolls back, which drops the views anyway)."""
+    for name, table in tables.items():
+        con.register(name, table)
+    try:
+        yield
+    except BaseException:
+        for name in tables:
+            with contextlib.suppress(duckdb.Error):
+                con.unregister(name)
+        raise
+    for name in tables:
+        con.unregister(name)
+
+
+def dedupe(rows: Sequence[RawRow]) -> list[RawRow]:
+    """One row per object: GitLab can list one object twice in one response (a page boundary
+    moving under an edit, a thread repeated). The newest `updated_at` wins, then the later one."""
+    chosen: dict[tuple[str, str], int] = {}
+    for i, row in enumerate(rows):
+        key = (row.resource_type, row.gitlab_key)
+        j = chosen.get(key)
+        if j is None:
+            chosen[key] = i
+            continue
+        old = rows[j]
+        log.warning("%s %s appears more than once in one response; keeping the %s copy", row.resource_type,
+                    row.gitlab_key, "newest" if old.updated_at != row.updated_at else "last")
+        if old.updated_at is None or row.updated_at is None or row.updated_at >= old.updated_at:
+            chosen[key] = i
+    if len(chosen) == len(rows):
+        return list(rows)
+    keep = set(chosen.values())
+    return [row for i, row in enumerate(rows) if i in keep]
 
 
 def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance) -> UpsertCounts:
@@ -101,13 +141,13 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
     counts = UpsertCounts()
     if not rows:
         return counts
+    rows = dedupe(rows)
     table = pa.Table.from_pylist([{
         "resource_type": r.resource_type, "gitlab_key": r.gitlab_key, "parent_type": r.parent_type,
         "parent_id": r.parent_id, "position": r.position, "updated_at": r.updated_at,
         "payload_hash": r.payload_hash, "json": r.json, "discussions_fetched_at": r.discussions_fetched_at,
     } for r in rows], schema=_ROW_SCHEMA)
-    _register(con, "gk_incoming", table)
-    try:
+    with registered(con, gk_incoming=table):
         existing = con.execute("""
             SELECT i.gitlab_key, r.id, r.payload_hash = i.payload_hash
                    AND r.deleted_at IS NULL
@@ -152,8 +192,6 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
               AND i.discussions_fetched_at IS NOT NULL AND raw_payloads.payload_hash = i.payload_hash
               AND raw_payloads.discussions_fetched_at IS DISTINCT FROM i.discussions_fetched_at
         """)
-    finally:
-        con.unregister("gk_incoming")
     return counts
 
 
@@ -172,6 +210,10 @@ class ParentDiscussions:
     parent_type: str
     parent_id: int
     threads: list[dict[str, Any]]  # user threads only, in GitLab's order
+    # Threads GitLab sent but the store could not take (store/payloads.py): their stored versions
+    # stay; with `keep_all` (a rejected thread without a usable id) no thread of the parent goes.
+    kept: set[str] = field(default_factory=set)
+    keep_all: bool = False
 
 
 @dataclass
@@ -190,18 +232,14 @@ def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[Parent
     rows = [RawRow.for_discussion(p.parent_type, p.parent_id, i, d) for p in parents for i, d in enumerate(p.threads)]
     upserted = upsert_rows(con, rows, prov)
     counts.new, counts.updated = upserted.new, upserted.updated
-    keep = pa.table({
-        "parent_type": pa.array([r.parent_type for r in rows], pa.string()),
-        "parent_id": pa.array([r.parent_id for r in rows], pa.int64()),
-        "gitlab_key": pa.array([r.gitlab_key for r in rows], pa.string()),
-    })
+    keep = pa.table({"gitlab_key": pa.array([r.gitlab_key for r in rows] + [k for p in parents for k in p.kept],
+                                            pa.string())})
+    replaced = [p for p in parents if not p.keep_all]
     touched = pa.table({
-        "parent_type": pa.array([p.parent_type for p in parents], pa.string()),
-        "parent_id": pa.array([p.parent_id for p in parents], pa.int64()),
+        "parent_type": pa.array([p.parent_type for p in replaced], pa.string()),
+        "parent_id": pa.array([p.parent_id for p in replaced], pa.int64()),
     })
-    con.register("gk_keep", keep)
-    con.register("gk_touched", touched)
-    try:
+    with registered(con, gk_keep=keep, gk_touched=touched):
         counts.deleted = len(con.execute("""
             UPDATE raw_payloads SET deleted_at = now()::TIMESTAMP, change_seq = nextval('change_seq')
             WHERE resource_type = 'discussion' AND deleted_at IS NULL
@@ -209,9 +247,6 @@ def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[Parent
               AND gitlab_key NOT IN (SELECT gitlab_key FROM gk_keep)
             RETURNING 1
         """).fetchall())
-    finally:
-        con.unregister("gk_keep")
-        con.unregister("gk_touched")
     return counts
 
 

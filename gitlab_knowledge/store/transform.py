@@ -1,7 +1,9 @@
 """GitLab payloads to normalized rows (pure functions, no I/O).
 
 Optional fields are read defensively: self-managed GitLabs of different versions omit or rename
-fields (`internal` was `confidential` on notes before 15.x; `draft` was `work_in_progress`).
+fields (`internal` was `confidential` on notes before 15.x; `draft` was `work_in_progress`;
+`merge_user` replaced `merged_by`; `assignees` was a single `assignee`; labels are objects with
+`with_labels_details`). Payloads reach these functions checked by store/payloads.py.
 """
 
 from typing import Any
@@ -20,6 +22,13 @@ def _name(user: Any) -> str | None:
 
 def _usernames(users: Any) -> list[str]:
     return [u["username"] for u in users or [] if isinstance(u, dict) and u.get("username")]
+
+
+def _assignees(payload: dict[str, Any]) -> list[str]:
+    # Before multiple assignees (and on old MRs) there is only the singular `assignee`.
+    if isinstance(payload.get("assignees"), list):
+        return _usernames(payload["assignees"])
+    return _usernames([payload.get("assignee")])
 
 
 def _labels(payload: dict[str, Any]) -> list[str]:
@@ -47,7 +56,7 @@ def issue_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str, Any]:
         "id": int(payload["id"]), "project_id": int(payload["project_id"]), "iid": int(payload["iid"]),
         "title": payload.get("title"), "description": payload.get("description"), "state": payload.get("state"),
         "author_username": _username(payload.get("author")), "author_name": _name(payload.get("author")),
-        "assignees": _usernames(payload.get("assignees")), "milestone": _milestone(payload),
+        "assignees": _assignees(payload), "milestone": _milestone(payload),
         "labels": _labels(payload), "confidential": bool(payload.get("confidential")),
         "created_at": parse_time(payload.get("created_at")), "updated_at": parse_time(payload.get("updated_at")),
         "closed_at": parse_time(payload.get("closed_at")),
@@ -64,7 +73,7 @@ def merge_request_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str,
         "id": int(payload["id"]), "project_id": int(payload["project_id"]), "iid": int(payload["iid"]),
         "title": payload.get("title"), "description": payload.get("description"), "state": payload.get("state"),
         "draft": bool(draft), "author_username": _username(payload.get("author")),
-        "author_name": _name(payload.get("author")), "assignees": _usernames(payload.get("assignees")),
+        "author_name": _name(payload.get("author")), "assignees": _assignees(payload),
         "reviewers": _usernames(payload.get("reviewers")), "milestone": _milestone(payload),
         "labels": _labels(payload), "source_branch": payload.get("source_branch"),
         "target_branch": payload.get("target_branch"),
@@ -84,6 +93,33 @@ def project_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str, Any]:
         "created_at": parse_time(payload.get("created_at")),
         "last_activity_at": parse_time(payload.get("last_activity_at")), "raw_payload_id": raw_payload_id,
     }
+
+
+def _line_code_lines(line_code: Any) -> tuple[int | None, int | None]:
+    """(old, new) line from a line code `<sha1 of the path>_<old>_<new>` (0: no such side)."""
+    parts = line_code.rsplit("_", 2) if isinstance(line_code, str) else []
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        old, new = int(parts[1]), int(parts[2])
+        return (old if 0 < old < 2**31 else None), (new if 0 < new < 2**31 else None)
+    return None, None
+
+
+def _line_range(line_range: Any) -> dict[str, Any]:
+    """A multi-line DiffNote's first and last line. GitLab sends `line_code` and `type` for both
+    ends and, since 13.x, `old_line`/`new_line`; older ones are read from the line code."""
+    out: dict[str, Any] = {}
+    for end in ("start", "end"):
+        point = line_range.get(end) if isinstance(line_range, dict) else None
+        point = point if isinstance(point, dict) else {}
+        if "old_line" in point or "new_line" in point:
+            old, new = point.get("old_line"), point.get("new_line")
+        else:
+            old, new = _line_code_lines(point.get("line_code"))
+        out.update({
+            f"line_range_{end}_line_code": point.get("line_code"), f"line_range_{end}_type": point.get("type"),
+            f"line_range_{end}_old_line": old, f"line_range_{end}_new_line": new,
+        })
+    return out
 
 
 def thread_rows(thread: dict[str, Any], *, parent_type: str, parent_id: int, project_id: int, position: int,
@@ -118,6 +154,7 @@ def thread_rows(thread: dict[str, Any], *, parent_type: str, parent_id: int, pro
                 "old_line": pos.get("old_line"), "new_line": pos.get("new_line"),
                 "position_type": pos.get("position_type"), "base_sha": pos.get("base_sha"),
                 "start_sha": pos.get("start_sha"), "head_sha": pos.get("head_sha"),
+                **_line_range(pos.get("line_range")),
             })
     if not notes:
         return None, [], []

@@ -61,15 +61,14 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
     from gitlab_knowledge.index_status import index_status
 
     out: dict[str, Backlog] = {}
+    from gitlab_knowledge.store.normalize import project_id_for
+
     with workspace.read() as con:
-        stored = dict(con.execute(
-            "SELECT json_extract_string(json, '$.path_with_namespace'), CAST(gitlab_key AS BIGINT) FROM raw_payloads "
-            "WHERE resource_type = 'project' AND deleted_at IS NULL").fetchall())
         facts = {}
         for project in projects:
-            if project not in stored:
+            pid = project_id_for(con, project)  # the project the configured path resolves to
+            if pid is None:
                 continue
-            pid = stored[project]
             pending = con.execute(f"""
                 SELECT gitlab_key, discussions_fetched_at, updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND
                 FROM raw_payloads

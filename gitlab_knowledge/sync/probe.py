@@ -30,15 +30,19 @@ class Probe:
     gitlab_now: datetime | None = None  # GitLab's clock (Date header) when it answered
 
 
-def _stored_state(workspace: Workspace) -> dict[str, dict[str, Any]]:
-    """Per stored project path: its id and cursors."""
+def _stored_state(workspace: Workspace, projects: list[str]) -> dict[str, dict[str, Any]]:
+    """Per configured path whose project is stored: its id and cursors. The project is the one the
+    path resolved to (GitLab resolves paths case-insensitively and through renames)."""
+    from gitlab_knowledge.store.normalize import project_id_for
+
     if not workspace.config.duckdb_path.exists():
         return {}
     out: dict[str, dict[str, Any]] = {}
     with workspace.read() as con:
-        for project_id, path in con.execute(
-                "SELECT CAST(gitlab_key AS BIGINT), json_extract_string(json, '$.path_with_namespace') "
-                "FROM raw_payloads WHERE resource_type = 'project' AND deleted_at IS NULL").fetchall():
+        for path in projects:
+            project_id = project_id_for(con, path)
+            if project_id is None:
+                continue
             cursors = dict(((r, (c, t)) for r, c, t in con.execute(
                 "SELECT resource_type, updated_at_cursor, tie_breaker_id FROM sync_cursors WHERE project_id = ?",
                 [project_id]).fetchall()))
@@ -90,5 +94,5 @@ async def _probe_all(workspace: Workspace, projects: list[str], state: dict[str,
 def probe_projects(workspace: Workspace, projects: list[str] | None = None) -> list[Probe]:
     """Probe every configured project (or the given ones). Raises StoreError when the store is
     busy for longer than the configured wait (a sync is writing it: nothing to decide now)."""
-    state = _stored_state(workspace)
-    return asyncio.run(_probe_all(workspace, list(projects or workspace.config.projects), state))
+    projects = list(projects or workspace.config.projects)
+    return asyncio.run(_probe_all(workspace, projects, _stored_state(workspace, projects)))

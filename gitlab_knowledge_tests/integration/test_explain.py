@@ -85,3 +85,36 @@ def test_cli_explain(store, tmp_path):
                             f"{project}#{iid}"], capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert "raw payload" in human.stdout and "fresh" in human.stdout
     assert rows(config, "SELECT count(*) FROM documents")[0][0] > 0
+
+
+def test_live_sees_a_throttled_note_and_names_the_thread_notes_the_store_lacks(store):
+    sb, config = store
+    project = config.projects[0]
+    issue = next(i for i in sb.state.list_items(project, "issues") if i["user_notes_count"] > 0)
+    thread = next(t for t in sb.state.discussions(project, "issues", issue["iid"]) if not t["notes"][0]["system"])
+    sb.clock.advance(3600)
+    sb.state.update_issue(project, issue["iid"], description="touched: a note right after stays invisible")
+    run_layers(config, [project], None)
+    assert explain(workspace(config), f"{project}#{issue['iid']}", live=True).verdict == "fresh"
+    # Inside GitLab's 60 s window: updated_at does not move, user_notes_count does.
+    touched = sb.state.get(project, "issues", issue["iid"])["updated_at"]
+    reply = sb.state.reply(project, "issues", issue["iid"], thread["id"], "a throttled reply")
+    assert sb.state.get(project, "issues", issue["iid"])["updated_at"] == touched
+    item = explain(workspace(config), f"{project}#{issue['iid']}", live=True)
+    assert item.verdict == "stale" and any("user notes, the raw payload" in r for r in item.reasons), item.reasons
+    doc = f"discussion:{thread['id']}"
+    threaded = explain(workspace(config), doc, live=True)
+    assert any(f"lacks {reply['id']}" in r for r in threaded.reasons), threaded.reasons
+
+
+def test_a_note_not_stored_yet_is_looked_up_in_gitlab(store):
+    sb, config = store
+    project = config.projects[0]
+    issue = next(i for i in sb.state.list_items(project, "issues") if i["user_notes_count"] > 0)
+    note = sb.state.add_note(project, "issues", issue["iid"], "a note the store has not seen")
+    url = f"{issue['web_url']}#note_{note['id']}"
+    result = explain(workspace(config), url)
+    assert result.verdict == "stale" and result.chain["gitlab"]["note_id"] == note["id"]
+    assert any(f"GitLab has note {note['id']}" in r and "the store lacks" in r for r in result.reasons)
+    with pytest.raises(UsageError, match="GitLab has no such user note"):
+        explain(workspace(config), f"{issue['web_url']}#note_987654321")

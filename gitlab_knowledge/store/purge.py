@@ -1,0 +1,112 @@
+"""Projects removed from the configuration: found by GitLab id, purged from every store.
+
+A project taken out of `projects` would otherwise stay searchable for ever: its documents, vectors
+and lexical entries remain, and no layer runs for it again. `sync` finds such projects and removes
+them (asking first on a terminal; `--yes` answers for scripts). A project is "removed" when its
+GitLab id is not the id any configured path resolves to, so a path typed in another case or the
+old path of a renamed project keeps its data.
+
+The indexes are cleaned first and DuckDB last, in one transaction: a crash in between leaves the
+documents in DuckDB, so the next `sync` finds the project again and finishes the job.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.store.db import transaction
+from gitlab_knowledge.store.normalize import project_id_for
+from gitlab_knowledge.workspace import Workspace
+
+# Every table holding a project's rows, children first; sync_runs stays as history.
+_BY_PROJECT = ("note_positions", "notes", "discussions", "issue_labels", "mr_labels", "document_labels",
+               "documents", "issues", "merge_requests", "labels", "layer_state", "sync_cursors", "raw_payloads",
+               "projects")
+_CHILD_FILTERS = {
+    "note_positions": "note_id IN (SELECT id FROM notes WHERE project_id = ?)",
+    "issue_labels": "issue_id IN (SELECT id FROM issues WHERE project_id = ?)",
+    "mr_labels": "merge_request_id IN (SELECT id FROM merge_requests WHERE project_id = ?)",
+    "document_labels": "document_id IN (SELECT id FROM documents WHERE project_id = ?)",
+    "projects": "id = ?",
+}
+
+
+@dataclass
+class RemovedProject:
+    project_id: int
+    path: str  # as GitLab last named it
+    documents: int
+    document_ids: list[str] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"project_id": self.project_id, "project": self.path, "documents": self.documents}
+
+
+class Unresolved(Exception):
+    """A configured path names no stored project: which ids are configured is in doubt."""
+
+
+def removed_projects(con: duckdb.DuckDBPyConnection, configured: list[str]) -> list[RemovedProject]:
+    """Stored projects no configured path resolves to. Raises `Unresolved` when a configured path
+    resolves to nothing (never synced, or renamed and not synced since): then nothing is removed,
+    since that path may well name one of the stored projects."""
+    ids = set()
+    for path in configured:
+        project_id = project_id_for(con, path)
+        if project_id is None:
+            raise Unresolved(path)
+        ids.add(project_id)
+    stored = con.execute("""
+        SELECT project_id, any_value(path) FROM (
+            SELECT project_id, NULL AS path FROM raw_payloads
+            UNION ALL SELECT CAST(gitlab_key AS BIGINT), json_extract_string(json, '$.path_with_namespace')
+                FROM raw_payloads WHERE resource_type = 'project'
+            UNION ALL SELECT project_id, project_path FROM documents
+        ) GROUP BY project_id ORDER BY project_id
+    """).fetchall()
+    out = []
+    for project_id, path in stored:
+        if project_id in ids:
+            continue
+        docs = [r[0] for r in con.execute("SELECT id FROM documents WHERE project_id = ? ORDER BY id",
+                                          [project_id]).fetchall()]
+        out.append(RemovedProject(int(project_id), path or f"project id {project_id}", len(docs), docs))
+    return out
+
+
+def purge(workspace: Workspace, project: RemovedProject) -> None:
+    """Remove one project from the vector tables, the lexical index and DuckDB."""
+    ids = project.document_ids
+    _purge_vectors(workspace, ids)
+    _purge_lexical(workspace, ids)
+    with workspace.write() as con, transaction(con):
+        for table in _BY_PROJECT:
+            where = _CHILD_FILTERS.get(table, "project_id = ?")
+            con.execute(f"DELETE FROM {table} WHERE {where}", [project.project_id])
+
+
+def _purge_vectors(workspace: Workspace, doc_ids: list[str]) -> None:
+    directory = workspace.config.lancedb_dir
+    if not doc_ids or not directory.exists():
+        return
+    from gitlab_knowledge.embeddings.vectors import DELETE_BATCH, FAILURES_TABLE, lancedb, sql_in
+
+    db = lancedb.connect(str(directory))
+    # Every model's table, not only the configured one: search can be pointed at any (--model).
+    for name in db.list_tables(limit=1000).tables:
+        if not (name.startswith("vectors__") or name == FAILURES_TABLE):
+            continue
+        table = db.open_table(name)
+        for i in range(0, len(doc_ids), DELETE_BATCH):
+            table.delete(sql_in("doc_id", doc_ids[i:i + DELETE_BATCH]))
+
+
+def _purge_lexical(workspace: Workspace, doc_ids: list[str]) -> None:
+    if not doc_ids or not (workspace.config.tantivy_dir / "meta.json").exists():
+        return
+    index = workspace.lexical(create=True)
+    with index.writer() as writer:
+        for doc_id in doc_ids:
+            writer.delete_documents_by_term("doc_id", doc_id)
+        writer.commit()
