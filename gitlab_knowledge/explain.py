@@ -14,7 +14,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.freshness import EntryState, state_of
+from gitlab_knowledge.freshness import EntryState, document_hashes, state_of
 from gitlab_knowledge.store.normalize import get_watermark, project_id_for
 from gitlab_knowledge.workspace import Workspace
 
@@ -166,7 +166,14 @@ def _index_chain(workspace: Workspace, out: Explanation, doc: dict[str, Any], pr
     from gitlab_knowledge.errors import StoreError
 
     provider = workspace.embedder()
-    hashes = (doc["content_hash"], doc["meta_hash"])
+    from gitlab_knowledge.documents.build import document_version
+
+    # The comparison index status makes: a document of another builder version is stale everywhere.
+    current = document_version()
+    hashes = document_hashes(doc["content_hash"], doc["meta_hash"], doc.get("builder_version"), current)
+    if doc.get("builder_version") != current:
+        out.reasons.append(f"the document was built by builder version {doc.get('builder_version')}, this code "
+                           f"builds {current}: the next sync rebuilds it, then re-embeds and re-indexes it")
     vector: dict[str, Any] = {"model": f"{provider.provider}/{provider.model}", "present": False}
     if workspace.config.lancedb_dir.exists():
         store = workspace.vectors(provider.provider, provider.model)

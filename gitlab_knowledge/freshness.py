@@ -27,6 +27,15 @@ class EntryState(StrEnum):
         return self is EntryState.CURRENT
 
 
+def document_hashes(content_hash: str, meta_hash: str, builder_version: str | None, current_version: str) -> Hashes:
+    """What a document's index entries must match. A document written by another builder version
+    (documents/build.py) is about to be rebuilt with a new content hash, so no entry can be
+    current for it: its stored hash is marked, and every entry compares as a changed text."""
+    if builder_version != current_version:
+        return f"outdated-builder:{content_hash}", meta_hash
+    return content_hash, meta_hash
+
+
 def state_of(document: Hashes, entry: Hashes | None, failed: bool = False) -> EntryState:
     if entry is None:
         return EntryState.FAILED if failed else EntryState.MISSING

@@ -9,7 +9,8 @@ the comparison is `freshness.compare`, the one the layers make when they decide 
 from pathlib import Path
 from typing import Any
 
-from gitlab_knowledge.freshness import compare
+from gitlab_knowledge.documents.build import document_version
+from gitlab_knowledge.freshness import compare, document_hashes
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -32,10 +33,11 @@ def index_status(workspace: Workspace, provider: str | None = None, model: str |
     except StoreError:
         lexical = None
     with workspace.read() as con:
-        docs = con.execute("SELECT project_path, id, content_hash, meta_hash FROM documents").fetchall()
+        docs = con.execute("SELECT project_path, id, content_hash, meta_hash, builder_version FROM documents").fetchall()
     projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in config.projects}
-    for project, doc_id, content_hash, meta_hash in docs:
-        projects.setdefault(project, {})[doc_id] = (content_hash, meta_hash)
+    version = document_version()
+    for project, doc_id, content_hash, meta_hash, builder_version in docs:
+        projects.setdefault(project, {})[doc_id] = document_hashes(content_hash, meta_hash, builder_version, version)
     out = []
     for project, documents in sorted(projects.items()):
         vector_state = vectors.document_state(project) if vectors else {}

@@ -30,6 +30,21 @@ from typing import Any
 
 from gitlab_knowledge import kinds
 
+# The version of what this module writes (BUILDER_VERSION) and of how the embedding providers cut
+# a document into windows (CHUNKING_VERSION: embeddings/embedded.py's WINDOW and OVERLAP). Bump
+# one when its output changes for the same input: the next sync rebuilds every document of
+# another version, and the vectors and lexical entries follow (the content hash changes), while
+# `index status` shows them stale until then. Version 1.1 hashes the bare text, as every document
+# did before versions were recorded, so upgrading to versioned documents re-embeds nothing.
+BUILDER_VERSION = 1
+CHUNKING_VERSION = 1
+BASELINE_VERSION = "1.1"
+
+
+def document_version() -> str:
+    return f"{BUILDER_VERSION}.{CHUNKING_VERSION}"
+
+
 MAX_TOKENS = 8000
 CHARS_PER_TOKEN = 4
 MAX_CHARS = MAX_TOKENS * CHARS_PER_TOKEN
@@ -62,7 +77,7 @@ class Document:
 
     @property
     def content_hash(self) -> str:
-        return sha256(self.content_text)
+        return content_hash(self.content_text)
 
     @property
     def meta_hash(self) -> str:
@@ -85,6 +100,12 @@ class Document:
 
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def content_hash(text: str) -> str:
+    """The hash every index entry is compared by: the text, and the version that made it."""
+    version = document_version()
+    return sha256(text) if version == BASELINE_VERSION else sha256(f"gitlab_knowledge document {version}\n{text}")
 
 
 def reference(kind: str, iid: int) -> str:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.documents.build import Document, parent_document, thread_document
+from gitlab_knowledge.documents.build import Document, document_version, parent_document, thread_document
 from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.db import transaction
@@ -38,6 +38,7 @@ class DocumentStats(LayerStats):
     content_changed: int = 0
     metadata_changed: int = 0
     deleted: int = 0
+    rebuilt: int = 0  # rewritten for a new builder version alone
     truncated: int = 0
     duration_s: float = 0.0
 
@@ -53,6 +54,12 @@ def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | No
 
 def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_parents: int,
              stats: DocumentStats) -> DocumentStats:
+    with workspace.write() as con:
+        project_id = project_id_for(con, project_path)
+        if project_id is not None and _outdated(con, project_id):
+            # Documents of another builder/chunking version: every parent is rebuilt (after a crash
+            # halfway, again from the start, cheaply: the rebuilt ones compare unchanged).
+            set_watermark(con, project_id, LAYER, 0, dagster_run_id)
     while True:
         with workspace.write() as con:
             project_id = project_id_for(con, project_path)
@@ -78,6 +85,11 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
                     stats.deleted += _delete_orphans(con, project_id)
         if not batch:
             return stats
+
+
+def _outdated(con: duckdb.DuckDBPyConnection, project_id: int) -> bool:
+    return bool(con.execute("SELECT count(*) FROM documents WHERE project_id = ? AND builder_version IS DISTINCT FROM ?",
+                            [project_id, document_version()]).fetchone()[0])
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -126,11 +138,12 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
     stats.parents += len(parents)
     stats.built += len(docs)
 
-    existing = {row[0]: (row[1], row[2]) for row in con.execute("""
-        SELECT id, content_hash, meta_hash FROM documents
+    existing = {row[0]: (row[1], row[2], row[3]) for row in con.execute("""
+        SELECT id, content_hash, meta_hash, builder_version FROM documents
         WHERE parent_type = ? AND parent_id IN (SELECT unnest(?::BIGINT[]))
     """, [kind, ids]).fetchall()}
     changed: list[Document] = []
+    version = document_version()
     for doc in docs:
         before = existing.get(doc.id)
         if before is None:
@@ -139,6 +152,8 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
             stats.content_changed += 1
         elif before[1] != doc.meta_hash:
             stats.metadata_changed += 1
+        elif before[2] != version:
+            stats.rebuilt += 1  # another builder wrote the same text and hash: only the version is new
         else:
             continue
         changed.append(doc)
@@ -157,7 +172,7 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
         "updated_at": d.updated_at, "url": d.url, "confidential": d.confidential, "internal": d.internal,
         "content_text": d.content_text, "content_hash": d.content_hash, "meta_hash": d.meta_hash,
         "token_count": d.token_count, "truncated": d.truncated, "raw_payload_ids": d.raw_payload_ids,
-        "sync_run_id": d.sync_run_id, "dagster_run_id": dagster_run_id, "built_at": now,
+        "sync_run_id": d.sync_run_id, "dagster_run_id": dagster_run_id, "built_at": now, "builder_version": version,
     } for d in changed], {"change_seq": "nextval('change_seq')"})
     insert_rows(con, "document_labels", [{"document_id": d.id, "label_name": name}
                                          for d in changed for name in sorted(set(d.labels))])

@@ -38,14 +38,21 @@ STOPWORDS = frozenset("""a about an and any are as at be been but by can could d
     was we were what when where which while who whom why will with would you your""".split())
 
 
-def query_words(analyzer: tantivy.TextAnalyzer, text: str) -> list[str]:
-    """The stemmed terms of a query, without stopwords unless it has nothing else."""
+def query_terms(analyzer: tantivy.TextAnalyzer, text: str) -> dict[str, int]:
+    """The stemmed terms of a query and how often each occurs, in order of first appearance,
+    without stopwords unless it has nothing else."""
     words = re.findall(r"\w+", text.lower())
     content = [w for w in words if w not in STOPWORDS] or words
-    terms: list[str] = []
+    counts: dict[str, int] = {}
     for word in content:
-        terms += analyzer.analyze(word)
-    return list(dict.fromkeys(terms))
+        for term in analyzer.analyze(word):
+            counts[term] = counts.get(term, 0) + 1
+    return counts
+
+
+def query_words(analyzer: tantivy.TextAnalyzer, text: str) -> list[str]:
+    """The stemmed terms of a query, once each (see query_terms)."""
+    return list(query_terms(analyzer, text))
 
 
 def word_analyzer() -> tantivy.TextAnalyzer:
@@ -98,6 +105,50 @@ def identifier_terms(text: str) -> list[str]:
             if lowered not in seen and len(lowered) <= MAX_TERM_CHARS:
                 seen.add(lowered)
                 out.append(lowered)
+    return out
+
+
+# What a query's "exact identifier" is: code, not prose. camelCase (a lowercase start, then an
+# inner capital) and PascalCase (two or more Capitalized humps: OrderRepository, XMLHttpRequest),
+# snake_case and SCREAMING_CASE, dotted and :: names whose parts start with a letter
+# (OrderRepository.find_all, login.ts, Foo::Bar) and paths (src/auth/login.ts, /etc/hosts).
+# Not capitalised words or brand names (PostgreSQL has one hump), not hyphenated words
+# (0-dimensional, real-time), not version numbers (2.53.1) and not `and/or`.
+_CAMEL_CASE = re.compile(r"^[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*$")
+_PASCAL_HUMP = re.compile(r"[A-Z][a-z]+")
+_SNAKE = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+$|^_+[A-Za-z][A-Za-z0-9_]*$")
+_DOTTED = re.compile(r"^[A-Za-z_$][\w$]+(?:(?:\.|::)[A-Za-z_$][\w$]+)+$")
+_PATH_SEGMENT = re.compile(r"^[\w.\-]+$")
+
+
+def is_code_identifier(token: str) -> bool:
+    """Whether a query token (punctuation around it already stripped) names code exactly."""
+    if len(token) < 3 or len(token) > MAX_TERM_CHARS or token.startswith(("http:", "https:")):
+        return False
+    if _CAMEL_CASE.match(token) or _SNAKE.match(token) or _DOTTED.match(token):
+        return True
+    if re.fullmatch(r"[A-Za-z0-9]+", token) and re.search(r"[a-z][A-Z]", token):
+        return len(_PASCAL_HUMP.findall(token)) >= 2
+    if "/" in token:
+        segments = [s for s in token.split("/") if s]
+        if len(segments) < 2 or not all(_PATH_SEGMENT.match(s) for s in segments):
+            return False
+        # A path has a file name, a root, or depth: `read/write` and `and/or` are prose.
+        extension = re.search(r"\.[A-Za-z]\w*$", segments[-1])
+        return token.startswith(("/", "./", "~/")) or bool(extension) or len(segments) >= 3
+    return False
+
+
+def code_identifiers(text: str) -> list[str]:
+    """The query's code identifiers as written, lowercased, once each, in order: what an exact
+    identifier match pins, and what the identifier field is asked for whole."""
+    out: list[str] = []
+    for raw in (text or "").split():
+        token = raw.strip(".,;:!?()[]{}'\"`<>")
+        # The index's identifier terms start at a letter or digit (./src/x.py is src/x.py there).
+        term = token.lower().lstrip("./~")
+        if is_code_identifier(token) and term not in out:
+            out.append(term)
     return out
 
 

@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -29,9 +30,10 @@ from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import (
     IDENT_ANALYZER,
     WORD_ANALYZER,
+    code_identifiers,
     ident_analyzer,
     identifier_terms,
-    query_words,
+    query_terms,
     references,
     word_analyzer,
 )
@@ -52,7 +54,10 @@ FORMAT_FILE = "gitlab_knowledge_format.json"
 # The index's own fields (the metadata columns follow, from the filters module's COLUMNS).
 OWN_FIELDS = (("doc_id", "raw"), ("refs", "raw"), ("mentions", "raw"), ("content_hash", "raw"), ("meta_hash", "raw"),
               ("title", "words"), ("body", "words"), ("idents", "idents"))
-BOOST = {"title": 2.0, "body": 1.0, "ident_whole": 4.0, "ident_part": 1.0, "ref": 30.0, "mention": 2.0}
+# A query with more distinct words than this is a pasted document ("find similar"): see text_query.
+LONG_QUERY_TERMS = 32
+TF_WEIGHT = True
+BOOST = {"title": 0.5, "body": 1.0, "ident_whole": 4.0, "ident_part": 1.0, "ref": 30.0, "mention": 2.0}
 _ADD_FIELD: dict[str, Callable[[tantivy.SchemaBuilder, str], Any]] = {
     "raw": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
     "words": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name=WORD_ANALYZER),
@@ -111,6 +116,30 @@ def _naive(value: Any) -> datetime | None:
     return None
 
 
+def _cannot_write(exc: BaseException) -> bool:
+    text = str(exc)
+    return "Lockfile" in text or "Read-only file system" in text or "Permission denied" in text
+
+
+def _open_read_only(schema: tantivy.Schema, directory: Path) -> tantivy.Index:
+    """Open an index in a directory this process cannot write (a read-only mount, another user's
+    store). Tantivy's reader takes a lock file beside the index, so it is opened through a private
+    directory of symlinks to the index files, where that lock file can live; the files themselves
+    are only read. The symlink directory goes when the process ends."""
+    import atexit
+    import tempfile
+
+    shadow = Path(tempfile.mkdtemp(prefix="gk-tantivy-ro-"))
+    atexit.register(shutil.rmtree, shadow, True)
+    try:
+        for entry in directory.iterdir():
+            if not entry.name.startswith(".tantivy-"):
+                (shadow / entry.name).symlink_to(entry)
+        return tantivy.Index(schema, path=str(shadow), reuse=True)
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"cannot open the lexical index {directory} read-only: {exc}") from None
+
+
 @dataclass
 class LexicalHit:
     doc_id: str
@@ -155,7 +184,9 @@ class LexicalIndex:
             if create and not current:
                 _write_format(directory)
         except (OSError, ValueError) as exc:
-            raise StoreError(f"cannot open the lexical index {directory}: {exc}") from None
+            if create or not _cannot_write(exc):
+                raise StoreError(f"cannot open the lexical index {directory}: {exc}") from None
+            self.index = _open_read_only(self.schema, directory)
         self.words = word_analyzer()
         self.index.register_tokenizer(WORD_ANALYZER, self.words)
         self.index.register_tokenizer(IDENT_ANALYZER, ident_analyzer())
@@ -254,19 +285,31 @@ class LexicalIndex:
                                          include_lower=True, include_upper=upper is None)
 
     def text_query(self, text: str) -> tantivy.Query | None:
-        """The scoring part of a query, or None when the text has nothing to search for."""
+        """The scoring part of a query, or None when the text has nothing to search for.
+
+        Words score on the body (which holds the title too) and on the title; a long query (a
+        whole issue pasted in) keeps its LONG_QUERY_TERMS most distinctive words, weighted by
+        how often it repeats them, which bounds its cost and drops words that only add noise.
+        Only code identifiers (analysis.code_identifiers) are asked of the identifier field:
+        version numbers, URLs and user-agent strings in a report are not code."""
         should: list[tantivy.Query] = []
 
         def add(field: str, value: str, boost: float) -> None:
             query = self._term(field, value)
             should.append(tantivy.Query.boost_query(query, boost) if boost != 1.0 else query)
 
-        for term in query_words(self.words, text):
-            add("title", term, BOOST["title"])
-            add("body", term, BOOST["body"])
-        for term in dict.fromkeys(identifier_terms(text)):
-            whole = any(ch in term for ch in "_./:-") or term in text.lower().split()
-            add("idents", term, BOOST["ident_whole"] if whole else BOOST["ident_part"])
+        counts = query_terms(self.words, text)
+        long_query = len(counts) > LONG_QUERY_TERMS
+        terms = self._distinctive(counts) if long_query else {t: 1 for t in counts}
+        for term, weight in terms.items():
+            if BOOST["title"]:
+                add("title", term, BOOST["title"] * weight)
+            add("body", term, BOOST["body"] * weight)
+        for identifier in code_identifiers(text):
+            add("idents", identifier, BOOST["ident_whole"])
+            if not long_query:
+                for part in identifier_terms(identifier)[1:]:
+                    add("idents", part, BOOST["ident_part"])
         for project, kind, iid in references(text):
             sigil = kinds.kind(kind).sigil
             add("refs", f"{project}{sigil}{iid}" if project else f"{sigil}{iid}", BOOST["ref"])
@@ -274,6 +317,21 @@ class LexicalIndex:
         if not should:
             return None
         return tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in should])
+
+    def _distinctive(self, counts: dict[str, int]) -> dict[str, float]:
+        """The long query's most distinctive terms (query frequency x IDF in the body), each
+        weighted by how often the query repeats it (damped)."""
+        searcher = self.index.searcher()
+        total = max(searcher.num_docs, 1)
+        scored = []
+        for term, count in counts.items():
+            df = searcher.doc_freq("body", term)
+            if df == 0:
+                continue
+            idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
+            scored.append((-(1 + math.log(count)) * idf, term))
+        scored.sort()
+        return {term: 1 + math.log(counts[term]) if TF_WEIGHT else 1.0 for _, term in scored[:LONG_QUERY_TERMS]}
 
     def search(self, text: str, filters: Filters, limit: int) -> list[LexicalHit]:
         scoring = self.text_query(text)

@@ -5,11 +5,15 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from gitlab_knowledge.argparsing import OneLineParser, bounded_int
+from gitlab_knowledge.argparsing import OneLineParser, bounded_int, require_text
 from gitlab_knowledge.errors import KnowledgeError, UsageError
 from gitlab_knowledge.redact import redact
 from gitlab_knowledge.search.filters import Filters, add_arguments
+
+if TYPE_CHECKING:
+    from gitlab_knowledge.search.engine import Response
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
 
@@ -24,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="PROVIDER[:MODEL]", help="vector table to search, e.g. ollama:nomic-embed-text")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: search/schema.json)")
     p.add_argument("--explain", action="store_true", help="show each retriever's rank and the RRF arithmetic")
+    p.add_argument("--group", action="store_true", help="each issue/MR once: its best-ranked document (item or thread)")
     p.add_argument("--config", metavar="PATH")
     return p
 
@@ -33,9 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         as_json = args.json
+        require_text(args)
         from gitlab_knowledge.config import load_config
-        from gitlab_knowledge.search.engine import Searcher
-        from gitlab_knowledge.search.output import render_human, response_json
 
         config = load_config(args.config)
         filters = Filters.from_args(args)
@@ -44,14 +48,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             provider, _, model = args.model.partition(":")
             if provider not in ("embedded", "ollama"):
                 raise UsageError(f"--model expects embedded or ollama[:MODEL], got {args.model!r}")
-        response = Searcher(config, provider, model or None).search(" ".join(args.query), filters, args.mode, args.limit)
-        if args.json:
-            sys.stdout.write(json.dumps(response_json(response), ensure_ascii=False, indent=2) + "\n")
-        else:
-            for warning in response.warnings:
-                sys.stderr.write(f"warning: {warning}\n")
-            sys.stdout.write(render_human(response, color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"),
-                                          explain=args.explain))
+        color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        # A running MCP server answers from its warm searcher, rendered by `render` (mcp/local.py).
+        from gitlab_knowledge.mcp.local import ask_resident, request_of
+
+        # --group is not part of the resident protocol yet: such a search runs here.
+        output = None if args.group else ask_resident(config, request_of(args, color))
+        if output is None:
+            from gitlab_knowledge.search.engine import Searcher
+
+            response = Searcher(config, provider, model or None).search(" ".join(args.query), filters, args.mode,
+                                                                        args.limit, group=args.group)
+            output = render(response, as_json=args.json, color=color, explain=args.explain)
+        sys.stderr.write(output[1])
+        sys.stdout.write(output[0])
         return 0
     except KnowledgeError as exc:
         return _fail(str(exc), exc.exit_code, as_json)
@@ -65,6 +75,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _fail(redact(f"internal error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the traceback)"),
                      70, as_json)
+
+
+def render(response: "Response", *, as_json: bool, color: bool, explain: bool) -> tuple[str, str]:
+    """(stdout, stderr) of one search: what this command prints, wherever the search ran."""
+    from gitlab_knowledge.search.output import render_human, response_json
+
+    if as_json:
+        return json.dumps(response_json(response), ensure_ascii=False, indent=2) + "\n", ""
+    warnings = "".join(f"warning: {warning}\n" for warning in response.warnings)
+    return render_human(response, color=color, explain=explain), warnings
 
 
 def _fail(message: str, code: int, as_json: bool) -> int:

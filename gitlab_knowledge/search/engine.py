@@ -15,8 +15,9 @@ import tantivy
 from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError, UsageError
-from gitlab_knowledge.lexical.analysis import identifier_terms, references
+from gitlab_knowledge.lexical.analysis import code_identifiers, query_words, references, word_analyzer
 from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
+from gitlab_knowledge.search import relevance
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.rrf import normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
@@ -24,6 +25,9 @@ from gitlab_knowledge.search.snippets import make_snippet
 MODES = ("hybrid", "lexical", "semantic")
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
 MAX_LEXICAL_CHARS = 4096
+EMBED_MAX_WORDS = 96
+PIN_MAX_WORDS = 24
+RECHECK_SECONDS = 30.0  # a long-lived searcher answering from another model's table looks again this often
 # A reference pins the issue/MR itself before its threads.
 TYPE_ORDER = {**{k.name: 0 for k in kinds.ITEM_KINDS}, kinds.DISCUSSION: 1}
 
@@ -39,6 +43,7 @@ class Result:
     fields: dict[str, Any]
     snippet: str = ""
     highlights: list[tuple[int, int]] = field(default_factory=list)
+    weak: bool = False  # no retriever vouches for it (search/relevance.py)
 
     @property
     def doc_id(self) -> str:
@@ -59,22 +64,23 @@ class Response:
     filters: Filters
     results: list[Result]
     warnings: list[str]
+    no_good_match: str | None = None  # why nothing is shown although documents were ranked
 
 
-def _whole_identifiers(text: str) -> list[str]:
-    """The query's identifiers as written (not their parts): what an exact match means."""
-    terms = identifier_terms(text)
-    lowered = text.lower()
-    return [t for t in terms if (any(ch in t for ch in "_./:-") or t in lowered.split()) and t in lowered
-            and len(t) > 2 and any(ch.isalpha() for ch in t) and _is_whole(t, text)]
+def _pinned_identifiers(text: str) -> list[str]:
+    """The code identifiers an exact match pins (analysis.code_identifiers: not capitalised or
+    hyphenated words). None for a long query: a pasted issue's identifiers are incidental, and
+    requiring all of them would pin whatever happens to share them."""
+    if len(text.split()) > PIN_MAX_WORDS:
+        return []
+    return code_identifiers(text)
 
 
-def _is_whole(term: str, text: str) -> bool:
-    for token in text.split():
-        stripped = token.strip(".,;:!?()[]{}'\"`").lower()
-        if stripped == term and (any(ch in term for ch in "_./:-") or any(c.isupper() for c in token[1:])):
-            return True
-    return False
+def _embedding_text(text: str) -> str:
+    """The start of a long query: a model reads one window anyway (256 tokens for the embedded
+    one), and a shorter one costs a fraction of the time (attention grows with its square)."""
+    words = text.split()
+    return " ".join(words[:EMBED_MAX_WORDS]) if len(words) > EMBED_MAX_WORDS else text
 
 
 class Searcher:
@@ -93,6 +99,8 @@ class Searcher:
         self._vectors: Any = None
         self._lexical: LexicalIndex | None = None
         self._lexical_error: str | None = None
+        self._switch_note: str | None = None  # answering from another model's table, and why
+        self._chosen_at = 0.0
 
     # -- lazily opened parts ---------------------------------------------------------------
 
@@ -112,18 +120,43 @@ class Searcher:
         return self._provider
 
     def vectors(self) -> Any:
-        if self._vectors is None:
+        if self._vectors is None or (self._switch_note and time.monotonic() - self._chosen_at > RECHECK_SECONDS):
             if not self.config.lancedb_dir.exists():
                 return None
             from gitlab_knowledge.embeddings.vectors import VectorStore
 
+            self._choose_table()
             provider = self.provider()
             self._vectors = VectorStore(self.config.lancedb_dir, provider.provider, provider.model)
-        return self._vectors if self._vectors.exists() else None
+            self._memory = None
+        return self._vectors if self._vectors.reader() is not None else None
+
+    def _choose_table(self) -> None:
+        """The configured model's table once it is complete; until then the most complete other
+        one (embeddings/tables.py), so a model switch never leaves search without vectors. A model
+        asked for by name (`--model`) is used as it is."""
+        from gitlab_knowledge.embeddings.provider import get_provider
+        from gitlab_knowledge.embeddings.tables import answering_table
+
+        self._chosen_at, self._switch_note = time.monotonic(), None
+        if self._provider_name is not None:
+            return
+        configured = get_provider(self.config)
+        index = self.lexical()
+        info, note = answering_table(self.config.lancedb_dir, (configured.provider, configured.model),
+                                     index.count() if index else 0)
+        if note and info is not None:
+            self._provider, self._switch_note = get_provider(self.config, info.provider, info.model), note
+        else:
+            self._provider = configured
 
     # -- search -----------------------------------------------------------------------------
 
-    def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10) -> Response:
+    def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
+               floor: bool = True, vector: Any = None, group: bool = False) -> Response:
+        """`floor=False` keeps results below the relevance floor (search/relevance.py) unmarked;
+        `vector` is the query's embedding when the caller has it already (`similar`: the item's);
+        `group` keeps each issue/MR's best-ranked document only (its item or one thread)."""
         started = time.perf_counter()
         filters = filters or Filters()
         if mode not in MODES:
@@ -149,9 +182,13 @@ class Searcher:
                                     f"{self.provider().provider}/{self.provider().model}; using lexical search only")
                     effective = "lexical"
                 else:
+                    if self._switch_note:
+                        warnings.append(self._switch_note)
                     t0 = time.perf_counter()
-                    vector = self.provider().embed_query(text)
+                    if vector is None:
+                        vector = self.provider().embed_query(_embedding_text(text))
                     embed_ms = (time.perf_counter() - t0) * 1000
+                    store.check_query(vector)  # another size than the table's: keywords, with a warning
                     semantic_hits = self._vector_hits(store, vector, filters, candidates)
             except EmbeddingUnavailable as exc:
                 warnings.append(UNAVAILABLE)
@@ -186,7 +223,11 @@ class Searcher:
         by_id = {f.doc_id: f for f in fused}
         ordered: list[tuple[str, str]] = [(doc_id, how) for doc_id, how in pinned]
         pinned_ids = {doc_id for doc_id, _ in pinned}
-        ordered += [(f.doc_id, "fused") for f in fused if f.doc_id not in pinned_ids]
+        bodies = _BodyCache(index)
+        ordered += [(doc_id, "fused") for doc_id in relevance.items_before_threads(
+            [f.doc_id for f in fused if f.doc_id not in pinned_ids], fields, bodies.get)]
+        if group:
+            ordered = relevance.one_per_item(ordered, fields)
         total = len(ordered)
         results = []
         for position, (doc_id, how) in enumerate(ordered[:limit], start=1):
@@ -197,14 +238,19 @@ class Searcher:
             results.append(Result(rank=position, score=round(score, 4), rrf_score=round(rrf_score, 6), match=how,
                                   ranks=dict(entry.ranks) if entry else {}, retriever_scores=scores.get(doc_id, {}),
                                   fields=fields[doc_id]))
-        self._snippets(index, lexical_text, results, excerpts, {h.doc_id: h.chunk for h in semantic_hits})
+        self._snippets(lexical_text, results, excerpts, {h.doc_id: h.chunk for h in semantic_hits}, bodies)
+        no_good_match = self._floor(index, lexical_text, results, bodies) if floor else None
+        if no_good_match and effective != "lexical":
+            results, total = [], 0
+        # Keywords alone cannot tell a paraphrase from nonsense: lexical mode keeps its weak
+        # matches, each marked, under the top-level reason.
         took = (time.perf_counter() - started) * 1000
         model = None
         if effective != "lexical" and self._provider is not None:
             model = f"{self._provider.provider}/{self._provider.model}"
         return Response(query=text, mode=mode, effective_mode=effective, took_ms=round(took, 2),
                         embed_ms=round(embed_ms, 2), total=total, limit=limit, rrf_k=k, model=model,
-                        filters=filters, results=results, warnings=warnings)
+                        filters=filters, results=results, warnings=warnings, no_good_match=no_good_match)
 
     def _vector_hits(self, store: Any, vector: Any, filters: Filters, limit: int) -> list[Any]:
         from gitlab_knowledge.search.semantic import MemoryVectors, search_vectors
@@ -250,7 +296,7 @@ class Searcher:
                     seen.add(doc["doc_id"])
                     fields.setdefault(doc["doc_id"], doc)
                     out.append((doc["doc_id"], "exact_reference"))
-        idents = _whole_identifiers(text)
+        idents = _pinned_identifiers(text)
         if idents:
             query = tantivy.Query.boolean_query([(tantivy.Occur.Must, index._term("idents", t)) for t in idents])
             docs = run(query, 50)
@@ -263,10 +309,32 @@ class Searcher:
                     out.append((doc["doc_id"], "exact_identifier"))
         return out
 
-    def _snippets(self, index: LexicalIndex | None, text: str, results: list[Result], excerpts: dict[str, str],
-                  chunks: dict[str, int]) -> None:
-        bodies = index.bodies([r.doc_id for r in results]) if index else {}
-        made = {r.doc_id: make_snippet(bodies.get(r.doc_id, ""), text) for r in results}
+    @staticmethod
+    def _floor(index: LexicalIndex | None, text: str, results: list[Result], bodies: "_BodyCache") -> str | None:
+        """Mark the results no retriever vouches for as weak; the reason when all of them are."""
+        analyzer = index.words if index else word_analyzer()
+        terms = query_words(analyzer, text)
+        if not results or not relevance.judged(terms):
+            return None
+        texts = bodies.get([r.doc_id for r in results]) if index else {}
+        best_sim: float | None = None
+        best_cov: float | None = None
+        for r in results:
+            similarity = r.retriever_scores.get("semantic")
+            covered = relevance.coverage(terms, set(analyzer.analyze(texts[r.doc_id]))) if r.doc_id in texts else None
+            r.weak = relevance.is_weak(r.match, similarity, covered)
+            if similarity is not None:
+                best_sim = max(best_sim or 0.0, similarity)
+            if covered is not None:
+                best_cov = max(best_cov or 0.0, covered)
+        if all(r.weak for r in results):
+            return relevance.reason(best_sim, best_cov)
+        return None
+
+    def _snippets(self, text: str, results: list[Result], excerpts: dict[str, str], chunks: dict[str, int],
+                  bodies: "_BodyCache") -> None:
+        texts = bodies.get([r.doc_id for r in results])
+        made = {r.doc_id: make_snippet(texts.get(r.doc_id, ""), text) for r in results}
         # In-memory hits carry no text: fetch the matching chunk of those that need it, at once.
         missing = {r.doc_id: chunks[r.doc_id] for r in results
                    if not made[r.doc_id][1] and r.doc_id in chunks and not excerpts.get(r.doc_id)}
@@ -279,6 +347,20 @@ class Searcher:
                 # Matched by meaning, not by words: show the passage whose vector matched.
                 snippet, ranges = make_snippet(excerpt, text)
             result.snippet, result.highlights = snippet, ranges
+
+
+class _BodyCache:
+    """Documents' stored texts from the lexical index, each looked up once per search."""
+
+    def __init__(self, index: LexicalIndex | None) -> None:
+        self.index = index
+        self.texts: dict[str, str] = {}
+
+    def get(self, doc_ids: list[str]) -> dict[str, str]:
+        missing = [d for d in doc_ids if d not in self.texts]
+        if missing and self.index is not None:
+            self.texts.update(self.index.bodies(missing))
+        return {d: self.texts[d] for d in doc_ids if d in self.texts}
 
 
 def parent_kind(fields: dict[str, Any]) -> kinds.Kind:

@@ -39,6 +39,8 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# Both indexes keep timestamps as 64-bit nanoseconds: 1677-09-21 to 2262-04-11.
+FIRST_DAY, LAST_DAY = date(1678, 1, 1), date(2262, 1, 1)
 
 
 class ColumnType(StrEnum):
@@ -162,9 +164,13 @@ def parse_date(text: str, flag: str) -> date:
     if not _DATE.match(text or ""):
         raise UsageError(f"{flag} expects a date as YYYY-MM-DD, got {text!r}")
     try:
-        return date.fromisoformat(text)
+        day = date.fromisoformat(text)
     except ValueError:
         raise UsageError(f"{flag} expects a real calendar date as YYYY-MM-DD, got {text!r}") from None
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise UsageError(f"{flag} expects a date from {FIRST_DAY} to {LAST_DAY} (what the indexes' timestamps "
+                         f"can hold), got {text!r}")
+    return day
 
 
 def start_of(day: date) -> datetime:

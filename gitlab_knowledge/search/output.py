@@ -26,7 +26,7 @@ def result_json(r: Result) -> dict[str, Any]:
         "url": f["url"], "author": f["author"], "labels": list(f["labels"] or []), "state": f["state"],
         "created_at": _iso(f["created_at"]), "updated_at": _iso(f["updated_at"]),
         "confidential": bool(f["confidential"]), "internal": bool(f["internal"]),
-        "snippet": r.snippet, "highlights": [list(h) for h in r.highlights],
+        "snippet": r.snippet, "highlights": [list(h) for h in r.highlights], "weak": r.weak,
     }
 
 
@@ -35,7 +35,8 @@ def response_json(resp: Response) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION, "query": resp.query, "mode": resp.mode,
         "effective_mode": resp.effective_mode, "took_ms": resp.took_ms, "embed_ms": resp.embed_ms,
         "model": resp.model, "rrf_k": resp.rrf_k, "filters": resp.filters.describe(), "total": resp.total,
-        "limit": resp.limit, "warnings": list(resp.warnings), "results": [result_json(r) for r in resp.results],
+        "limit": resp.limit, "warnings": list(resp.warnings), "no_good_match": resp.no_good_match,
+        "results": [result_json(r) for r in resp.results],
     }
 
 
@@ -67,7 +68,9 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
     mode = resp.effective_mode if resp.effective_mode == resp.mode else f"{resp.effective_mode} (asked: {resp.mode})"
     if not resp.results:
         lines = [f"No results for \"{resp.query}\" ({mode} search, {resp.took_ms / 1000:.2f}s)."]
-        if not resp.filters.is_empty():
+        if resp.no_good_match:
+            lines.append(resp.no_good_match[:1].upper() + resp.no_good_match[1:] + ".")
+        elif not resp.filters.is_empty():
             active = {k: v for k, v in resp.filters.describe().items() if v}
             lines.append("Filters in effect: " + ", ".join(f"{k}={v}" for k, v in active.items())
                          + " — try fewer filters.")
@@ -77,6 +80,9 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
     shown = f", showing {len(resp.results)}" if resp.total > len(resp.results) else ""
     noun = "result" if resp.total == 1 else "results"
     lines = [f"Found {resp.total} {noun}{shown} ({mode} search, {resp.took_ms / 1000:.2f}s)", ""]
+    if resp.no_good_match:
+        lines = [f"No good match for \"{resp.query}\" ({mode} search, {resp.took_ms / 1000:.2f}s): "
+                 f"{resp.no_good_match}; the closest keyword matches follow, marked weak.", ""]
     bold, dim, cyan, red, reset = ("\x1b[1m", "\x1b[2m", "\x1b[36m", "\x1b[31m", "\x1b[0m") if color else ("",) * 5
     for r in resp.results:
         f = r.fields
@@ -85,7 +91,7 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
             flags.append(f"{red}[confidential]{reset}")
         if f["internal"]:
             flags.append(f"{red}[internal]{reset}")
-        exact = " [exact match]" if r.match != "fused" else ""
+        exact = " [exact match]" if r.match != "fused" else " [weak match]" if r.weak else ""
         lines.append(f"{bold}[{r.rank}] {headline(r)}{reset} ({r.score:.2f}){exact}" + (" " + " ".join(flags) if flags else ""))
         day = f["created_at"].strftime("%Y-%m-%d") if f["created_at"] else "?"
         meta = [f"@{f['author']}" if f["author"] else "@?", day, f["project"]]

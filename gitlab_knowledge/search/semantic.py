@@ -58,7 +58,7 @@ def where_clause(filters: Filters) -> str | None:
 
 def search_vectors(store: VectorStore, vector: np.ndarray, filters: Filters, limit: int,
                    nprobes: int | None = None) -> list[SemanticHit]:
-    table = store.table()
+    table = store.reader()  # reused for a second: listing and opening tables costs more than the scan
     if table is None:
         return []
     where = where_clause(filters)

@@ -46,11 +46,21 @@ def make_snippet(text: str, query: str, chars: int = SNIPPET_CHARS) -> tuple[str
     if not spans:
         return _cut(flat, 0, chars), []
     spans.sort()
+    # One pass with a sliding window (a long query makes thousands of spans): the window opening
+    # at span i holds the spans that start within `chars` of it.
     best_start, best_score = spans[0][0], -1
+    inside: dict[str, int] = {}
+    j = 0
     for i, (start, _end, _term) in enumerate(spans):
-        window = {term for s, e, term in spans[i:] if e <= start + chars}
-        if len(window) > best_score:
-            best_start, best_score = start, len(window)
+        while j < len(spans) and spans[j][0] < start + chars:
+            inside[spans[j][2]] = inside.get(spans[j][2], 0) + 1
+            j += 1
+        if len(inside) > best_score:
+            best_start, best_score = start, len(inside)
+        term = spans[i][2]
+        inside[term] -= 1
+        if not inside[term]:
+            del inside[term]
     # Open the window a little before the first hit so it reads as a sentence fragment.
     start = max(0, best_start - chars // 5)
     start = flat.rfind(" ", 0, start) + 1 if start > 0 else 0

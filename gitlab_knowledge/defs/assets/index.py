@@ -7,6 +7,7 @@ from gitlab_knowledge.defs.assets.pools import LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.embeddings import refresh as embeddings
+from gitlab_knowledge.embeddings.tables import kept_models
 from gitlab_knowledge.lexical import refresh as lexical
 from gitlab_knowledge.workspace import Workspace
 
@@ -36,6 +37,13 @@ def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfi
         provider = workspace.embedder(config.provider or None, config.model or None)
         stats = embeddings.refresh(workspace, context.partition_key, provider=provider, everything=config.everything,
                                    progress=workspace.progress_for(context.log))
+        if not config.provider:
+            # The other models of `embedding.models` are kept current too (search may switch to one).
+            for other, model in kept_models(workspace.config):
+                kept = embeddings.refresh(workspace, context.partition_key, provider=workspace.embedder(other, model),
+                                          everything=config.everything, progress=workspace.progress_for(context.log))
+                context.log.info(f"{kept.provider}/{kept.model}: {kept.embedded} embedded, {kept.failed} failed, "
+                                 f"{kept.deleted} deleted")
     if stats.failed:
         context.log.warning(f"{stats.failed} document(s) failed to embed and will be retried next run: "
                             f"{stats.last_error or ''}")

@@ -1,0 +1,95 @@
+"""`similar REF`: the issues and merge requests most like a given one (duplicates, prior art).
+
+The item is found in the lexical index (search never opens DuckDB); its own text (title and
+description, without the header's reference and state lines) is the keyword query, and its stored
+vector (its first window: title and the start of the description) is the semantic query, so
+nothing is embedded again. The two are fused like any search, with the same filters; the item and
+its own threads are left out. Unless `--type` says otherwise, only issues and MRs are returned.
+"""
+
+import dataclasses
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from gitlab_knowledge import kinds
+from gitlab_knowledge.errors import StoreError, UsageError
+from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
+from gitlab_knowledge.search.engine import Response, Searcher
+from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.relevance import item_key
+from gitlab_knowledge.search.snippets import body_of
+
+_URL = re.compile(r"^/(?P<project>[^/]+(?:/[^/]+)*?)(?:/-)?/(?P<kind>issues|merge_requests)/(?P<iid>\d+)/?$")
+_REF = re.compile(r"^(?P<project>[\w.\-]+(?:/[\w.\-]+)+)?(?P<sigil>[#!])(?P<iid>\d+)$")
+_DOC = re.compile(r"^(issue|merge_request):\S+$")
+FETCH = 100  # results asked of the search before the item's own documents are taken out
+
+
+def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> dict[str, Any]:
+    """The stored fields of the issue/MR document a reference names."""
+    ref = ref.strip()
+    searcher = index.index.searcher()
+    if _DOC.match(ref):
+        term = index._term("doc_id", ref)
+    else:
+        parts = urlsplit(ref)
+        url = _URL.match(parts.path) if parts.scheme in ("http", "https") else None
+        match = None if url else _REF.match(ref)
+        if url:
+            kind, iid, where = kinds.by_api_path(url["kind"]), int(url["iid"]), url["project"]
+        elif match:
+            kind, iid, where = kinds.by_sigil(match["sigil"]), int(match["iid"]), match["project"] or project
+        else:
+            raise UsageError(f"similar expects #IID, !IID, group/project#IID, an issue/MR URL or a document id, "
+                             f"got {ref!r}")
+        term = index._term("refs", f"{where}{kind.sigil}{iid}" if where else f"{kind.sigil}{iid}")
+    hits = searcher.search(term, limit=1000, count=False).hits
+    docs = [stored_fields(searcher.doc(address)) for _score, address in hits]
+    docs = [d for d in docs if d["source_type"] != kinds.DISCUSSION]
+    if not docs:
+        raise UsageError(f"no {ref} in the index" + (f" of {project}" if project else "") + ": sync first?")
+    if len(docs) > 1:
+        raise UsageError(f"{ref} exists in several projects ({', '.join(sorted(d['project'] for d in docs))}): "
+                         "write it as group/project#IID or pass --project")
+    return docs[0]
+
+
+def similar(searcher: Searcher, ref: str, filters: Filters | None = None, mode: str = "hybrid",
+            limit: int = 10, project: str | None = None) -> Response:
+    """The issues/MRs most like the one `ref` names (see the module docstring)."""
+    filters = filters or Filters()
+    index = searcher.lexical()
+    if index is None:
+        raise StoreError("no lexical index yet: run `python -m gitlab_knowledge sync`")
+    source = _item_doc(index, ref, project or filters.project)
+    text = index.bodies([source["doc_id"]]).get(source["doc_id"], "")
+    query = "\n".join(filter(None, [source.get("title") or "", body_of(text) if "\n\n" in text else ""])) \
+        or source.get("title") or ref
+    if not filters.types:
+        filters = dataclasses.replace(filters, types=tuple(k.name for k in kinds.ITEM_KINDS))
+    vector = _stored_vector(searcher, source["doc_id"]) if mode != "lexical" else None
+    response = searcher.search(query, filters, mode, FETCH, vector=vector)
+    own = item_key(source)
+    others = [r for r in response.results if item_key(r.fields) != own]
+    kept = others[:limit]
+    for rank, result in enumerate(kept, start=1):
+        result.rank = rank
+    response.total = max(len(others), response.total - (len(response.results) - len(others)))
+    response.results = kept
+    response.limit = limit
+    response.query = f"similar to {source['project']}{kinds.kind(source['parent_type']).ref(source['iid'])}"
+    return response
+
+
+def _stored_vector(searcher: Searcher, doc_id: str) -> np.ndarray | None:
+    """The item's first-window vector from the configured model's table (None: not embedded yet,
+    and search embeds the text instead)."""
+    store = searcher.vectors()
+    if store is None:
+        return None
+    rows = store.rows_for([doc_id]).to_pylist()
+    first = min(rows, key=lambda r: r["chunk"], default=None)
+    return np.asarray(first["vector"], dtype=np.float32) if first else None
