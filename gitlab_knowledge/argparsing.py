@@ -24,3 +24,17 @@ def bounded_int(low: int = 1, high: int | None = None) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def require_text(args: argparse.Namespace) -> None:
+    """Refuse arguments that are not text: bytes that were not UTF-8 reach Python as lone
+    surrogates, which no index, store or terminal can encode."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    shown = item.encode("utf-8", "backslashreplace").decode("utf-8")
+                    flag = name if name in ("query", "ref", "what") else "--" + name.replace("_", "-")
+                    raise UsageError(f"{flag} is not valid UTF-8 text: {shown[:80]!r}") from None

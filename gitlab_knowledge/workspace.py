@@ -13,6 +13,9 @@ file named in run config); `dg.materialize(..., resources={"workspace": ws})` or
 
 import contextlib
 import os
+import re
+import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +33,43 @@ if TYPE_CHECKING:
     from gitlab_knowledge.lexical.index import LexicalIndex
 
 GitLabFactory = Callable[[Config], "GitLabClient"]
+# Scratch directories are named <prefix><pid>-<random>; the PID says whether their owner is alive.
+_SCRATCH = re.compile(r"^gk-[a-z]+-(?:(\d+)-)?[A-Za-z0-9_]+$")
+_UNOWNED_SCRATCH_AGE_S = 3600.0  # named before they carried a PID: removed once surely abandoned
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` (and its parents) if missing; the directory itself readable by its owner only:
+    it will hold confidential titles and internal notes."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def remove_scratch_leftovers(data_dir: Path) -> list[str]:
+    """Remove the scratch directories of processes that are gone (kill -9 skips every cleanup, and
+    they hold Parquet copies of document text); returns their names."""
+    import psutil
+
+    removed = []
+    try:
+        entries = list(data_dir.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _SCRATCH.match(entry.name)
+        if match is None or not entry.is_dir():
+            continue
+        pid = int(match.group(1)) if match.group(1) else None
+        if pid is not None and (pid == os.getpid() or psutil.pid_exists(pid)):
+            continue  # its owner (this process included) is alive: in use
+        try:
+            if pid is None and time.time() - entry.stat().st_mtime < _UNOWNED_SCRATCH_AGE_S:
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
 EmbedderFactory = Callable[[Config, "str | None", "str | None"], "EmbeddingProvider"]
 
 
@@ -93,11 +133,13 @@ class Workspace:
 
     @contextlib.contextmanager
     def scratch(self, prefix: str) -> Iterator[Path]:
-        """A private temporary directory under the data directory (staging files)."""
+        """A private (0700) temporary directory under the data directory (staging files), named
+        with this process's PID so that the next process removes it if this one is killed."""
         import tempfile
 
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=prefix, dir=self.config.data_dir) as tmp:
+        data_dir = private_dir(self.config.data_dir)
+        remove_scratch_leftovers(data_dir)
+        with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=data_dir) as tmp:
             yield Path(tmp)
 
     # -- outside services -------------------------------------------------------------------

@@ -48,9 +48,41 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
     return f"{seconds // 86400}d ago"
 
 
+def is_interrupt(exc: BaseException | None) -> bool:
+    """Whether `exc` is, or was caused by, an interrupt: Dagster turns SIGINT and SIGTERM inside a
+    run into its own DagsterExecutionInterruptedError, which may arrive wrapped."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "DagsterExecutionInterruptedError":
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def environment_failure(exc: BaseException) -> str | None:
+    """One line for failures of the machine rather than of the code (a full disk or a read-only
+    directory under Dagster's SQLite storage or a scratch directory), None for anything else."""
+    if type(exc).__module__.startswith("sqlalchemy"):
+        cause = getattr(exc, "orig", None) or exc
+        return (f"Dagster's run storage failed: {one_line(str(cause))} (check the free space and the "
+                "permissions of its directory: $DAGSTER_HOME, ./data/dagster or <data_dir>/dagster)")
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"cannot use{where}: {exc.strerror}"
+    return None
+
+
+def one_line(message: str) -> str:
+    """A message as one printable line: later lines dropped (a library's SQL and links), and
+    characters the terminal cannot encode (lone surrogates from undecodable arguments) escaped."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def fail(message: str) -> None:
-    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(one_line(message))}", markup=True, highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {escape(message)}", markup=True, highlight=False, soft_wrap=True)
+    err.print(f"[yellow]warning:[/] {escape(one_line(message))}", markup=True, highlight=False, soft_wrap=True)

@@ -37,7 +37,7 @@ async def _whoami(config: Config) -> dict[str, Any]:
 
 def auth_test(args: argparse.Namespace, config: Config) -> int:
     user = asyncio.run(_whoami(config))
-    console.out.print(_user_line(user, config.gitlab.url), markup=False)
+    console.out.print(_user_line(user, config.gitlab.display_url), markup=False)
     return 0
 
 
@@ -51,7 +51,7 @@ async def _gitlab_checks(config: Config) -> list[Check]:
     try:
         async with GitLabClient(_interactive(config), token) as client:
             user = await client.current_user()
-            checks.append(Check("gitlab", "ok", _user_line(user, config.gitlab.url)))
+            checks.append(Check("gitlab", "ok", _user_line(user, config.gitlab.display_url)))
             for project in config.projects:
                 try:
                     info = await client.project(project)
@@ -67,7 +67,7 @@ def _store_check(config: Config) -> Check:
     from gitlab_knowledge.store.db import write_connection
 
     try:
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=config.data_dir, prefix=".doctor-"):
             pass
     except OSError as exc:
@@ -83,6 +83,19 @@ def _store_check(config: Config) -> Check:
     return Check("store", "ok", f"{config.duckdb_path} writable ({size / 1e6:.1f} MB)")
 
 
+def _permissions_check(config: Config) -> Check:
+    """The data directory holds confidential titles and internal notes: its owner's alone."""
+    try:
+        mode = config.data_dir.stat().st_mode & 0o777
+    except OSError as exc:
+        return Check("permissions", "warn", f"cannot read the mode of {config.data_dir}: {exc.strerror}", required=False)
+    if mode & 0o077:
+        return Check("permissions", "warn", f"{config.data_dir} is readable by other users (mode {mode:o}): "
+                     f"`chmod 700 {config.data_dir}` keeps confidential issues and internal notes private",
+                     required=False)
+    return Check("permissions", "ok", f"{config.data_dir} is private to its owner (mode {mode:o})")
+
+
 def _embedding_check(config: Config) -> Check:
     from gitlab_knowledge.embeddings.provider import get_provider
 
@@ -96,10 +109,11 @@ def _embedding_check(config: Config) -> Check:
 
 
 def collect(config: Config, extra: list[Callable[[Config], Check]] | None = None) -> list[Check]:
-    checks = [Check("config", "ok", f"{config.source}: {config.gitlab.url}, {len(config.projects)} project(s), "
+    checks = [Check("config", "ok", f"{config.source}: {config.gitlab.display_url}, {len(config.projects)} project(s), "
                                     f"data in {config.data_dir}")]
     checks += asyncio.run(_gitlab_checks(config))
     checks.append(_store_check(config))
+    checks.append(_permissions_check(config))
     checks.append(_embedding_check(config))
     for check in extra or []:
         checks.append(check(config))

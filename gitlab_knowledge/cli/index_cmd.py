@@ -14,9 +14,9 @@ from rich.progress import (
 from rich.table import Table
 
 from gitlab_knowledge.cli import console
-from gitlab_knowledge.cli.sync_cmd import BarProgress, selected_projects
+from gitlab_knowledge.cli.sync_cmd import BarProgress, raise_if_interrupted, selected_projects
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import EmbeddingUnavailable, UsageError
 
 
 def _model(value: str | None) -> tuple[str | None, str | None]:
@@ -47,6 +47,7 @@ def embed_cmd(args: argparse.Namespace, config: Config) -> int:
     with EtaProgress() as bar:
         workspace = Workspace(config, progress=bar, config_path=args.config)
         outcomes = run_embed(workspace, projects, everything=args.all, provider=provider, model=model)
+    raise_if_interrupted(outcomes)
     rows = []
     for o in outcomes:
         stats = o.stats(EmbedStats).as_dict() if EmbedStats.ASSET in o.metadata else {}
@@ -74,7 +75,16 @@ def embed_cmd(args: argparse.Namespace, config: Config) -> int:
     failed = [o for o in outcomes if not o.success]
     for o in failed:
         console.fail(f"{o.project}: {o.message}")
-    return failed[0].exit_code if failed else 0
+    if failed:
+        return failed[0].exit_code
+    not_embedded = sum(r.get("failed", 0) for r in rows)
+    if not_embedded:
+        # The run itself succeeded, but the command did not do what it was asked to: say so in
+        # the exit code too (README: 6, embedding provider unavailable).
+        console.fail(f"{not_embedded} document(s) could not be embedded: "
+                     f"{next(r.get('last_error') for r in rows if r.get('failed'))}")
+        return EmbeddingUnavailable.exit_code
+    return 0
 
 
 def _mb(n: int) -> str:

@@ -6,10 +6,11 @@ and the drills all call `run_job` (or `run_sync` / `run_embed`) with a `Workspac
 receives as its `workspace` resource. The order of the layers exists only in the asset graph.
 """
 
+import functools
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,12 +18,13 @@ from typing import Any, TypeVar
 import dagster as dg
 
 from gitlab_knowledge.config import Config
+from gitlab_knowledge.defs.failures import original
 from gitlab_knowledge.defs.jobs import EMBED_JOB, SYNC_JOB
 from gitlab_knowledge.defs.partitions import ensure_partitions
-from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError
+from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError, SyncInProgressError
 from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.redact import redact
-from gitlab_knowledge.sync.runs import HOSTNAME, process_alive, process_start
+from gitlab_knowledge.sync.runs import HOSTNAME, pipeline_lock, process_alive, process_start
 from gitlab_knowledge.workspace import Workspace
 
 PROJECT_TAG = "gitlab_knowledge/project"
@@ -104,10 +106,11 @@ def _materializations(instance: dg.DagsterInstance, run_id: str) -> dict[str, di
 
 
 def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
-    """Fail the in-process runs whose process died (kill -9, a crash) and give back their pool
-    slots. Nothing else does it for a run the CLI started (Dagster's run monitoring watches the
-    runs its own launcher started), and a slot held by a dead run would make every later run of
-    the pool wait forever."""
+    """Fail the in-process runs whose process died (kill -9, a crash) and give back every pool
+    slot state they left: claimed slots, and steps queued for a slot, whether or not a slot was
+    already assigned to them. Nothing else does it for a run the CLI started (Dagster's run
+    monitoring watches the runs its own launcher started), and a slot held by a dead run, or
+    assigned to a dead run's waiting step, makes every later run of the pool wait forever."""
     from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
 
     reaped = []
@@ -120,15 +123,52 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
             instance.report_run_failed(run, f"the process running this sync (PID {pid}) ended without finishing: "
                                             "killed or crashed; the next sync resumed from the cursor")
             reaped.append(run.run_id)
+    terminal = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
     storage = instance.event_log_storage
-    if storage.supports_global_concurrency_limits:
-        terminal = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
-        for pool in storage.get_concurrency_keys():
-            for slot in storage.get_concurrency_info(pool).claimed_slots:
-                run = instance.get_run_by_id(slot.run_id)
-                if run is None or run.status in terminal:
-                    storage.free_concurrency_slots_for_run(slot.run_id)
+    for run_id in _pool_run_ids(instance):
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.status in terminal:
+            storage.free_concurrency_slots_for_run(run_id)  # its claimed slots and its queued steps
     return reaped
+
+
+def _pool_run_ids(instance: dg.DagsterInstance) -> dict[str, str]:
+    """run id -> pool, for every run holding a pool slot or queued for one."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return {}
+    out: dict[str, str] = {}
+    for pool in storage.get_concurrency_keys():
+        info = storage.get_concurrency_info(pool)
+        for run_id in [s.run_id for s in info.claimed_slots] + [s.run_id for s in info.pending_steps]:
+            out.setdefault(run_id, pool)
+    return out
+
+
+def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> None:
+    """Refuse at once (`SyncInProgressError`, exit 5) while another live run holds or waits for a
+    pool slot, or runs one of `projects`. Started anyway, this run's first step would wait in the
+    pool's queue for as long as the other run takes, and Dagster's in-process executor waits
+    there in a busy loop that no Ctrl-C reaches. Call after `reap_dead_runs`: what is left is alive."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+
+    live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
+    for project in projects:
+        for run in instance.get_runs(RunsFilter(statuses=live, tags={"dagster/partition": project}), limit=1):
+            raise SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
+                                      f"{_started_by(run)}): try again when it finishes")
+    for run_id, pool in _pool_run_ids(instance).items():
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in live:
+            raise SyncInProgressError(f"another run is writing the store (Dagster run {run_id}, "
+                                      f"{run.tags.get(PROJECT_TAG) or run.tags.get('dagster/partition') or run.job_name}, "
+                                      f"{_started_by(run)}, pool {pool}): try again when it finishes")
+
+
+def _started_by(run: Any) -> str:
+    if run.tags.get(TRIGGER_TAG) == "cli":
+        return f"a CLI command, PID {run.tags.get(PID_TAG, '?')}"
+    return "started from Dagster (UI, sensor or schedule)"
 
 
 def run_sync(workspace: Workspace, projects: Sequence[str], *, full: bool = False, force: bool = False,
@@ -148,6 +188,19 @@ def run_embed(workspace: Workspace, projects: Sequence[str], *, everything: bool
     return run_job(workspace, EMBED_JOB, projects, op_config, instance=instance)
 
 
+def _one_pipeline_process(run: Callable[..., list[ProjectOutcome]]) -> Callable[..., list[ProjectOutcome]]:
+    """Hold the data directory's pipeline lock around a whole `run_job`: a second process is
+    refused at once (exit 5) instead of checking the pools at the same moment and queueing."""
+    @functools.wraps(run)
+    def locked(workspace: Workspace, job_name: str, *args: Any, **kwargs: Any) -> list[ProjectOutcome]:
+        what = "embed" if job_name == EMBED_JOB else "sync"
+        with pipeline_lock(workspace.config.data_dir, what):
+            return run(workspace, job_name, *args, **kwargs)
+
+    return locked
+
+
+@_one_pipeline_process
 def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_config: Mapping[str, Any], *,
             instance: dg.DagsterInstance | None = None,
             selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
@@ -158,6 +211,7 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
 
     instance = instance or dagster_instance(workspace.config)
     reap_dead_runs(instance)
+    refuse_if_busy(instance, projects)
     ensure_partitions(instance, projects)
     job = build_defs(workspace).resolve_job_def(job_name)
     asset_selection = [dg.AssetKey(key) for key in selection] if selection is not None else None
@@ -180,7 +234,7 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
             if not result.success:  # raise_on_error covers step failures; anything else is said here
                 outcome.error = KnowledgeError("the run failed (see the Dagster event log)")
         except Exception as exc:  # noqa: BLE001 - typed below: the outcome carries what the step raised
-            outcome.error = exc
+            outcome.error = original(exc)
         outcome.duration_s = round(time.monotonic() - started, 2)
         outcome.metadata = _materializations(instance, outcome.run_id)
         outcomes.append(outcome)

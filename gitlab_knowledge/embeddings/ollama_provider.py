@@ -6,7 +6,8 @@ scores worse without them. Ollama loads it with a 2,048-token context unless tol
 
 The client has no timeout of its own (a hung server would block forever), an unreachable server
 raises ConnectionError, HTTP errors are ResponseError with .status_code (ollama 0.6, measured):
-each becomes an EmbeddingUnavailable saying what to do.
+each becomes an EmbeddingUnavailable saying what to do. A query is embedded with a much shorter
+timeout than documents: a person waits for it, and search answers by keyword instead.
 """
 
 import httpx
@@ -19,6 +20,7 @@ from gitlab_knowledge.errors import EmbeddingUnavailable
 PREFIXED_MODELS = ("nomic-embed-text",)
 KNOWN_DIMS = {"nomic-embed-text": 768, "mxbai-embed-large": 1024, "all-minilm": 384}
 EXCERPT_CHARS = 1500
+QUERY_TIMEOUT_S = 10.0  # one short text on a warm model takes milliseconds; loading the model, seconds
 
 
 class OllamaProvider:
@@ -34,6 +36,8 @@ class OllamaProvider:
         self._dims = KNOWN_DIMS.get(model.split(":")[0])
         self.timeout = timeout
         self._client = ollama.Client(host=host, timeout=timeout)
+        self.query_timeout = min(timeout, QUERY_TIMEOUT_S)
+        self._query_client = ollama.Client(host=host, timeout=self.query_timeout)
         self._prefixed = model.split(":")[0] in PREFIXED_MODELS
 
     @property
@@ -42,16 +46,16 @@ class OllamaProvider:
             self._dims = len(self._embed(["dimension probe"], "search_query: ")[0])
         return self._dims
 
-    def _embed(self, texts: list[str], prefix: str) -> list[list[float]]:
+    def _embed(self, texts: list[str], prefix: str, *, query: bool = False) -> list[list[float]]:
         inputs = [(prefix if self._prefixed else "") + (t or " ") for t in texts]
+        client, timeout = (self._query_client, self.query_timeout) if query else (self._client, self.timeout)
         try:
-            response = self._client.embed(model=self.model, input=inputs, truncate=True,
-                                          options={"num_ctx": self.num_ctx})
+            response = client.embed(model=self.model, input=inputs, truncate=True, options={"num_ctx": self.num_ctx})
         except ConnectionError as exc:
             raise EmbeddingUnavailable(f"Ollama is not reachable at {self.host}: start it (`ollama serve`) or set "
                                        f"OLLAMA_HOST ({exc})") from None
         except httpx.TimeoutException:
-            raise EmbeddingUnavailable(f"Ollama at {self.host} did not answer within {self.timeout:g}s") from None
+            raise EmbeddingUnavailable(f"Ollama at {self.host} did not answer within {timeout:g}s") from None
         except httpx.HTTPError as exc:
             raise EmbeddingUnavailable(f"Ollama at {self.host} failed: {type(exc).__name__}: {exc}") from None
         except ollama.ResponseError as exc:
@@ -75,7 +79,7 @@ class OllamaProvider:
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        return _unit(self._embed([text], "search_query: ")[0])
+        return _unit(self._embed([text], "search_query: ", query=True)[0])
 
     def check(self) -> str:
         vector = self._embed(["doctor"], "search_query: ")[0]

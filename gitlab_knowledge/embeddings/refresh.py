@@ -6,7 +6,10 @@
    not held while embedding runs (minutes to hours) and memory stays bounded.
 3. Embed in batches; a batch that fails is retried once, then its documents are recorded in
    `embedding_failures` with the error and retried on the next run. After three batches in a row
-   fail because the provider is unreachable, the rest are recorded without trying.
+   fail because the provider is unreachable (or one in which it hung until the timeout), the rest
+   are recorded without trying.
+4. Vectors are checked before anything is written (one per document, the table's dimension, finite
+   numbers): a provider answering nonsense fails its batches, never the stored vectors.
 """
 
 import logging
@@ -14,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import numpy as np
 
 from gitlab_knowledge.documents.stage import iter_documents, stage_documents
 from gitlab_knowledge.embeddings.provider import EmbeddingProvider
@@ -28,6 +33,7 @@ from gitlab_knowledge.workspace import Workspace
 log = logging.getLogger(__name__)
 FLUSH_CHUNKS = 2048
 MAX_CONSECUTIVE_UNAVAILABLE = 3
+HUNG_S = 5.0  # an unavailable provider that took this long to say so timed out: do not wait twice
 
 
 @dataclass
@@ -103,6 +109,7 @@ def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider |
     store = workspace.vectors(provider.provider, provider.model)
     stats = EmbedStats(provider=provider.provider, model=provider.model)
     batch_size = batch_size or config.embedding.batch_size
+    dims = store.dims()  # an existing table's dimension wins: vectors of another size cannot join it
     with workspace.scratch("gk-embed-") as tmp:
         staged = tmp / "documents.parquet"
         with workspace.read(wait=120.0) as con:
@@ -139,11 +146,18 @@ def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider |
                 progress.advance(project, "embeddings", len(docs))
                 continue
             chunks, error, attempts, unavailable = _embed_with_retry(provider, docs, stats, sleep)
+            if chunks is not None:
+                dims = dims or provider.dims
+                problem = vectors_problem(chunks, len(docs), dims)
+                if problem is not None:
+                    chunks, error, unavailable = None, f"{provider.provider}/{provider.model} {problem}", False
             if chunks is None:
-                unavailable_streak = unavailable_streak + 1 if unavailable else 0
+                hung = unavailable and error.startswith("unavailable (hung)")
+                unavailable_streak = (MAX_CONSECUTIVE_UNAVAILABLE if hung
+                                      else unavailable_streak + 1 if unavailable else 0)
                 failures += _failed(docs, project, error, attempts)
                 stats.errors.append(error)
-                log.warning("embedding batch of %d documents failed twice: %s", len(docs), error)
+                log.warning("embedding batch of %d documents failed: %s", len(docs), error)
             else:
                 unavailable_streak = 0
                 now = utcnow()
@@ -153,10 +167,10 @@ def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider |
                 stats.embedded += len(docs)
                 stats.chunks += sum(len(c) for c in chunks)
             if len(pending) >= FLUSH_CHUNKS:
-                store.replace_docs(pending, provider.dims)
+                store.replace_docs(pending, dims)
                 pending = []
             progress.advance(project, "embeddings", len(docs))
-        store.replace_docs(pending, provider.dims)
+        store.replace_docs(pending, dims or provider.dims)
         stats.metadata_updated = store.update_metadata(metadata)
         store.clear_failures(succeeded)
         store.record_failures(failures)
@@ -179,6 +193,9 @@ def _embed_with_retry(provider: EmbeddingProvider, docs: list[dict[str, Any]], s
             stats.embed_seconds += time.monotonic() - t0
             return chunks, "", attempt, False
         except EmbeddingUnavailable as exc:
+            if time.monotonic() - t0 >= HUNG_S:  # it hung until the timeout: a retry would hang as long
+                stats.embed_seconds += time.monotonic() - t0
+                return None, f"unavailable (hung): {exc}", attempt, True
             error, unavailable = f"unavailable: {exc}", True
         except Exception as exc:  # noqa: BLE001 - a provider bug must cost one batch, not the run
             error, unavailable = f"{type(exc).__name__}: {exc}", False
@@ -187,6 +204,23 @@ def _embed_with_retry(provider: EmbeddingProvider, docs: list[dict[str, Any]], s
             stats.retried_batches += 1
             sleep(0.5)
     return None, error, 2, unavailable
+
+
+def vectors_problem(chunks: list[Any], documents: int, dims: int) -> str | None:
+    """What is wrong with a provider's answer for `documents` texts, or None: every document needs
+    at least one chunk, every vector `dims` finite numbers."""
+    if len(chunks) != documents:
+        return f"returned {len(chunks)} embeddings for {documents} documents"
+    for doc_chunks in chunks:
+        if not doc_chunks:
+            return "returned no vector for a document"
+        for chunk in doc_chunks:
+            vector = np.asarray(chunk.vector, dtype=np.float64)
+            if vector.shape != (dims,):
+                return f"returned {vector.size}-dimensional vectors; the table holds {dims}-dimensional ones"
+            if not np.isfinite(vector).all():
+                return "returned a vector with NaN or infinite values"
+    return None
 
 
 def _failed(docs: list[dict[str, Any]], project: str, error: str, attempts: int) -> list[dict[str, Any]]:

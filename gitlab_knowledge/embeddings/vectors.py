@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gitlab_knowledge.embeddings.lance_import import import_lancedb
-from gitlab_knowledge.errors import StoreError
+from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError
 from gitlab_knowledge.search.filters import COLUMNS, ColumnType, column_value
 
 lancedb = import_lancedb()
@@ -108,6 +109,21 @@ class VectorStore:
         """The table, or None when there is none or it was written in another format."""
         table = self._open()
         return table if table is not None and is_current(table.schema) else None
+
+    def dims(self) -> int | None:
+        """The vector size of the table, None when there is no table of this code's format."""
+        table = self.table()
+        return table.schema.field("vector").type.list_size if table is not None else None
+
+    def check_query(self, vector: Any) -> None:
+        """EmbeddingUnavailable when a query vector cannot be compared with this table's vectors
+        (the model behind the name now gives another size): search then answers by keyword."""
+        table = self.reader()
+        have = table.schema.field("vector").type.list_size if table is not None else None
+        if have is not None and len(vector) != have:
+            raise EmbeddingUnavailable(f"{self.provider}/{self.model} now gives {len(vector)}-dimensional vectors but "
+                                       f"the table {self.name} holds {have}-dimensional ones (a new model under the old name: remove "
+                                       f"{self.dir / (self.name + '.lance')} and run `embed` to rebuild it)")
 
     def reader(self, max_age: float = 1.0) -> Any | None:
         """A read handle reused for up to `max_age` seconds: reopening costs ~2.5 ms, which a
@@ -197,12 +213,14 @@ class VectorStore:
             table.delete(sql_in("doc_id", doc_ids[i:i + DELETE_BATCH]))
 
     def replace_docs(self, rows: list[dict[str, Any]], dims: int) -> None:
-        """Write these chunk rows, replacing whatever the same documents had before."""
+        """Write these chunk rows, replacing whatever the same documents had before. The rows are
+        checked before the old ones are deleted: a bad vector must not cost the stored ones."""
         if not rows:
             return
+        data = checked_rows(rows, dims, self.name)
         table = self._table_for_write(dims)
         self.delete_docs(sorted({r["doc_id"] for r in rows}))
-        table.add(pa.Table.from_pylist(rows, schema=vector_schema(dims)))
+        table.add(data)
         if not table.list_indices():
             # Deletes and display lookups go by doc_id: a B-tree keeps them off full scans.
             # optimize() folds later rows into it.
@@ -244,6 +262,19 @@ class VectorStore:
         table = self.table()
         if table is not None:
             table.optimize(cleanup_older_than=timedelta(minutes=10))
+
+
+def checked_rows(rows: list[dict[str, Any]], dims: int, table: str) -> pa.Table:
+    """The rows as an Arrow table of the vector schema, or StoreError when a vector has another
+    size or holds NaN/infinity (LanceDB would refuse them only after the old rows were deleted)."""
+    try:
+        data = pa.Table.from_pylist(rows, schema=vector_schema(dims))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, TypeError) as exc:
+        raise StoreError(f"refused to write vectors to {table}: {str(exc).splitlines()[0]}") from None
+    values = pc.list_flatten(data.column("vector"))
+    if len(values) != data.num_rows * dims or not pc.all(pc.is_finite(values)).as_py():
+        raise StoreError(f"refused to write vectors to {table}: a vector is not {dims} finite numbers")
+    return data
 
 
 def chunk_rows(doc: dict[str, Any], chunks: Sequence[Any], provider: str, model: str, now: datetime) -> list[dict[str, Any]]:

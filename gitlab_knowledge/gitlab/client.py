@@ -13,11 +13,18 @@
 - Pagination follows `Link: rel="next"` (GitLab: "use these links instead of generating your own
   URLs", parsed by httpx's `Response.links`), falling back to `x-next-page`; the link is rebased
   onto the configured base URL so a proxy that rewrites the host cannot send us elsewhere.
+- A listing is trusted to be complete only when GitLab says its last page is the last
+  (`x-next-page` empty, `x-page` = `x-total-pages`, or a short page): what a sync removes follows
+  from a complete listing, so a page that lost its headers on the way fails instead. A `next`
+  link back to a page already read is a loop and fails too.
+- Bodies are read as a stream and capped (MAX_BODY_BYTES, counted after decompression), so a
+  runaway or gzip-bomb answer is one error, not the machine's memory.
 """
 
 import asyncio
 import email.utils
 import json
+import logging
 import random
 import ssl
 from collections import Counter
@@ -31,7 +38,8 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from gitlab_knowledge.config import GitLabSettings
-from gitlab_knowledge.errors import AuthError, GitLabError, NotFoundError
+from gitlab_knowledge.errors import AuthError, ConfigError, GitLabError, NotFoundError
+from gitlab_knowledge.gitlab.paging import Page, claims_more, int_header, says_last
 from gitlab_knowledge.gitlab.ratelimit import RateLimiter
 from gitlab_knowledge.redact import redact, register_secret
 
@@ -39,6 +47,10 @@ USER_AGENT = "gitlab-knowledge/0.1"
 RETRYABLE_STATUS = {500, 502, 503, 504}
 MAX_THROTTLE_RETRIES = 12
 MAX_THROTTLE_WAIT = 900.0  # a longer Retry-After is reported rather than slept through
+# A page of 100 items whose descriptions hit GitLab's 1 MB limit is ~100 MB; real pages are a few MB.
+MAX_BODY_BYTES = 128 * 2**20
+NOTICE_WAIT_S = 5.0  # pauses at least this long are announced: a silent sync looks hung
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,14 +71,6 @@ class ClientStats:
             "limiter_wait_s": round(self.limiter_wait, 3),
             "failures": dict(self.failures),
         }
-
-
-@dataclass
-class Page:
-    items: list[dict[str, Any]]
-    next_url: str | None
-    server_time: datetime | None  # GitLab's Date header: the instant this page describes
-    total: int | None
 
 
 def encode_project(project: str | int) -> str:
@@ -112,12 +116,18 @@ class GitLabClient:
         self._backoff_cap = backoff_cap
         self._limiter = RateLimiter(settings.rate_limit, sleep=sleep)
         self._permits = asyncio.Semaphore(max(1, settings.concurrency))
+        # Who hears about long pauses (the sync's progress sink); a log warning otherwise.
+        self.notify: Callable[[str], None] = log.warning
         base = urlsplit(settings.api_url)
         self._base = (base.scheme, base.netloc)
         self._base_path = base.path.rstrip("/")
         verify: ssl.SSLContext | bool = True
         if settings.ca_bundle:
-            verify = ssl.create_default_context(cafile=str(settings.ca_bundle))
+            try:
+                verify = ssl.create_default_context(cafile=str(settings.ca_bundle))
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                raise ConfigError(f"config field gitlab.ca_bundle: {settings.ca_bundle} is not a readable PEM "
+                                  f"certificate file ({type(exc).__name__})") from None
         self._http = httpx.AsyncClient(
             headers={"PRIVATE-TOKEN": token, "User-Agent": USER_AGENT, "Accept": "application/json"},
             timeout=httpx.Timeout(settings.timeout, connect=min(10.0, settings.timeout)),
@@ -193,9 +203,13 @@ class GitLabClient:
         if remaining == "0" and reset:
             try:
                 now_ts = (parse_server_time(headers) or datetime.now(UTC)).timestamp()
-                self._limiter.pause(min(float(reset) - now_ts, MAX_THROTTLE_WAIT))
-            except ValueError:
-                pass
+                wait = min(float(reset) - now_ts, MAX_THROTTLE_WAIT)
+            except (ValueError, OverflowError):
+                return
+            # Concurrent answers carry the same reset: only the one that moves the pause speaks.
+            if self._limiter.pause(wait) > 1.0 and wait >= NOTICE_WAIT_S:
+                self.notify(f"GitLab says this token's request quota is used up (RateLimit-Remaining: 0): "
+                            f"waiting {wait:.0f}s for it to reset")
 
     async def request(self, method: str, path: str, params: dict[str, Any] | None = None,
                       json_body: Any = None) -> tuple[Any, httpx.Response]:
@@ -232,18 +246,38 @@ class GitLabClient:
         async with self._permits:
             self.stats.requests += 1
             try:
-                response = await self._http.request(method, url, json=json_body)
+                request = self._http.build_request(method, url, json=json_body)
+                response = await self._http.send(request, stream=True)
+                try:
+                    await self._read_capped(response, method)
+                finally:
+                    await response.aclose()
             except httpx.TimeoutException:
                 raise _Transient("timeout") from None
             except httpx.TransportError as exc:
                 if "CERTIFICATE_VERIFY_FAILED" in str(exc):
                     # Not transient: retrying cannot make an untrusted certificate trusted.
                     raise GitLabError(
-                        f"the TLS certificate of {self.settings.url} is not trusted: set gitlab.ca_bundle to "
+                        f"the TLS certificate of {self.settings.display_url} is not trusted: set gitlab.ca_bundle to "
                         "the PEM file of the CA that signed it") from None
                 raise _Transient(f"connection error ({type(exc).__name__})") from None
+            except httpx.DecodingError:
+                raise _Transient("undecodable response body") from None
             self._honour_quota(response.headers)
             return response
+
+    async def _read_capped(self, response: httpx.Response, method: str) -> None:
+        """Read the body, decompressed, refusing more than MAX_BODY_BYTES of it."""
+        parts, size = [], 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise GitLabError(
+                    f"GitLab's answer to {self._describe(method, str(response.url))} is larger than "
+                    f"{MAX_BODY_BYTES // 2**20} MB once decompressed: stopped reading it (lower gitlab.per_page, "
+                    "or check what sits between here and GitLab)")
+            parts.append(chunk)
+        response._content = b"".join(parts)  # what Response.aread() would have stored
 
     def _throttled(self, response: httpx.Response, throttles: int, what: str) -> None:
         """Account for a 429 and pause every request for its wait, or give up on it."""
@@ -254,7 +288,8 @@ class GitLabClient:
                 f"GitLab kept rate-limiting {what} (429 x{throttles}, asked to wait {wait:.0f}s); "
                 "lower gitlab.rate_limit or try again later", status=429)
         wait += self._rng.uniform(0, min(1.0, 0.1 + wait * 0.1))
-        self._limiter.pause(wait)
+        if self._limiter.pause(wait) > 1.0 and wait >= NOTICE_WAIT_S:
+            self.notify(f"GitLab rate-limited {what} (429): waiting {wait:.0f}s as it asked")
         self.stats.throttle_wait += wait
         self.stats.retries += 1
 
@@ -301,7 +336,7 @@ class GitLabClient:
         message = redact(message)
         if status == 401:
             raise AuthError(
-                f"GitLab rejected the token in ${self.settings.token_env} (401 Unauthorized) at {self.settings.url}: "
+                f"GitLab rejected the token in ${self.settings.token_env} (401 Unauthorized) at {self.settings.display_url}: "
                 "check that it is valid, not expired, and has the read_api scope")
         if status == 403:
             raise GitLabError(f"GitLab refused {what} (403 Forbidden): the token lacks access or the read_api scope",
@@ -316,28 +351,56 @@ class GitLabClient:
 
     async def get_page(self, path: str, params: dict[str, Any] | None = None) -> Page:
         data, response = await self.request("GET", path, params)
+        url = str(response.url)
         if not isinstance(data, list):
-            raise GitLabError(f"GitLab answered {self._describe('GET', str(response.url))} with a non-list body")
+            raise GitLabError(f"GitLab answered {self._describe('GET', url)} with a non-list body")
         nxt = response.links.get("next", {}).get("url")
         if not nxt:
             x_next = response.headers.get("x-next-page", "").strip()
             if x_next:
-                nxt = self.url(str(response.url), {"page": x_next})
-        total_header = response.headers.get("x-total")
-        total = int(total_header) if total_header and total_header.isdigit() else None
-        return Page(items=data, next_url=nxt, server_time=parse_server_time(response.headers), total=total)
+                nxt = self.url(url, {"page": x_next})
+        if nxt:
+            nxt = self.url(nxt)  # rebased: the loop check compares it with the URLs actually read
+        asked = dict(parse_qsl(urlsplit(url).query)).get("per_page", "")
+        per_page = int(asked) if asked.isdigit() else None
+        if data:
+            final = nxt is None and says_last(response.headers, len(data), per_page)
+        else:  # an empty page ends a listing, unless its own headers say there is more
+            final = nxt is None and not claims_more(response.headers, per_page)
+        return Page(items=data, next_url=nxt, server_time=parse_server_time(response.headers),
+                    total=int_header(response.headers, "x-total"), url=self.url(url), final=final)
+
+    def record_page(self, page: Page, read: set[str]) -> None:
+        """Fail when this page was already read by the same listing: a next link (or a re-query)
+        leading back to it would loop for ever."""
+        if page.url in read:
+            raise GitLabError(f"GitLab led the listing back to {self._describe('GET', page.url)}, a page already read "
+                              "(a pagination loop): stopped, nothing was removed")
+        read.add(page.url)
+
+    def check_complete(self, page: Page) -> None:
+        """Fail when a listing ended on a page GitLab did not mark as its last."""
+        if not page.final:
+            raise GitLabError(f"the listing ended at {self._describe('GET', page.url)}, which GitLab does not mark "
+                              "as its last page (an empty page with more announced, or a full page without "
+                              "x-next-page): it may be cut short, so nothing was removed; check what sits "
+                              "between here and GitLab")
 
     async def iter_pages(self, path: str, params: dict[str, Any] | None = None) -> AsyncIterator[Page]:
-        """Every page of a list, following the next links."""
+        """Every page of a list, following the next links; fails on a loop or a doubtful end."""
         params = {"per_page": self.settings.per_page, **(params or {})}
+        read: set[str] = set()
         page = await self.get_page(path, params)
+        self.record_page(page, read)
         yield page
         while page.next_url and page.items:
             page = await self.get_page(page.next_url)
+            self.record_page(page, read)
             yield page
+        self.check_complete(page)
 
     async def get_all(self, path: str, params: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], datetime | None]:
-        """All items of a list and the server time of its first page."""
+        """All items of a complete list and the server time of its first page."""
         items: list[dict[str, Any]] = []
         first_time = None
         async for page in self.iter_pages(path, params):
@@ -356,6 +419,6 @@ class GitLabClient:
             return await self.get(f"/projects/{encode_project(project)}")
         except NotFoundError:
             raise NotFoundError(
-                f"GitLab project {project!r} not found at {self.settings.url} (or the token cannot see it)",
+                f"GitLab project {project!r} not found at {self.settings.display_url} (or the token cannot see it)",
                 status=404) from None
 

@@ -36,7 +36,12 @@ class RateLimiter:
             await self._sleep(delay)
         return max(delay, 0.0)
 
-    def pause(self, seconds: float) -> None:
-        """Hold every request back for `seconds` from now (a 429 or an empty quota)."""
-        if seconds > 0:
-            self._paused_until = max(self._paused_until, self._clock() + seconds)
+    def pause(self, seconds: float) -> float:
+        """Hold every request back for `seconds` from now (a 429 or an empty quota); returns by how
+        much this moved the end of the pause (0 when an earlier pause already covered it)."""
+        if seconds <= 0:
+            return 0.0
+        until = self._clock() + seconds
+        moved = max(0.0, until - max(self._paused_until, self._clock()))
+        self._paused_until = max(self._paused_until, until)
+        return moved

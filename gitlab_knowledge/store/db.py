@@ -59,7 +59,8 @@ def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection
 def write_connection(path: Path, wait: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection, schema ensured, closed on exit (releasing the file lock)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Owner-only: the store holds confidential issues and internal notes.
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create the data directory {path.parent}: {exc.strerror}") from None
     con = _open(path, read_only=False, wait=wait)

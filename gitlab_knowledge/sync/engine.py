@@ -16,9 +16,14 @@ The rules (docs/ARCHITECTURE.md, "Sync"):
   updated_at, by GitLab's clock, is rechecked by the next sync; once fetched later than that, any
   further note must move updated_at, so it is settled.
 - `--full` lists everything, refetches every thread, and tombstones what GitLab no longer lists.
+- Nothing is removed on doubt: an item is tombstoned only when its own GET answers 404 or a
+  complete listing (GitLab marked its last page as the last) leaves it out. A 404 on a thread
+  listing of an item GitLab still serves, a listing cut short or a page loop fail the sync.
 """
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,16 +31,17 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import KnowledgeError, NotFoundError
+from gitlab_knowledge.errors import GitLabError, KnowledgeError, NotFoundError
 from gitlab_knowledge.gitlab.client import GitLabClient, Page
 from gitlab_knowledge.layer_stats import LayerStats
-from gitlab_knowledge.store import raw
+from gitlab_knowledge.store import payloads, raw
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.sync import runs
 from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
 from gitlab_knowledge.timeutil import naive_utc, parse_time, utcnow
 from gitlab_knowledge.workspace import Workspace
 
+log = logging.getLogger(__name__)
 RESOURCES = tuple((k.api_path, k.name) for k in kinds.ITEM_KINDS)  # (GitLab collection, store kind)
 THROTTLE_WINDOW_SECONDS = 60 + 2
 RECHECK_BATCH = 100
@@ -54,6 +60,7 @@ class ResourceStats:
     threads_updated: int = 0
     threads_deleted: int = 0
     list_calls: int = 0
+    rejected: int = 0  # items and threads the store cannot hold (store/payloads.py), each named in a line
 
 
 @dataclass
@@ -97,6 +104,7 @@ class RawStats(LayerStats):
     threads_new: int = 0
     threads_updated: int = 0
     threads_deleted: int = 0
+    items_rejected: int = 0  # issues, MRs and threads rejected as unstorable
     api_calls: int = 0
     api_retries: int = 0
     rate_limited_429: int = 0
@@ -113,7 +121,7 @@ class RawStats(LayerStats):
             items_deleted=totals["deleted"], threads_fetched=totals["discussion_fetches"],
             threads_rechecked=totals["rechecked"], threads_new=totals["threads_new"],
             threads_updated=totals["threads_updated"], threads_deleted=totals["threads_deleted"],
-            api_calls=client.get("api_calls", 0), api_retries=client.get("retries", 0),
+            items_rejected=totals["rejected"], api_calls=client.get("api_calls", 0), api_retries=client.get("retries", 0),
             rate_limited_429=client.get("throttled", 0),
             rate_limit_wait_s=round(client.get("throttle_wait_s", 0.0) + client.get("limiter_wait_s", 0.0), 3),
             duration_s=round(result.duration_s, 3))
@@ -148,6 +156,8 @@ class _Parent:
     threads: list[dict[str, Any]] | None = None  # None: the parent vanished (404)
     fetched_at: datetime | None = None
     recheck: bool = False  # fetched for the ThrottledTouch recheck, not because the list showed a change
+    kept: set[str] = field(default_factory=set)  # rejected threads: their stored versions stay
+    keep_all: bool = False  # a rejected thread without a usable id: no stored thread goes
 
 
 class ProjectSync:
@@ -182,6 +192,10 @@ class ProjectSync:
             asyncio.run(self._run(client))
         except BaseException as exc:
             self._finish(started, client, error=_describe(exc))
+            # A failed step materializes nothing: the error carries what was done (API calls made,
+            # items committed) to whoever reports it (`sync --json`).
+            with contextlib.suppress(AttributeError, TypeError):
+                exc.raw_stats = RawStats.of(self.result)  # type: ignore[union-attr]
             raise
         self._finish(started, client)
         return self.result
@@ -204,9 +218,15 @@ class ProjectSync:
             # sync finds its process gone and marks it abandoned.
 
     async def _run(self, client: GitLabClient) -> None:
+        client.notify = self.progress.message  # long waits for GitLab are said where the sync reports
         async with client:
             project = await client.project(self.project_path)
             self._project_id = int(project["id"])
+            canonical = project.get("path_with_namespace")
+            if canonical and canonical != self.project_path:
+                # GitLab resolved the path in another case or through a rename's redirect: the
+                # store keys the project by this id (sync_runs records it), not by the path.
+                self.progress.message(f"{self.project_path}: GitLab calls it {canonical} (id {self._project_id})")
             self.result.project_id = self._project_id
             self._commit(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
             for resource, kind in RESOURCES:
@@ -230,6 +250,7 @@ class ProjectSync:
         done: dict[int, str] = {}  # id -> hash examined during this run
         refetched: set[int] = set()  # parents whose threads this run fetched (or knew to be none)
         seen: set[int] = set()
+        read: set[str] = set()  # page URLs of this listing, to catch a loop
         first = True
         # A two-stage pipeline, because at a rate limit every moment the client asks for nothing
         # is lost: the next list page is requested as soon as this one arrives (its anchor depends
@@ -252,13 +273,23 @@ class ProjectSync:
         try:
             while listing is not None:
                 page, listing = await listing, None
+                client.record_page(page, read)
                 stats.list_calls += 1
                 if first:
                     self.progress.resource_started(self.project_path, resource, page.total)
                     first = False
                 if not page.items:
                     break
-                items = sorted(page.items,
+                # A rejected item is still listed: --full must not take it for deleted.
+                seen.update(it["id"] for it in page.items if isinstance(it, dict) and isinstance(it.get("id"), int))
+                items = payloads.screen_items(kinds.kind(kind).display.lower(), page.items,
+                                              lambda line: self._reject(stats, line))
+                if not items:
+                    # Every item of the page was rejected: nothing to anchor on, take GitLab's next page.
+                    if page.next_url:
+                        listing = asyncio.create_task(self._list_page(client, path, page.next_url, anchor))
+                    continue
+                items = sorted(items,
                                key=lambda it: (parse_time(it.get("updated_at")) or datetime.min, int(it["id"])))
                 stats.listed += len(items)
                 seen.update(int(it["id"]) for it in items)
@@ -301,6 +332,8 @@ class ProjectSync:
                 if not committing.cancelled():
                     committing.exception()
         if self.full:
+            # Removal follows from a complete listing only: GitLab must have marked its end.
+            client.check_complete(page)
             await self._reconcile(kind, resource, seen, stats)
         else:
             await self._recheck(client, kind, resource, refetched, stats)
@@ -328,14 +361,25 @@ class ProjectSync:
         resource = {k.name: k.api_path for k in kinds.ITEM_KINDS}
 
         async def one(p: _Parent) -> None:
+            item = f"/projects/{self._project_id}/{resource[p.kind]}/{p.iid}"
             try:
-                threads, server_time = await client.get_all(
-                    f"/projects/{self._project_id}/{resource[p.kind]}/{p.iid}/discussions")
-            except NotFoundError:
-                p.threads = None  # deleted between the list call and this one
-                p.fetched_at = utcnow()
-                return
-            p.threads = raw.user_threads(threads)
+                threads, server_time = await client.get_all(f"{item}/discussions")
+            except NotFoundError as exc:
+                # Deleted between the list call and this one, or a 404 from something in between:
+                # only the item's own 404 is evidence enough to remove it.
+                try:
+                    await client.get(item)
+                except NotFoundError:
+                    p.threads = None
+                    p.fetched_at = utcnow()
+                    return
+                raise GitLabError(f"{exc}, yet GitLab still serves {kinds.kind(p.kind).ref(p.iid)} itself: "
+                                  "nothing was removed; try again later", status=404) from None
+            name = f"{kinds.kind(p.kind).display.lower()} iid {p.iid}"
+            ok, p.kept, p.keep_all = payloads.screen_threads(
+                name, threads if isinstance(threads, list) else [threads],
+                lambda line: self._reject(self.result.resources[resource[p.kind]], line))
+            p.threads = raw.user_threads(ok)
             p.fetched_at = naive_utc(server_time) or utcnow()
 
         try:
@@ -344,6 +388,12 @@ class ProjectSync:
                     group.create_task(one(p))
         except BaseExceptionGroup as eg:
             raise _first_error(eg) from None
+
+    def _reject(self, stats: ResourceStats, line: str) -> None:
+        """A payload the store cannot hold: one line naming it; the rest of its page goes on."""
+        stats.rejected += 1
+        self.progress.message(f"{self.project_path}: {line}")
+        log.warning("%s: %s", self.project_path, line)
 
     # -- commits ----------------------------------------------------------------------------
 
@@ -372,7 +422,7 @@ class ProjectSync:
                     "UPDATE raw_payloads SET discussions_fetched_at = ? WHERE resource_type = ? AND gitlab_key = ?",
                     [[p.fetched_at, kind, str(p.gitlab_id)] for p in unchanged])
             threads = raw.replace_discussions(
-                con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads) for p in alive], prov)
+                con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads, p.kept, p.keep_all) for p in alive], prov)
             deleted = raw.tombstone_parents(con, kind, gone)
             if cursor_item is not None:
                 con.execute("""

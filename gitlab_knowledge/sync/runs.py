@@ -4,12 +4,22 @@ A second sync of a project refuses to start while the first is alive. A run whos
 (same host, PID no longer running: a kill -9 or a crash) is marked `abandoned` and taken over
 automatically, since resuming from the cursor is always safe. A run on another host, or one whose
 process cannot be checked, is only taken over with `--force` once its heartbeat is stale.
+
+`pipeline_lock` is the same rule one level up, for whole runs of the Dagster jobs: one process
+per data directory runs them at a time, and a second one is refused at once instead of queueing
+behind the first in a Dagster pool.
 """
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import socket
+import threading
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -25,6 +35,61 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Start times are 0.01 s apart on Linux; the slack absorbs platforms whose boot time drifts a little,
 # and no PID is reused within a second of its previous owner starting.
 _SAME_START_S = 1.0
+LOCK_FILE = ".pipeline.lock"
+_held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth): re-entrant within a process
+_held_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def pipeline_lock(data_dir: Path, what: str = "a sync") -> Iterator[None]:
+    """Hold the data directory's pipeline lock, or raise `SyncInProgressError` at once.
+
+    An flock, so the kernel lets go of it when its process dies, kill -9 included: there is no
+    stale lock to take over. Re-entrant within one process. A directory this process cannot write
+    is not locked: nothing can be written there, and the writers say so themselves."""
+    path = data_dir / LOCK_FILE
+    key = str(path)
+    with _held_guard:
+        if key in _held:
+            fd, depth = _held[key]
+            _held[key] = (fd, depth + 1)
+            acquired = None
+        else:
+            acquired = _acquire(data_dir, path, what)
+            if acquired is not None:
+                _held[key] = (acquired, 1)
+    try:
+        yield
+    finally:
+        with _held_guard:
+            if key in _held:
+                fd, depth = _held[key]
+                if depth > 1:
+                    _held[key] = (fd, depth - 1)
+                else:
+                    del _held[key]
+                    os.close(fd)  # closing the descriptor releases the flock
+
+
+def _acquire(data_dir: Path, path: Path, what: str) -> int | None:
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        os.close(fd)
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            return None
+        who = f" (PID {holder})" if holder.isdigit() else ""
+        raise SyncInProgressError(f"{what} refused: another process{who} is running a sync or embed on "
+                                  f"{data_dir}; try again when it finishes") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 def process_start(pid: int) -> str | None:

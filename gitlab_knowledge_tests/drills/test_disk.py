@@ -4,6 +4,7 @@ next sync, once there is room, ends with the same store as a clean sync), no tem
 The data directory is a small tmpfs mounted for the test; where mounting is not permitted the
 test says so and skips."""
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,15 +74,23 @@ def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_d
         assert sync(config).returncode == 0
         before = snapshot(load_config(config))
         project = sb.state.list_projects()[0]["path_with_namespace"]
+        title = sb.state.list_items(sb.state.list_projects()[0]["id"], "issues")[0]["title"]
         sb.clock.advance(3600)
         sb.state.create_issue(project, "written while the disk is read-only")
         remount(tmpfs, "ro")
         try:
             assert_one_line_error(sync(config), "read-only")
-            search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", "websocket", "--json",
-                                     "--config", str(config)], capture_output=True, text=True,
-                                    env=subprocess_env(), timeout=120)
-            assert search.returncode == 0, search.stderr[-2000:]
+            embed = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "embed",
+                                    "--all"], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+            assert_one_line_error(embed, "read-only")
+            for mode in ("hybrid", "lexical"):
+                search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", title, "--json",
+                                         "--mode", mode, "--config", str(config)], capture_output=True, text=True,
+                                        env=subprocess_env(), timeout=120)
+                assert search.returncode == 0, search.stderr[-2000:]
+                answer = json.loads(search.stdout)
+                # Both retrievers read a read-only store: no silent fall back to one of them.
+                assert answer["effective_mode"] == mode and answer["results"], answer["warnings"]
         finally:
             remount(tmpfs, "rw")
         assert snapshot(load_config(config)) == before

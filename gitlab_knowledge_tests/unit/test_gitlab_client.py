@@ -569,3 +569,60 @@ def test_the_in_flight_counter_does_see_overlap_when_concurrency_allows_it() -> 
     peak, _ = run_concurrently(concurrency=6)
 
     assert peak > 2
+
+
+# -- hostile servers -----------------------------------------------------------------------------
+
+def test_an_exhausted_quota_says_why_and_how_long_it_waits() -> None:
+    now = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+    headers = {"RateLimit-Remaining": "0", "RateLimit-Reset": str(int(now.timestamp()) + 120), "Date": http_date(now)}
+    said: list[str] = []
+
+    async def two(gl: GitLabClient) -> None:
+        gl.notify = said.append
+        await gl.get("/projects/1")
+        await gl.get("/projects/2")
+
+    Harness(Script(reply(body={"id": 1}, headers=headers), reply(body={"id": 2}))).run(two)
+
+    assert len(said) == 1 and "RateLimit-Remaining: 0" in said[0] and "120s" in said[0]
+
+
+def test_a_next_link_back_to_a_page_already_read_is_a_loop_not_an_endless_listing() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=[{"id": 1}], headers={"Link": f'<{API}/projects/7/notes?per_page=1>; rel="next"'})
+
+    h = Harness(handle)
+    with pytest.raises(GitLabError, match="pagination loop"):
+        h.run(get_all("/projects/7/notes", {"per_page": 1}))
+    assert len(h.seen) == 2
+
+
+@pytest.mark.parametrize("headers", [{}, {"x-page": "1", "x-total": "9"}])
+def test_a_full_page_that_gitlab_does_not_mark_as_the_last_fails_the_listing(headers: dict[str, str]) -> None:
+    h = Harness(Script(reply(body=[{"id": 1}, {"id": 2}], headers=headers)))
+    with pytest.raises(GitLabError, match="not mark as its last page"):
+        h.run(get_all("/projects/7/issues", {"per_page": 2}))
+
+
+def test_an_empty_page_with_more_announced_fails_the_listing() -> None:
+    h = Harness(Script(reply(body=[], headers={"x-page": "1", "x-per-page": "20", "x-total": "9"})))
+    with pytest.raises(GitLabError, match="not mark as its last page"):
+        h.run(get_all("/projects/7/issues"))
+
+
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_a_body_past_the_cap_is_one_error_not_the_machines_memory(monkeypatch: pytest.MonkeyPatch,
+                                                                  encoding: str) -> None:
+    import gzip
+
+    import gitlab_knowledge.gitlab.client as client_module
+
+    monkeypatch.setattr(client_module, "MAX_BODY_BYTES", 1000)
+    body = b"[" + b" " * 5000 + b"]"
+    raw = gzip.compress(body) if encoding == "gzip" else body
+    h = Harness(Script(reply(raw=raw, headers={"Content-Encoding": encoding})))
+    with pytest.raises(GitLabError, match="larger than") as info:
+        h.run(get("/projects/7/issues"))
+    assert len(h.seen) == 1  # not retried: the same answer would come again
+    assert_one_line_without_token(info.value)

@@ -1,0 +1,138 @@
+"""Failures of the machine and of the operator, through the real CLI: each is one line and a
+documented exit code. Ctrl-C is `interrupted` (130); Dagster's SQLite storage on a full disk is
+exit 1; `doctor` never prints a password from the URL; `sync --json` reports the API calls of a
+project that failed; the data directory is its owner's alone, and scratch directories left by a
+killed process are removed by the next one."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+
+from gitlab_knowledge.cli import main as cli_main
+from gitlab_knowledge.defs.runner import instance_yaml
+from gitlab_knowledge.sandbox import SandboxGitLab
+from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    umask = os.umask(0o022)  # the CLI sets its own; this process keeps the one it had
+    os.umask(umask)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            code = cli_main(argv)
+    finally:
+        os.umask(umask)
+    return code, out.getvalue(), err.getvalue()
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
+    return lines[0]
+
+
+def test_ctrl_c_during_a_sync_says_interrupted_and_exits_130(small_dataset, tmp_path, token_env):
+    with SandboxGitLab(dataset=small_dataset, latency_ms=50) as sb:
+        config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data", per_page=5)
+        child = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "sync"],
+                                 cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while child.poll() is None and sb.stats()["requests"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            child.send_signal(signal.SIGINT)
+            _out, err = child.communicate(timeout=60)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait(30)
+    assert child.returncode == 130, err[-2000:]
+    assert one_error_line(err) == "error: interrupted"
+
+
+def test_a_full_disk_under_dagsters_storage_is_one_line_and_exit_1(small_dataset, tmp_path, token_env):
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
+                             text=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {mounted.stderr.strip()}")
+    try:
+        home = mount / "dagster"
+        home.mkdir()
+        (home / "dagster.yaml").write_text(instance_yaml(home))
+        fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            for _ in range(1024):  # 1 MB at most: the filesystem is full well before
+                os.write(fd, b"x" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        with SandboxGitLab(dataset=small_dataset) as sb:
+            config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data")
+            result = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "sync"],
+                                    cwd=tmp_path, env=subprocess_env(DAGSTER_HOME=str(home)), capture_output=True,
+                                    text=True, timeout=300)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Dagster's run storage failed" in one_error_line(result.stderr)
+
+
+def test_doctor_never_prints_a_password_from_the_url(tmp_path, token_env):
+    path = tmp_path / "gitlab_knowledge.toml"
+    path.write_text('projects = ["a/b"]\n[gitlab]\nurl = "http://operator:s3cr3t-pw@127.0.0.1:9"\n'
+                    f'[storage]\ndata_dir = "{tmp_path / "data"}"\n')
+    code, out, err = run_cli(["--config", str(path), "doctor", "--json"])
+    assert code == 1  # nothing listens on port 9
+    assert "s3cr3t-pw" not in out + err
+    assert "http://127.0.0.1:9" in out
+
+
+def test_sync_json_reports_the_api_calls_of_a_project_that_failed(sandbox, tmp_path, token_env, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data", max_retries=0,
+                               per_page=5)
+    sandbox.set_faults("500:after=6")
+    code, out, err = run_cli(["--config", str(config), "sync", "--json"])
+    assert code == 1
+    first = json.loads(out)["projects"][0]
+    assert not first["success"] and first["api_calls"] >= 7, first
+
+
+def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(sandbox, tmp_path, token_env,
+                                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftovers = [data / f"gk-embed-{dead.pid}-abcd1234", data / "gk-lexical-oldstyle"]
+    for leftover in leftovers:
+        leftover.mkdir(parents=True)
+        (leftover / "documents.parquet").write_bytes(b"confidential text")
+    two_hours_ago = time.time() - 7200
+    os.utime(leftovers[1], (two_hours_ago, two_hours_ago))
+    in_use = data / f"gk-embed-{os.getpid()}-inuse123"  # a live process's: kept
+    in_use.mkdir()
+    before = {p for p in data.rglob("*")}
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, data)
+    code, _out, err = run_cli(["--config", str(config), "sync"])
+    assert code == 0, err
+    assert sorted(p.name for p in data.glob("gk-*")) == [in_use.name]
+    created = [p for p in data.rglob("*") if p not in before]
+    assert len(created) > 10  # the store, the indexes, Dagster's storage
+    for path in created:
+        assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    fresh = tmp_path / "fresh" / "data"
+    run_cli(["--config", str(write_config_file(tmp_path / "other.toml", sandbox, fresh)), "doctor", "--json"])
+    assert fresh.stat().st_mode & 0o777 == 0o700

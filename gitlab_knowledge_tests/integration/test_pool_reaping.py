@@ -1,0 +1,82 @@
+"""A run whose process died must give back every pool slot state it holds: a claimed slot, and a
+step queued for a slot, also once a slot was *assigned* to it (a queued step of a dead run that
+is assigned the slot keeps it from everyone for ever). And a run started while another live run
+holds a pool is refused at once (exit 5) instead of waiting in the pool's queue."""
+
+import subprocess
+import sys
+import time
+import uuid
+
+import dagster as dg
+import pytest
+from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
+from gitlab_knowledge.defs.runner import (
+    HOST_TAG,
+    PID_TAG,
+    PROCESS_START_TAG,
+    TRIGGER_TAG,
+    dagster_instance,
+    reap_dead_runs,
+    run_sync,
+)
+from gitlab_knowledge.errors import SyncInProgressError
+from gitlab_knowledge.sync.runs import HOSTNAME, process_start
+from gitlab_knowledge.workspace import Workspace
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def cli_run(instance: dg.DagsterInstance, pid: int, project: str = "acme/other") -> str:
+    run_id = str(uuid.uuid4())
+    tags = {TRIGGER_TAG: "cli", PID_TAG: str(pid), HOST_TAG: HOSTNAME, "dagster/partition": project,
+            PROCESS_START_TAG: process_start(pid) or ""}
+    instance.add_run(DagsterRun(job_name="sync_project", run_id=run_id, status=DagsterRunStatus.STARTED, tags=tags))
+    return run_id
+
+
+@pytest.fixture
+def instance(sandbox, make_config, tmp_path, monkeypatch) -> dg.DagsterInstance:
+    monkeypatch.chdir(tmp_path)  # no dagster.yaml here: the instance lives under the data directory
+    instance = dagster_instance(make_config(sandbox))
+    assert instance.event_log_storage.supports_global_concurrency_limits
+    # What Dagster's executor does before its first claim on a pool: the pool gets its default limit (1).
+    instance.event_log_storage.initialize_concurrency_limit_to_default(DUCKDB_POOL)
+    return instance
+
+
+def test_a_dead_runs_queued_step_with_an_assigned_slot_is_freed(instance):
+    storage = instance.event_log_storage
+    alive = cli_run(instance, 1)  # PID 1 is always alive
+    dead = cli_run(instance, dead_pid())
+    assert storage.claim_concurrency_slot(DUCKDB_POOL, alive, "raw_gitlab_payloads").is_claimed
+    assert not storage.claim_concurrency_slot(DUCKDB_POOL, dead, "raw_gitlab_payloads").is_claimed
+    storage.free_concurrency_slots_for_run(alive)  # the live run finishes: the slot goes to the dead run's step
+    [pending] = storage.get_concurrency_info(DUCKDB_POOL).pending_steps
+    assert pending.run_id == dead and pending.assigned_timestamp is not None
+    instance.report_run_failed(instance.get_run_by_id(alive), "done")
+
+    assert reap_dead_runs(instance) == [dead]
+
+    info = storage.get_concurrency_info(DUCKDB_POOL)
+    assert info.pending_steps == [] and info.claimed_slots == []
+    assert storage.claim_concurrency_slot(DUCKDB_POOL, str(uuid.uuid4()), "raw_gitlab_payloads").is_claimed
+
+
+def test_a_sync_while_a_live_run_holds_the_pool_is_refused_at_once(instance, make_config, sandbox):
+    live = cli_run(instance, 1)
+    assert instance.event_log_storage.claim_concurrency_slot(DUCKDB_POOL, live, "normalized_gitlab").is_claimed
+    config = make_config(sandbox)
+    started = time.monotonic()
+    with pytest.raises(SyncInProgressError) as refused:
+        run_sync(Workspace(config), [config.projects[0]], instance=instance)
+    assert time.monotonic() - started < 10
+    assert live in str(refused.value) and refused.value.exit_code == 5
+    info = instance.event_log_storage.get_concurrency_info(DUCKDB_POOL)
+    assert {s.run_id for s in info.pending_steps} == {s.run_id for s in info.claimed_slots} == {live}  # not queued
