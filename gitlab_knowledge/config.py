@@ -10,12 +10,14 @@ wording, so keeping these messages would need a translation layer on top of the 
 validators for the environment overrides and paths relative to the file: more code, not less.
 """
 
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from gitlab_knowledge.errors import ConfigError
 from gitlab_knowledge.redact import register_secret
@@ -40,6 +42,11 @@ class GitLabSettings:
     def api_url(self) -> str:
         return self.url.rstrip("/") + "/api/v4"
 
+    @property
+    def display_url(self) -> str:
+        """The URL without a user or password in it, for output."""
+        return without_userinfo(self.url)
+
 
 @dataclass(frozen=True)
 class EmbeddingSettings:
@@ -48,11 +55,16 @@ class EmbeddingSettings:
     ollama_host: str = "http://127.0.0.1:11434"
     batch_size: int = 32
     timeout: float = 60.0
+    # Other models whose vector tables sync keeps current beside the configured one ("provider" or
+    # "provider:model"), e.g. to compare them with `eval --model` or to switch without a gap.
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    rrf_k: int = 60
+    # RRF's k: with two retrievers of 50 candidates, 60 flattens rank 1 vs rank 10 to 13 %; 20 lets
+    # a retriever's confident top ranks count (measured with `eval`: README, Search quality).
+    rrf_k: int = 20
     candidates: int = 50  # each retriever's top-N before fusion
 
 
@@ -63,6 +75,15 @@ class SyncSettings:
 
 
 @dataclass(frozen=True)
+class McpSettings:
+    """The MCP server (`python -m gitlab_knowledge.mcp`): what agents may see and how HTTP is guarded."""
+
+    include_confidential: bool = False  # confidential issues and their threads are left out unless true
+    include_internal: bool = False  # internal notes are left out unless true
+    bearer_token_env: str | None = None  # the NAME of a variable holding the token HTTP clients must send
+
+
+@dataclass(frozen=True)
 class Config:
     gitlab: GitLabSettings
     projects: tuple[str, ...]
@@ -70,6 +91,7 @@ class Config:
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
+    mcp: McpSettings = field(default_factory=McpSettings)
     source: str = "defaults"  # where the config came from, for `doctor`
 
     @property
@@ -97,7 +119,33 @@ class Config:
                 f"(scope read_api) in {self.gitlab.token_env} (gitlab.token_env names the variable)"
             )
         register_secret(value)
+        # An HTTP header cannot carry these; found here, not as seven "connection errors" later.
+        if not (value.isascii() and value.isprintable()) or any(ch.isspace() for ch in value):
+            raise ConfigError(f"{self.gitlab.token_env} holds characters no GitLab token has (non-ASCII, a space or "
+                              "a control character such as a newline): set it to the token alone")
         return value
+
+
+def without_userinfo(url: str) -> str:
+    """`url` with any `user:password@` removed."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[1], parts.path, parts.query, parts.fragment))
+
+
+def _show(value: Any) -> str:
+    """A value as an error message shows it: repr, one line, bounded."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(name: Any) -> str:
+    # TOML keys may be quoted strings holding newlines; a message stays one line.
+    return name if isinstance(name, str) and name.isprintable() else _show(name)
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
@@ -105,28 +153,65 @@ def _expect(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
     # TOML booleans are ints to Python; `rate_limit = true` is still a mistake.
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         expected = " or ".join(t.__name__ for t in kinds)
-        raise ConfigError(f"config field {name} must be {expected}, got {value!r}")
+        raise ConfigError(f"config field {name} must be {expected}, got {_show(value)}")
+    if isinstance(value, str) and ("\x00" in value or not _utf8(value)):
+        raise ConfigError(f"config field {name} holds a NUL or an unencodable character: {_show(value)}")
     return value
 
 
-def _positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates
+        return False
+    return True
+
+
+# Upper bounds: past them a value is a typo, and some would overflow what reads them (a timedelta
+# of 1e300 minutes, a semaphore of 10**30 permits).
+MAXIMA = {"gitlab.rate_limit": 100_000, "gitlab.concurrency": 256, "gitlab.timeout": 86_400, "gitlab.per_page": 100,
+          "gitlab.max_retries": 100, "embedding.batch_size": 100_000, "embedding.timeout": 86_400,
+          "search.rrf_k": 1_000_000, "search.candidates": 100_000, "sync.stale_after_minutes": 5_256_000,
+          "sync.lock_wait_seconds": 86_400}
+
+
+def _positive(value: Any, name: str, *, allow_zero: bool = False, integer: bool = False) -> float:
     number = _expect(value, (int, float), name)
+    if not math.isfinite(number):
+        raise ConfigError(f"config field {name} must be a finite number, got {_show(value)}")
+    if integer and number != int(number):
+        raise ConfigError(f"config field {name} must be a whole number, got {_show(value)}")
     if number < 0 or (number == 0 and not allow_zero):
-        raise ConfigError(f"config field {name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return number
+        raise ConfigError(f"config field {name} must be {'>= 0' if allow_zero else '> 0'}, got {_show(value)}")
+    if number > MAXIMA[name]:
+        raise ConfigError(f"config field {name} must be <= {MAXIMA[name]:,}, got {_show(value)}")
+    return int(number) if integer else number
 
 
 def _check_url(url: str, name: str) -> str:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ConfigError(f"config field {name} must be an http(s) URL like https://gitlab.example.com, got {url!r}")
+    example = "https://gitlab.example.com"
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise ConfigError(f"config field {name} is not a valid URL ({exc}), got {_show(url)}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or not url.isprintable() or " " in url:
+        raise ConfigError(f"config field {name} must be an http(s) URL like {example}, got {_show(url)}")
+    if parsed.password:
+        register_secret(parsed.password)  # a password in the URL is as secret as the token
     return url.rstrip("/")
+
+
+# GitLab's own rule for a namespace or project path segment (letters, digits, '_', '-', '.').
+_SEGMENT = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-]*")
 
 
 def _check_project(path: Any, name: str) -> str:
     path = _expect(path, str, name).strip().strip("/")
-    if not path or "/" not in path or any(not part for part in path.split("/")):
-        raise ConfigError(f"config field {name} must be a project path like group/project, got {path!r}")
+    parts = path.split("/")
+    if len(parts) < 2 or any(not _SEGMENT.fullmatch(p) or p in (".", "..") for p in parts):
+        raise ConfigError(f"config field {name} must be a project path like group/project (letters, digits, "
+                          f"'_', '-' and '.' between slashes), got {_show(path)}")
     return path
 
 
@@ -152,12 +237,20 @@ def _section(doc: dict[str, Any], name: str) -> dict[str, Any]:
 def _unknown(section: dict[str, Any], allowed: set[str], prefix: str) -> None:
     for key in section:
         if key not in allowed:
-            raise ConfigError(f"config field {prefix}{key} is not a known setting (known: {', '.join(sorted(allowed))})")
+            raise ConfigError(f"config field {prefix}{_key(key)} is not a known setting "
+                              f"(known: {', '.join(sorted(allowed))})")
+
+
+def _path(base_dir: Path, value: str, name: str) -> Path:
+    try:
+        return (base_dir / Path(value).expanduser()).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"config field {name} is not a usable path ({type(exc).__name__}): {_show(value)}") from None
 
 
 def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], source: str) -> Config:
     """Build a Config from a parsed TOML document and the environment (overrides win)."""
-    _unknown(doc, {"gitlab", "projects", "storage", "embedding", "search", "sync"}, "")
+    _unknown(doc, {"gitlab", "projects", "storage", "embedding", "search", "sync", "mcp"}, "")
     gl = _section(doc, "gitlab")
     _unknown(gl, {"url", "token_env", "ca_bundle", "rate_limit", "concurrency", "timeout", "per_page", "max_retries"}, "gitlab.")
     url = env.get("GITLAB_URL") or gl.get("url")
@@ -169,22 +262,20 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
         raise ConfigError(f"config field gitlab.token_env must be an environment variable name, got {token_env!r}")
     ca_bundle = gl.get("ca_bundle")
     if ca_bundle is not None:
-        ca_path = base_dir / Path(_expect(ca_bundle, str, "gitlab.ca_bundle")).expanduser()
+        ca_path = _path(base_dir, _expect(ca_bundle, str, "gitlab.ca_bundle"), "gitlab.ca_bundle")
         if not ca_path.is_file():
             raise ConfigError(f"config field gitlab.ca_bundle: no such file {ca_path}")
         ca_bundle = ca_path
-    per_page = int(_positive(gl.get("per_page", 100), "gitlab.per_page"))
-    if per_page > 100:
-        raise ConfigError("config field gitlab.per_page must be <= 100 (GitLab's maximum)")
+    per_page = int(_positive(gl.get("per_page", 100), "gitlab.per_page", integer=True))
     gitlab = GitLabSettings(
         url=url,
         token_env=token_env,
         ca_bundle=ca_bundle,
         rate_limit=float(_positive(gl.get("rate_limit", 10.0), "gitlab.rate_limit", allow_zero=True)),
-        concurrency=int(_positive(gl.get("concurrency", 4), "gitlab.concurrency")),
+        concurrency=int(_positive(gl.get("concurrency", 4), "gitlab.concurrency", integer=True)),
         timeout=float(_positive(gl.get("timeout", 30.0), "gitlab.timeout")),
         per_page=per_page,
-        max_retries=int(_positive(gl.get("max_retries", 6), "gitlab.max_retries", allow_zero=True)),
+        max_retries=int(_positive(gl.get("max_retries", 6), "gitlab.max_retries", allow_zero=True, integer=True)),
     )
 
     if env.get("GITLAB_PROJECTS"):
@@ -199,13 +290,19 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
     storage = _section(doc, "storage")
     _unknown(storage, {"data_dir"}, "storage.")
     if env.get("GITLAB_KNOWLEDGE_DATA"):
-        data_dir = Path(env["GITLAB_KNOWLEDGE_DATA"]).expanduser()
+        data_dir = _path(Path.cwd(), env["GITLAB_KNOWLEDGE_DATA"], "storage.data_dir (GITLAB_KNOWLEDGE_DATA)")
     else:
-        data_dir = base_dir / Path(_expect(storage.get("data_dir", "data"), str, "storage.data_dir")).expanduser()
-    data_dir = data_dir.expanduser().resolve()
+        data_dir = _path(base_dir, _expect(storage.get("data_dir", "data"), str, "storage.data_dir"), "storage.data_dir")
+    if data_dir.exists() and not data_dir.is_dir():
+        raise ConfigError(f"config field storage.data_dir: {data_dir} exists and is not a directory")
 
     emb = _section(doc, "embedding")
-    _unknown(emb, {"provider", "model", "ollama_host", "batch_size", "timeout"}, "embedding.")
+    _unknown(emb, {"provider", "model", "ollama_host", "batch_size", "timeout", "models"}, "embedding.")
+    models = _expect(emb.get("models", []), list, "embedding.models")
+    for i, entry in enumerate(models):
+        if not isinstance(entry, str) or entry.partition(":")[0] not in EMBEDDING_PROVIDERS:
+            raise ConfigError(f"config field embedding.models[{i}] must be \"embedded\" or \"ollama[:MODEL]\", "
+                              f"got {entry!r}")
     provider = env.get("GITLAB_KNOWLEDGE_EMBEDDING") or emb.get("provider", "embedded")
     if provider not in EMBEDDING_PROVIDERS:
         raise ConfigError(f"config field embedding.provider must be one of {', '.join(EMBEDDING_PROVIDERS)}, got {provider!r}")
@@ -215,18 +312,19 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
     ollama_host = ollama_url(env.get("OLLAMA_HOST")
                              or _expect(emb.get("ollama_host", "127.0.0.1:11434"), str, "embedding.ollama_host"))
     embedding = EmbeddingSettings(
+        models=tuple(dict.fromkeys(models)),
         provider=provider,
         model=model or None,
         ollama_host=_check_url(ollama_host, "embedding.ollama_host"),
-        batch_size=int(_positive(emb.get("batch_size", 32), "embedding.batch_size")),
+        batch_size=int(_positive(emb.get("batch_size", 32), "embedding.batch_size", integer=True)),
         timeout=float(_positive(emb.get("timeout", 60.0), "embedding.timeout")),
     )
 
     srch = _section(doc, "search")
     _unknown(srch, {"rrf_k", "candidates"}, "search.")
     search = SearchSettings(
-        rrf_k=int(_positive(srch.get("rrf_k", 60), "search.rrf_k")),
-        candidates=int(_positive(srch.get("candidates", 50), "search.candidates")),
+        rrf_k=int(_positive(srch.get("rrf_k", SearchSettings.rrf_k), "search.rrf_k", integer=True)),
+        candidates=int(_positive(srch.get("candidates", 50), "search.candidates", integer=True)),
     )
     snc = _section(doc, "sync")
     _unknown(snc, {"stale_after_minutes", "lock_wait_seconds"}, "sync.")
@@ -235,7 +333,19 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
         lock_wait_seconds=float(_positive(snc.get("lock_wait_seconds", 10.0), "sync.lock_wait_seconds", allow_zero=True)),
     )
     return Config(gitlab=gitlab, projects=tuple(projects), data_dir=data_dir, embedding=embedding,
-                  search=search, sync=sync, source=source)
+                  search=search, sync=sync, mcp=_parse_mcp(_section(doc, "mcp")), source=source)
+
+
+def _parse_mcp(section: dict[str, Any]) -> McpSettings:
+    _unknown(section, {"include_confidential", "include_internal", "bearer_token_env"}, "mcp.")
+    token_env = section.get("bearer_token_env")
+    if token_env is not None and not _expect(token_env, str, "mcp.bearer_token_env").replace("_", "").isalnum():
+        raise ConfigError(f"config field mcp.bearer_token_env must be an environment variable name, got {token_env!r}")
+    return McpSettings(
+        include_confidential=_expect(section.get("include_confidential", False), bool, "mcp.include_confidential"),
+        include_internal=_expect(section.get("include_internal", False), bool, "mcp.include_internal"),
+        bearer_token_env=token_env or None,
+    )
 
 
 def ollama_url(host: str) -> str:
@@ -286,6 +396,10 @@ def load_config(explicit: str | os.PathLike[str] | None = None, env: dict[str, s
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start})") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path} nests tables or arrays too deeply to be a config") from None
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
     return parse_config(doc, path.parent.resolve(), env, str(path))

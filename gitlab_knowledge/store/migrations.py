@@ -145,3 +145,26 @@ def _cursor_kind_names(con: duckdb.DuckDBPyConnection) -> None:
     # Cursors were keyed by GitLab's API path; every other table names the kind.
     con.execute("UPDATE sync_cursors SET resource_type = 'issue' WHERE resource_type = 'issues'")
     con.execute("UPDATE sync_cursors SET resource_type = 'merge_request' WHERE resource_type = 'merge_requests'")
+
+
+@migration(3, "multi-line DiffNote ranges")
+def _line_ranges(con: duckdb.DuckDBPyConnection) -> None:
+    # A multi-line DiffNote's `position.line_range` (its first and last line) was dropped.
+    for end in ("start", "end"):
+        con.execute(f"ALTER TABLE note_positions ADD COLUMN line_range_{end}_line_code TEXT")
+        con.execute(f"ALTER TABLE note_positions ADD COLUMN line_range_{end}_type TEXT")
+        con.execute(f"ALTER TABLE note_positions ADD COLUMN line_range_{end}_old_line INTEGER")
+        con.execute(f"ALTER TABLE note_positions ADD COLUMN line_range_{end}_new_line INTEGER")
+    # Raw payloads are kept: the next run rebuilds every project's normalized rows from them, so
+    # stored DiffNotes get their ranges, and rows the older transform mis-read (a singular
+    # `assignee`) are read again.
+    con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'normalized'")
+
+
+@migration(4, "document builder version")
+def _document_builder_version(con: duckdb.DuckDBPyConnection) -> None:
+    # Which builder (documents/build.py DOCUMENT_VERSION: builder.chunking) wrote each document;
+    # a document of another version is rebuilt by the next run and reads as stale until then.
+    # Every stored document was written by the builder that had no version yet: "1.1".
+    con.execute("ALTER TABLE documents ADD COLUMN builder_version TEXT")
+    con.execute("UPDATE documents SET builder_version = '1.1'")

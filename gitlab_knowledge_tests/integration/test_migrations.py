@@ -45,19 +45,26 @@ def version(path: Path) -> int:
     return int(query(path, "SELECT value FROM schema_info WHERE key = 'version'")[0][0])
 
 
-def differences(path: Path, reference: Path, tables: list[str]) -> dict[str, int]:
-    """Rows that differ (both directions, duplicates counted) between the store and the reference;
-    sync_cursors is compared with the reference's resource types renamed as migration 2 does."""
+def differences(path: Path, reference: Path, tables: list[str], ignore: tuple[str, ...] = ()) -> dict[str, int]:
+    """Rows that differ (both directions, duplicates counted) between the store and the reference,
+    in the reference's columns (later migrations add some) less `ignore`; sync_cursors is compared
+    with the reference's resource types renamed as migration 2 does, layer_state with the
+    normalized watermark reset as migration 3 does."""
     con = duckdb.connect(str(path), read_only=True)
     try:
         con.execute(f"ATTACH '{reference}' AS ref (READ_ONLY)")
         out = {}
         for table in tables:
-            theirs = f"SELECT * FROM ref.{table}"
+            columns = [r[0] for r in con.execute(f"DESCRIBE ref.{table}").fetchall() if r[0] not in ignore]
+            names = ", ".join(columns)
+            theirs = f"SELECT {names} FROM ref.{table}"
             if table == "sync_cursors":
                 theirs = (f"SELECT project_id, {CURSOR_KIND} AS resource_type, updated_at_cursor, tie_breaker_id, "
                           "moved_at, sync_run_id FROM ref.sync_cursors")
-            ours = f"SELECT * FROM {table}"
+            if table == "layer_state" and "watermark" in columns:
+                reset = "CASE layer WHEN 'normalized' THEN 0 ELSE watermark END AS watermark"
+                theirs = f"SELECT {names.replace('watermark', reset)} FROM ref.layer_state"
+            ours = f"SELECT {names} FROM {table}"
             out[table] = con.execute(f"SELECT (SELECT count(*) FROM ({ours} EXCEPT ALL {theirs})) "
                                      f"+ (SELECT count(*) FROM ({theirs} EXCEPT ALL {ours}))").fetchone()[0]
         return out
@@ -235,10 +242,44 @@ def test_an_incremental_sync_on_a_migrated_store_fetches_nothing(v1_store: Path,
     assert sum(t["fetched"] for t in totals) == 0
     assert sum(t["deleted"] for t in totals) == 0
     assert sum(t["listed"] for t in totals) == at_cursor < COUNTS["issues"] + COUNTS["merge_requests"]
-    assert sum(s.raw_changes for s in normalized) == 0
+    # Migration 3 reset the normalized watermark: the layer re-reads every stored payload once
+    # (no GitLab call) and writes the same rows, now with the columns it added.
+    assert sum(s.raw_changes for s in normalized) == COUNTS["raw_payloads"]
     assert query(v1_store, "SELECT resource_type, count(*) FROM sync_cursors GROUP BY 1 ORDER BY 1") == [
         ("issue", 2), ("merge_request", 2)]
-    unchanged = ["raw_payloads", "projects", "issues", "merge_requests", "labels", "issue_labels", "mr_labels",
-                 "discussions", "notes", "note_positions", "layer_state", "documents", "document_labels"]
+    unchanged = ["raw_payloads", "projects", "labels", "issue_labels", "mr_labels",
+                 "discussions", "notes", "note_positions", "documents", "document_labels"]
     assert differences(v1_store, reference, unchanged) == dict.fromkeys(unchanged, 0)
+    rebuilt = ["issues", "merge_requests"]  # the same rows under a new change_seq
+    assert differences(v1_store, reference, rebuilt, ignore=("change_seq",)) == dict.fromkeys(rebuilt, 0)
     assert query(v1_store, "SELECT status, count(*) FROM sync_runs GROUP BY 1") == [("succeeded", 4)]
+
+
+def test_migration_3_gives_stored_diff_notes_their_line_ranges(v1_store: Path, reference: Path,
+                                                              make_config: Any) -> None:
+    """Written before migration 3, the store has no line ranges; after the upgrade the normalized
+    layer rebuilds them from the kept raw payloads, without calling GitLab."""
+    from gitlab_knowledge.store import normalize
+    from gitlab_knowledge.workspace import Workspace
+
+    assert "line_range_start_new_line" not in [r[0] for r in query(reference, "DESCRIBE note_positions")]
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) >= 3
+    assert query(v1_store, "SELECT count(*) FROM layer_state WHERE layer = 'normalized' AND watermark = 0") == [(2,)]
+    assert query(v1_store, "SELECT count(line_range_start_line_code) FROM note_positions") == [(0,)]
+    expected = query(reference, """
+        SELECT count(*) FROM raw_payloads r, unnest(CAST(json_extract(r.json, '$.notes') AS JSON[])) AS t(note)
+        WHERE r.resource_type = 'discussion' AND r.deleted_at IS NULL
+          AND json_extract(note, '$.position.line_range') IS NOT NULL
+          AND json_type(json_extract(note, '$.position.line_range')) = 'OBJECT'
+    """)[0][0]
+    assert expected > 0
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:  # never called: the config only needs a URL
+        workspace = Workspace(make_config(sb, data_dir=v1_store.parent))
+        for project in workspace.config.projects:
+            normalize.refresh(workspace, project)
+        assert sb.stats()["requests"] == 0
+    assert query(v1_store, "SELECT count(line_range_start_line_code), count(line_range_end_line_code) "
+                           "FROM note_positions") == [(expected, expected)]
+    assert query(v1_store, "SELECT count(*) FROM note_positions") == [(COUNTS["note_positions"],)]
