@@ -7,13 +7,15 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.argparsing import OneLineParser, bounded_int
+from gitlab_knowledge.argparsing import OneLineParser, bounded_int, require_text
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, load_config
 from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.redact import install_logging_redaction, redact
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
+# GitLab's issue and MR states (`reopened` is what GitLabs before 10.x stored), and its `all`.
+LIST_STATES = ("opened", "closed", "merged", "locked", "reopened", "all")
 
 
 def build_parser() -> OneLineParser:
@@ -26,7 +28,10 @@ def build_parser() -> OneLineParser:
     def add(name: str, help_text: str, json_flag: bool = True) -> OneLineParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if json_flag:
-            p.add_argument("--json", action="store_true", help="machine-readable output")
+            # Each command's output has a JSON Schema in the package: cli/schemas/<command>.json.
+            schema = "index_status" if name == "index" else name.replace("-", "_")
+            p.add_argument("--json", action="store_true",
+                           help=f"machine-readable output (schema: cli/schemas/{schema}.json)")
         return p
 
     add("auth-test", "check the token: prints the GitLab user it belongs to", json_flag=False)
@@ -36,6 +41,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--full", action="store_true", help="refetch everything and remove what GitLab no longer lists")
     p.add_argument("--force", action="store_true", help="take over a stale running sync")
     p.add_argument("--project", action="append", metavar="PATH", help="only this project (repeatable)")
+    p.add_argument("--yes", action="store_true",
+                   help="remove projects no longer in the configuration without asking (needed off a terminal)")
 
     add("sync-status", "last sync runs, cursors and layer watermarks")
 
@@ -44,7 +51,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--model", metavar="PROVIDER[:MODEL]", help="build/refresh this model's table, e.g. ollama:nomic-embed-text")
     p.add_argument("--project", action="append", metavar="PATH")
 
-    add("stats", "documents by type, embedded %, failures, index sizes, last sync")
+    # argparse formats help strings with %: a literal one is %%.
+    add("stats", "documents by type, embedded %%, failures, index sizes, last sync")
 
     p = add("index", "index health: which documents are indexed, stale or missing in each index")
     p.add_argument("what", choices=["status"])
@@ -53,7 +61,8 @@ def build_parser() -> OneLineParser:
     p = add("list", "list issues or merge requests")
     p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("--project", metavar="PATH")
-    p.add_argument("--state", metavar="STATE", help="opened, closed, merged, ...")
+    p.add_argument("--state", metavar="STATE", choices=LIST_STATES,
+                   help="opened, closed, merged, locked or all (GitLab's states; default: all)")
     p.add_argument("--limit", type=bounded_int(1), default=20)
 
     p = add("count", "count issues, mrs, discussions or notes")
@@ -78,11 +87,28 @@ def build_parser() -> OneLineParser:
     p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("iid", type=bounded_int(1))
     p.add_argument("--project", metavar="PATH")
+
+    from gitlab_knowledge.cli import eval_cmd, models_cmd, similar_cmd
+
+    eval_cmd.add_parser(sub)
+    similar_cmd.add_parser(sub)
+    models_cmd.add_parser(sub)
     return parser
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
-    from gitlab_knowledge.cli import demo, doctor, explain_cmd, index_cmd, inspect_cmd, sync_cmd, ui
+    from gitlab_knowledge.cli import (
+        demo,
+        doctor,
+        eval_cmd,
+        explain_cmd,
+        index_cmd,
+        inspect_cmd,
+        models_cmd,
+        similar_cmd,
+        sync_cmd,
+        ui,
+    )
 
     return {
         "auth-test": doctor.auth_test,
@@ -98,6 +124,9 @@ def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
         "explain": explain_cmd.explain_cmd,
         "demo": demo.run,
         "ui": ui.run,
+        "eval": eval_cmd.eval_cmd,
+        "similar": similar_cmd.similar_cmd,
+        "models": models_cmd.models_cmd,
     }
 
 
@@ -110,8 +139,12 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Whatever this process (and the Dagster processes `ui` starts) creates is its owner's alone:
+    # the store, the indexes and Dagster's storage hold confidential titles and internal notes.
+    os.umask(0o077)
     try:
         args = build_parser().parse_args(argv)
+        require_text(args)
         _setup_logging(args.verbose)
         # The demo brings its own GitLab and config; everything else needs the user's.
         config = None if args.command == "demo" else load_config(args.config)
@@ -119,15 +152,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KnowledgeError as exc:
         console.fail(str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        console.fail("interrupted")
-        return 130
     except BrokenPipeError:
         # The reader went away (`... | head`): not an error worth a message.
         sys.stderr.close()
         return 0
-    except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
-        if os.environ.get(DEBUG_ENV):
+    except BaseException as exc:  # noqa: BLE001 - the last line of defence against a traceback
+        if console.is_interrupt(exc):  # Ctrl-C, or SIGTERM/SIGINT as Dagster re-raises them
+            console.fail("interrupted")
+            return 130
+        if not isinstance(exc, Exception) or os.environ.get(DEBUG_ENV):
             raise
+        known = console.environment_failure(exc)
+        if known is not None:
+            console.fail(redact(known))
+            return 1
         console.fail(redact(f"internal error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the traceback)"))
         return 70
