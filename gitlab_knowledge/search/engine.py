@@ -224,8 +224,15 @@ class Searcher:
         ordered: list[tuple[str, str]] = [(doc_id, how) for doc_id, how in pinned]
         pinned_ids = {doc_id for doc_id, _ in pinned}
         bodies = _BodyCache(index)
+        analyzer = index.words if index else word_analyzer()
+        terms = query_words(analyzer, lexical_text)
+
+        def says_more(thread_notes: str, item_text: str) -> bool:
+            return relevance.coverage(terms, set(analyzer.analyze(thread_notes))) > \
+                relevance.coverage(terms, set(analyzer.analyze(item_text)))
+
         ordered += [(doc_id, "fused") for doc_id in relevance.items_before_threads(
-            [f.doc_id for f in fused if f.doc_id not in pinned_ids], fields, bodies.get)]
+            [f.doc_id for f in fused if f.doc_id not in pinned_ids], fields, bodies.get, says_more)]
         if group:
             ordered = relevance.one_per_item(ordered, fields)
         total = len(ordered)

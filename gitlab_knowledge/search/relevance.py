@@ -30,17 +30,22 @@ def item_key(fields: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def items_before_threads(ranked: list[str], fields: dict[str, dict[str, Any]],
-                         bodies: Callable[[list[str]], dict[str, str]]) -> list[str]:
+                         bodies: Callable[[list[str]], dict[str, str]],
+                         says_more: Callable[[str, str], bool] | None = None) -> list[str]:
     """A thin thread (notes under THIN_THREAD_CHARS: "LGTM", "+1") ranked above its own issue/MR
     moves below it. Such a thread matches mostly through the header repeating its parent's title,
-    so it would otherwise win every search for that title. `bodies` gives documents' texts."""
+    so it would otherwise win every search for that title. A thread whose own notes hold more of
+    the query than its item does (`says_more(notes, item_text)`) matched through what it says,
+    not through its header, and keeps its place. `bodies` gives documents' texts."""
     items = {item_key(fields[d]): d for d in ranked if fields[d]["source_type"] != kinds.DISCUSSION}
     position = {d: i for i, d in enumerate(ranked)}
     suspects = [d for d in ranked if fields[d]["source_type"] == kinds.DISCUSSION
                 and item_key(fields[d]) in items and position[items[item_key(fields[d])]] > position[d]]
     if not suspects:
         return ranked
-    thin = {d for d, text in bodies(suspects).items() if len(body_of(text).strip()) < THIN_THREAD_CHARS}
+    texts = bodies(suspects + (sorted({items[item_key(fields[d])] for d in suspects}) if says_more else []))
+    thin = {d for d in suspects if d in texts and len(body_of(texts[d]).strip()) < THIN_THREAD_CHARS
+            and not (says_more and says_more(body_of(texts[d]), texts.get(items[item_key(fields[d])], "")))}
     out: list[str] = []
     placed: set[str] = set()
     for doc_id in ranked:

@@ -90,6 +90,21 @@ def test_thin_threads_move_below_their_item():
         ["i1", "t1", "x", "t2", "i2"]
 
 
+def test_a_thin_thread_that_says_more_of_the_query_than_its_item_keeps_its_place():
+    # A one-line decision note found by its own words is the answer, not noise in front of its issue.
+    fields = {"t1": _doc("g/p", 1, source="discussion"), "i1": _doc("g/p", 1)}
+    texts = {"t1": "[Issue #1: Cache settings] Discussion\n\n@a (2024-01-01):\nwe cap redis memory (zebrafish)",
+             "i1": "[Issue #1: Cache settings]\n\nTune the cache."}
+
+    def says_more(notes: str, item: str) -> bool:
+        return ("zebrafish" in notes) > ("zebrafish" in item)
+
+    assert relevance.items_before_threads(["t1", "i1"], fields, lambda ids: {i: texts[i] for i in ids},
+                                          says_more) == ["t1", "i1"]
+    assert relevance.items_before_threads(["t1", "i1"], fields, lambda ids: {i: texts[i] for i in ids}) == \
+        ["i1", "t1"]
+
+
 def test_a_beir_set_becomes_a_sandbox_dataset_and_eval_cases(tmp_path):
     from gitlab_knowledge.sandbox.dataset import load_dataset
 
