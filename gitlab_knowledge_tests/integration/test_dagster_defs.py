@@ -84,3 +84,12 @@ def test_the_sync_job_materializes_a_partition_in_process(sandbox, tmp_path, tok
     documents = scalar(config, "SELECT count(*) FROM documents WHERE project_path = ?", [project])
     assert documents == outcomes[0].metadata["lexical_index"]["lexical_index_documents"] > 0
     assert scalar(config, "SELECT count(DISTINCT dagster_run_id) FROM documents") == 1
+
+
+def test_runs_the_daemon_launches_log_at_info_not_debug():
+    from gitlab_knowledge.defs.jobs import QUIET_LOGS
+
+    # A run request without run config (the sensor's) gets the job's config for its partition.
+    for name in ("sync_project", "embed_project"):
+        config = defs.resolve_job_def(name).partitioned_config.get_run_config_for_partition_key("acme/p")
+        assert config["loggers"] == QUIET_LOGS["loggers"], name
