@@ -31,6 +31,7 @@ from typing import Any
 
 from benchmarks import embed_bench, sync_bench
 from benchmarks.hashing_provider import HashingProvider
+from benchmarks.report import markdown_table
 from gitlab_knowledge.config import parse_config
 from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.documents.refresh import DocumentStats
@@ -185,10 +186,7 @@ def table(results: dict[str, Any]) -> str:
                  f"wall p50 {c['wall_s_p50']} s, reported took p50 {c['took_ms_p50']} ms; a Python that imports "
                  f"lancedb {c['python_with_lancedb_import_s']['plain']} s plain, "
                  f"{c['python_with_lancedb_import_s']['deferred']} s with the namespace client deferred"))
-    width = max(len(a) for a, _ in rows)
-    lines = [f"| {a.ljust(width)} | {b} |" for a, b in rows]
-    lines.insert(1, f"| {'-' * width} | --- |")
-    return "\n".join(lines)
+    return markdown_table(rows)
 
 
 def main() -> int:

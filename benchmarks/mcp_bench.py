@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import markdown_table
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.mcp.local import server_status
 from gitlab_knowledge.store.db import read_connection
@@ -181,10 +182,7 @@ def table(r: dict[str, Any]) -> str:
     rows.append(("search command, new process per call, no server",
                  f"wall p50 {wo['wall_s_p50']} s (max {wo['wall_s_max']} s), peak RSS {wo['peak_rss_mb']} MB, "
                  f"{wo['runs']} runs"))
-    width = max(len(a) for a, _ in rows)
-    lines = [f"| {a.ljust(width)} | {b} |" for a, b in rows]
-    lines.insert(1, f"| {'-' * width} | --- |")
-    return "\n".join(lines)
+    return markdown_table(rows)
 
 
 def main() -> int:
