@@ -38,7 +38,7 @@ def sync_projects(url: str, projects: list[str], data_dir: Path, rate: float, co
     import dagster as dg
 
     from gitlab_knowledge.defs.runner import run_sync
-    from gitlab_knowledge.sync.engine import RawStats
+    from gitlab_knowledge.sync.stats import RawStats
     from gitlab_knowledge.workspace import Workspace
 
     os.environ["GITLAB_TOKEN"] = DEFAULT_TOKEN

@@ -11,7 +11,7 @@ from gitlab_knowledge.documents.refresh import DocumentStats
 from gitlab_knowledge.embeddings.refresh import EmbedStats
 from gitlab_knowledge.lexical.refresh import LexicalStats
 from gitlab_knowledge.store.db import read_connection
-from gitlab_knowledge.sync.engine import RawStats
+from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
 
 SYNC_LAYERS = ("raw_gitlab_payloads", "normalized_gitlab")

@@ -68,7 +68,7 @@ def summary_rows(outcome: Any) -> dict[str, Any]:
     from gitlab_knowledge.documents.refresh import DocumentStats
     from gitlab_knowledge.embeddings.refresh import EmbedStats
     from gitlab_knowledge.lexical.refresh import LexicalStats
-    from gitlab_knowledge.sync.engine import RawStats
+    from gitlab_knowledge.sync.stats import RawStats
 
     raw, docs = outcome.stats(RawStats), outcome.stats(DocumentStats)
     emb, lex = outcome.stats(EmbedStats), outcome.stats(LexicalStats)

@@ -12,7 +12,7 @@ import pytest
 
 from gitlab_knowledge.config import Config, parse_config
 from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab
-from gitlab_knowledge.sync.engine import RawStats
+from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge_tests.conftest import TOKEN_ENV
 from gitlab_knowledge_tests.helpers import rows, run_layers, sync
 

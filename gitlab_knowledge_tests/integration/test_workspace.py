@@ -20,7 +20,7 @@ from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET
 from gitlab_knowledge.sandbox.api import Api, ApiRequest
 from gitlab_knowledge.sandbox.dataset import load_dataset
 from gitlab_knowledge.sandbox.state import SandboxState
-from gitlab_knowledge.sync.engine import RawStats
+from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.helpers import scalar
 

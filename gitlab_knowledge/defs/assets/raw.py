@@ -6,6 +6,7 @@ from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.sync import engine
+from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -32,6 +33,6 @@ def raw_gitlab_payloads(context: dg.AssetExecutionContext, config: SyncRunConfig
     with said_plainly():
         result = engine.refresh(workspace, context.partition_key, full=config.full, force=config.force,
                                 dagster_run_id=context.run.run_id, progress=workspace.progress_for(context.log))
-    stats = engine.RawStats.of(result)
+    stats = RawStats.of(result)
     return dg.MaterializeResult(metadata={"summary": dg.MetadataValue.md(stats.summary_markdown(result)),
                                           **stats.to_metadata()})
