@@ -165,6 +165,7 @@ def removed_projects(workspace: Any, args: argparse.Namespace, *, interactive: b
         if args.yes or (interactive and _ask(f"{what} is no longer in the configuration. Remove it from the "
                                               "store and the indexes?")):
             purge.purge(workspace, project)
+            _drop_partition(workspace, project.path)
             entry["purged"] = True
             console.err.print(f"Removed {what}: no longer in the configuration.", markup=False, highlight=False)
         else:
@@ -172,6 +173,19 @@ def removed_projects(workspace: Any, args: argparse.Namespace, *, interactive: b
                          "`sync --yes` removes it")
         out.append(entry)
     return out
+
+
+def _drop_partition(workspace: Any, path: str) -> None:
+    """The purged project's Dagster partition goes too, so the UI stops listing a project that is
+    gone (its runs stay in the history). Partitions are keyed by the path as configured, which may
+    differ in case from GitLab's."""
+    from gitlab_knowledge.defs.partitions import PARTITIONS_NAME
+    from gitlab_knowledge.defs.runner import dagster_instance
+
+    instance = dagster_instance(workspace.config)
+    for key in instance.get_dynamic_partitions(PARTITIONS_NAME):
+        if key.lower() == path.lower() and key not in workspace.config.projects:
+            instance.delete_dynamic_partition(PARTITIONS_NAME, key)
 
 
 def _ask(question: str) -> bool:

@@ -212,9 +212,15 @@ def test_a_project_removed_from_the_config_is_purged_with_yes(synced, sandbox, t
     assert "sync --yes" in out.err
     assert layer_counts(synced) == (docs_before, vectors_before, lexical_before)
 
+    from gitlab_knowledge.defs.runner import dagster_instance
+
+    instance = dagster_instance(synced)  # the instance the CLI records its runs in (no dagster.yaml here)
+    instance.add_dynamic_partitions("gitlab_projects", [gone])
     assert main(["--config", str(config_path), "sync", "--yes", "--json"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["removed_projects"][0]["purged"] is True
+    assert gone not in dagster_instance(synced).get_dynamic_partitions("gitlab_projects")
+    assert keep in dagster_instance(synced).get_dynamic_partitions("gitlab_projects")
     assert layer_counts(synced) == (docs_before - gone_docs, vectors_before - gone_docs, lexical_before - gone_docs)
     for table in ("raw_payloads", "issues", "merge_requests", "discussions", "notes", "documents", "layer_state"):
         assert scalar(synced, f"SELECT count(*) FROM {table} WHERE project_id = ?", [gone_id]) == 0, table
