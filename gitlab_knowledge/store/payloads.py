@@ -155,18 +155,24 @@ def item_name(kind_display: str, payload: Any, index: int | None = None) -> str:
     return f"{kind_display} #{index + 1} of its page" if index is not None else kind_display
 
 
+def _lines_problem(point: dict[str, Any], where: str) -> str | None:
+    for key in _LINE_FIELDS:
+        problem = _check_int(point, key, INT32_MAX, required=False)
+        if problem:
+            return f"{where} {problem}"
+    return None
+
+
 def _position_problem(position: Any) -> str | None:
+    """A DiffNote position and the two ends of its line_range carry the same line fields."""
     if position is None:
         return None
     if not isinstance(position, dict):
         return f"position is {_describe(position)}"
-    for key in _LINE_FIELDS:
-        problem = _check_int(position, key, INT32_MAX, required=False)
-        if problem:
-            return f"position {problem}"
+    problem = _lines_problem(position, "position")
     line_range = position.get("line_range")
-    if line_range is None:
-        return None
+    if problem or line_range is None:
+        return problem
     if not isinstance(line_range, dict):
         return f"position.line_range is {_describe(line_range)}"
     for end in ("start", "end"):
@@ -175,10 +181,9 @@ def _position_problem(position: Any) -> str | None:
             continue
         if not isinstance(point, dict):
             return f"position.line_range.{end} is {_describe(point)}"
-        for key in _LINE_FIELDS:
-            problem = _check_int(point, key, INT32_MAX, required=False)
-            if problem:
-                return f"position.line_range.{end} {problem}"
+        problem = _lines_problem(point, f"position.line_range.{end}")
+        if problem:
+            return problem
     return None
 
 
