@@ -8,8 +8,9 @@ sides at once instead of silently reading a default.
 """
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self, TypeVar
 
 
 @dataclasses.dataclass
@@ -41,3 +42,15 @@ class LayerStats:
                 value = metadata[key]
                 values[f.name] = getattr(value, "value", value)  # Dagster MetadataValue or plain
         return cls(**values)
+
+
+S = TypeVar("S", bound=LayerStats)
+
+
+def timed(run: Callable[[S], Any], stats: S) -> S:
+    """`run(stats)`, then `stats.duration_s` set to how long it took (a layer returns from
+    several places: timing it once, around the whole, keeps the field honest)."""
+    started = time.monotonic()
+    run(stats)
+    stats.duration_s = round(time.monotonic() - started, 3)  # type: ignore[attr-defined]
+    return stats

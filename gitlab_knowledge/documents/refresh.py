@@ -6,7 +6,6 @@ document. Documents of parents that no longer exist are removed at the end of ev
 """
 
 import logging
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,7 +14,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.build import Document, document_version, parent_document, thread_document
-from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.store.normalize import get_watermark, project_id_for, set_watermark
@@ -46,10 +45,7 @@ class DocumentStats(LayerStats):
 def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | None = None,
             batch_parents: int = BATCH_PARENTS) -> DocumentStats:
     """The documents layer's entry point: rebuild the documents of one project's changed parents."""
-    started = time.monotonic()
-    stats = _refresh(workspace, project_path, dagster_run_id, batch_parents, DocumentStats())
-    stats.duration_s = round(time.monotonic() - started, 3)
-    return stats
+    return timed(lambda stats: _refresh(workspace, project_path, dagster_run_id, batch_parents, stats), DocumentStats())
 
 
 def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_parents: int,

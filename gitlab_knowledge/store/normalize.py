@@ -9,7 +9,6 @@ change, a crash between layers) without calling GitLab.
 
 import json
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.store.payloads import item_name, item_problem, thread_problem
@@ -97,10 +96,7 @@ def set_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str, w
 def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | None = None,
             batch_rows: int = BATCH_ROWS) -> NormalizeStats:
     """The normalized layer's entry point: bring one project's tables up to date with its raw payloads."""
-    started = time.monotonic()
-    stats = _refresh(workspace, project_path, dagster_run_id, batch_rows, NormalizeStats())
-    stats.duration_s = round(time.monotonic() - started, 3)
-    return stats
+    return timed(lambda stats: _refresh(workspace, project_path, dagster_run_id, batch_rows, stats), NormalizeStats())
 
 
 def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_rows: int,
