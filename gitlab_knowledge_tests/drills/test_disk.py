@@ -16,20 +16,13 @@ from gitlab_knowledge.config import load_config
 from gitlab_knowledge.sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import store_config, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import layer_counts, snapshot
+from gitlab_knowledge_tests.support.tmpfs import mounted_tmpfs
 
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True,
-                            text=True)
-    if result.returncode:
-        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {result.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "mnt", "3m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
 def remount(mount: Path, options: str) -> None:

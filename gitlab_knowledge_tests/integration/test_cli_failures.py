@@ -13,12 +13,11 @@ import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
 
-import pytest
-
 from gitlab_knowledge.cli import main as cli_main
 from gitlab_knowledge.defs.runner import instance_yaml
 from gitlab_knowledge.sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.support.tmpfs import mounted_tmpfs
 
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
@@ -60,13 +59,7 @@ def test_ctrl_c_during_a_sync_says_interrupted_and_exits_130(small_dataset, tmp_
 
 
 def test_a_full_disk_under_dagsters_storage_is_one_line_and_exit_1(small_dataset, tmp_path, token_env):
-    mount = tmp_path / "mnt"
-    mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True,
-                             text=True)
-    if mounted.returncode:
-        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "mnt", "1m") as mount:
         home = mount / "dagster"
         home.mkdir()
         (home / "dagster.yaml").write_text(instance_yaml(home))
@@ -83,8 +76,6 @@ def test_a_full_disk_under_dagsters_storage_is_one_line_and_exit_1(small_dataset
             result = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "sync"],
                                     cwd=tmp_path, env=subprocess_env(DAGSTER_HOME=str(home)), capture_output=True,
                                     text=True, timeout=300)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Dagster's run storage failed" in one_error_line(result.stderr)
 
