@@ -31,6 +31,7 @@ whenever a migration runs (store/db.py calls `bulk.forget_table_schemas`).
 """
 
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.store.schema import BASELINE_DDL
 
 MigrationFn = Callable[[duckdb.DuckDBPyConnection], None]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -47,19 +49,22 @@ class Migration:
     number: int
     name: str
     apply: MigrationFn
+    # Said (logged as a warning) when the migration upgrades a store that held data: what the
+    # user must do for the upgrade to be complete, e.g. run a sync.
+    notice: str | None = None
 
 
 MIGRATIONS: list[Migration] = []
 
 
-def migration(number: int, name: str) -> Callable[[MigrationFn], MigrationFn]:
+def migration(number: int, name: str, notice: str | None = None) -> Callable[[MigrationFn], MigrationFn]:
     """Register the decorated function as migration `number`; numbers must follow each other."""
 
     def register(fn: MigrationFn) -> MigrationFn:
         expected = MIGRATIONS[-1].number + 1 if MIGRATIONS else 1
         if number != expected:
             raise ValueError(f"migration {number} ({name}) registered where {expected} was expected")
-        MIGRATIONS.append(Migration(number, name, fn))
+        MIGRATIONS.append(Migration(number, name, fn, notice))
         return fn
 
     return register
@@ -122,6 +127,8 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
             _rollback(con)
             raise
         applied.append(m.number)
+        if m.notice and version > 0:
+            log.warning("store upgraded to schema %d (%s): %s", m.number, m.name, m.notice)
     return applied
 
 
@@ -168,3 +175,83 @@ def _document_builder_version(con: duckdb.DuckDBPyConnection) -> None:
     # Every stored document was written by the builder that had no version yet: "1.1".
     con.execute("ALTER TABLE documents ADD COLUMN builder_version TEXT")
     con.execute("UPDATE documents SET builder_version = '1.1'")
+
+
+@migration(5, "knowledge graph", notice=(
+    "references are rebuilt from the stored descriptions and notes by the next run; MR file lists and "
+    "system notes were never fetched before, so run a sync (`python -m gitlab_knowledge sync`) to fetch "
+    "them (once, about one API call per merge request and per item with comments)"))
+def _knowledge_graph(con: duckdb.DuckDBPyConnection) -> None:
+    # System notes ("mentioned in merge request !847", "closed via merge request !119") hold most
+    # of GitLab's own links between items. They get a table of their own, not a flag on `notes`:
+    # everything built from `notes` (documents, note counts, the thread rules) stays about what
+    # people wrote without each reader having to remember to leave them out.
+    con.execute("""
+        CREATE TABLE system_notes (
+            id BIGINT PRIMARY KEY,
+            discussion_id TEXT NOT NULL,
+            project_id BIGINT NOT NULL,
+            noteable_type TEXT NOT NULL,        -- Issue | MergeRequest
+            noteable_id BIGINT NOT NULL,
+            author_username TEXT,
+            author_name TEXT,
+            body TEXT,
+            created_at TIMESTAMP,
+            position INTEGER NOT NULL,          -- order within its thread, counting every note
+            internal BOOLEAN,
+            raw_payload_id BIGINT
+        )
+    """)
+    # A link written in an item (its title, description, a note or a system note) to an issue or
+    # MR. `references` is an SQL keyword, hence the name.
+    con.execute("""
+        CREATE TABLE item_references (
+            project_id BIGINT NOT NULL,         -- the project the link was written in
+            source_type TEXT NOT NULL,          -- issue | merge_request: the item it was written in
+            source_id BIGINT NOT NULL,
+            note_id BIGINT,                     -- the note holding it; NULL: the title or description
+            found_in TEXT NOT NULL,             -- title | description | note | system_note
+            kind TEXT NOT NULL,                 -- closes | closed_by | mentions | mentioned_in | related
+            target_type TEXT NOT NULL,          -- issue | merge_request
+            target_path TEXT NOT NULL,          -- the target project's path_with_namespace
+            target_iid INTEGER NOT NULL,
+            target_project_id BIGINT,           -- NULL: a project this store does not sync
+            external BOOLEAN NOT NULL,
+            text TEXT                           -- the words that made the link, e.g. "Closes #234"
+        )
+    """)
+    # The files a merge request changed (GET .../merge_requests/:iid/diffs), paths only.
+    con.execute("""
+        CREATE TABLE mr_files (
+            merge_request_id BIGINT NOT NULL,
+            project_id BIGINT NOT NULL,
+            position INTEGER NOT NULL,          -- order in GitLab's list
+            old_path TEXT,
+            new_path TEXT,
+            new_file BOOLEAN,
+            renamed_file BOOLEAN,
+            deleted_file BOOLEAN,
+            raw_payload_id BIGINT,
+            PRIMARY KEY (merge_request_id, position)
+        )
+    """)
+    # Who the token belongs to, per GitLab, as the last sync saw it (`me` without --user).
+    con.execute("""
+        CREATE TABLE gitlab_identity (
+            gitlab_url TEXT PRIMARY KEY,
+            user_id BIGINT,
+            username TEXT NOT NULL,
+            name TEXT,
+            recorded_at TIMESTAMP NOT NULL
+        )
+    """)
+    # The graph is rebuilt from the raw layer: the next run builds references from every stored
+    # description and note. System notes and MR file lists were never fetched into older stores;
+    # the next sync fetches them (threads of items with notes are refetched once, and every MR's
+    # file list once), which costs one sync's worth of API calls.
+    con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'normalized'")
+    con.execute("""
+        UPDATE raw_payloads SET discussions_fetched_at = NULL
+        WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
+          AND COALESCE(TRY_CAST(json_extract(json, '$.user_notes_count') AS BIGINT), 0) > 0
+    """)
