@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rate-limit", type=_positive_float, default=None, help="requests per second per token")
     serve.add_argument("--faults", default=None, help="fault spec, e.g. '500:p=0.1,seed=3;timeout:count=1,delay=2'")
     serve.add_argument("--token", default=DEFAULT_TOKEN)
+    serve.add_argument("--legacy-diffs", action="store_true",
+                       help="answer like GitLab < 15.7: no merge request /diffs (404), only /changes")
 
     gen = sub.add_parser("generate", help="write a synthetic dataset directory")
     gen.add_argument("--out", type=Path, required=True)
@@ -88,7 +90,7 @@ def serve(args: argparse.Namespace) -> int:
         data = load_dataset(args.data)
         sandbox = SandboxGitLab(
             dataset=data, token=args.token, host=args.host, port=args.port, latency_ms=args.latency_ms,
-            rate_limit=args.rate_limit or None, faults=args.faults,
+            rate_limit=args.rate_limit or None, faults=args.faults, legacy_diffs=args.legacy_diffs,
         )
         sandbox.start()
     except DatasetError as exc:

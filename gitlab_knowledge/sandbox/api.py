@@ -7,6 +7,7 @@ from urllib.parse import unquote
 
 from .clock import parse_iso, ts_key
 from .dataset import Json
+from .diffs import NO_ROUTE_BODY
 from .errors import BadRequest, SandboxError
 from .pagination import DEFAULT_PER_PAGE, page_params, paginate
 from .state import KINDS, ListFilters, SandboxState
@@ -100,6 +101,8 @@ class Api:
             return self._discussion_route(seg[5:], pid, kind, iid)
         if sub == "notes":
             return self._note_route(seg[5:], pid, kind, iid)
+        if kind == "merge_requests" and n == 5 and sub in ("diffs", "changes"):
+            return self._diff_route(sub, pid, iid)
         return None
 
     def _discussion_route(self, rest: list[str], pid: str, kind: str, iid: int) -> Route | None:
@@ -134,6 +137,18 @@ class Api:
         if len(rest) == 1 and rest[0].isdigit():
             return self._single_note(f"{one}_note", pid, kind, iid, int(rest[0]))
         return None
+
+    def _diff_route(self, sub: str, pid: str, iid: int) -> Route:
+        if sub == "changes":
+            return Route("merge_request_changes", {"GET": lambda r: ApiResponse(200, self.state.changes(pid, iid))})
+        return Route("merge_request_diffs", {"GET": lambda r: self._diffs(r, pid, iid)})
+
+    def _diffs(self, request: ApiRequest, pid: str, iid: int) -> ApiResponse:
+        # Decided per request, so a test can flip the switch on a running sandbox. Still counted
+        # as merge_request_diffs in the stats, so tests can see how often a client tried it.
+        if self.state.legacy_diffs:
+            return ApiResponse(404, dict(NO_ROUTE_BODY))
+        return self._page(request, self.state.diffs(pid, iid))
 
     def _single_note(self, name: str, pid: str, kind: str, iid: int, note_id: int) -> Route:
         return Route(name, {

@@ -77,4 +77,11 @@ def handle_control(sandbox: "SandboxGitLab", method: str, path: str, raw_body: b
             except FaultSpecError as exc:
                 return 400, {"message": f"bad fault spec: {exc}"}
         return 200, {"spec": sandbox.injector.spec}
+    if route == "legacy_diffs" and method in ("GET", "POST"):
+        if method == "POST":
+            enabled = body.get("enabled")
+            if not isinstance(enabled, bool):
+                return 400, {"message": "enabled must be true or false"}
+            sandbox.state.legacy_diffs = enabled
+        return 200, {"enabled": sandbox.state.legacy_diffs}
     return 404, {"error": "404 Not Found"}

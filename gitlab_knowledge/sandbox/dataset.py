@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "gitlab-knowledge-sandbox/1"
+DIFFS_FILE = "merge_request_diffs.jsonl"
 
 ISSUE = "Issue"
 MERGE_REQUEST = "MergeRequest"
@@ -25,7 +26,8 @@ class Dataset:
     """A dataset held in memory, keyed by project id, in the same shapes as the files.
 
     `discussions[project_id]` keeps the file's per-parent entries verbatim
-    (`{"noteable_type", "noteable_iid", "discussions": [...]}`) so a round trip is lossless.
+    (`{"noteable_type", "noteable_iid", "discussions": [...]}`) so a round trip is lossless;
+    `diffs[project_id]` does the same for `{"noteable_iid", "diffs": [...]}` lines.
     """
 
     user: Json
@@ -33,6 +35,7 @@ class Dataset:
     issues: dict[int, list[Json]] = field(default_factory=dict)
     merge_requests: dict[int, list[Json]] = field(default_factory=dict)
     discussions: dict[int, list[Json]] = field(default_factory=dict)
+    diffs: dict[int, list[Json]] = field(default_factory=dict)
     description: str = ""
     path: Path | None = None
 
@@ -69,7 +72,8 @@ def _read_json(path: Path) -> Any:
         raise DatasetError(f"{path}: {exc}") from exc
 
 
-def _read_jsonl(path: Path) -> list[Json]:
+def _read_jsonl(path: Path, line_numbers: list[int] | None = None) -> list[Json]:
+    """The file's objects; `line_numbers`, when given, receives each one's line (for errors)."""
     if not path.is_file():
         return []
     loads = json.loads
@@ -86,6 +90,8 @@ def _read_jsonl(path: Path) -> list[Json]:
                 if not isinstance(row, dict):
                     raise DatasetError(f"{path}:{lineno}: expected a JSON object")
                 rows.append(row)
+                if line_numbers is not None:
+                    line_numbers.append(lineno)
     except OSError as exc:
         raise DatasetError(f"{path}: {exc}") from exc
     return rows
@@ -154,7 +160,31 @@ def _load(root: Path) -> Dataset:
                     "an integer noteable_iid and a discussions list"
                 )
         data.discussions[pid] = entries
+        data.diffs[pid] = _read_diffs(pdir / DIFFS_FILE, data.merge_requests[pid])
     return data
+
+
+def _read_diffs(path: Path, merge_requests: list[Json]) -> list[Json]:
+    """merge_request_diffs.jsonl, checked line by line: a diff list for an MR the project does not
+    have would never be served, so it is refused rather than silently dropped."""
+    iids = {m.get("iid") for m in merge_requests}
+    seen: set[int] = set()
+    lines: list[int] = []
+    entries = _read_jsonl(path, lines)
+    for lineno, entry in zip(lines, entries, strict=True):
+        iid = entry.get("noteable_iid")
+        diffs = entry.get("diffs")
+        if not isinstance(iid, int) or isinstance(iid, bool) or not isinstance(diffs, list):
+            problem = "needs an integer noteable_iid and a diffs list"
+        elif iid not in iids:
+            problem = f"noteable_iid {iid} is not a merge request of this project"
+        elif iid in seen:
+            problem = f"repeats noteable_iid {iid} (one line per merge request)"
+        else:
+            seen.add(iid)
+            continue
+        raise DatasetError(f"{path}:{lineno}: {problem}")
+    return entries
 
 
 def _dumps(obj: Any) -> str:
@@ -195,4 +225,5 @@ def write_dataset(data: Dataset, directory: Path | str) -> Path:
         write_jsonl(pdir / "issues.jsonl", data.issues.get(pid, ()))
         write_jsonl(pdir / "merge_requests.jsonl", data.merge_requests.get(pid, ()))
         write_jsonl(pdir / "discussions.jsonl", data.discussions.get(pid, ()))
+        write_jsonl(pdir / DIFFS_FILE, data.diffs.get(pid, ()))
     return root

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import records, vocab
-from .dataset import ISSUE, MERGE_REQUEST, Json, write_meta
+from .dataset import DIFFS_FILE, ISSUE, MERGE_REQUEST, Json, write_meta
+from .diffgen import merge_request_diffs
 from .textgen import TextGen
 
 DAY_MS = 86_400_000
@@ -150,12 +151,16 @@ class _Generator:
         self.notes_mean = max(1.0, notes_mean)
         self.note_id = NOTE_ID_BASE
         self._line_codes: dict[str, str] = {}
+        self._diff_rng = random.Random(seed)  # replaced per project in project()
 
     def project(self, project: Json, index: int, timelines: dict[str, list[tuple[int, int]]], pdir: Path) -> int:
         last = 0
         with (pdir / "issues.jsonl").open("w", encoding="utf-8") as fi, \
              (pdir / "merge_requests.jsonl").open("w", encoding="utf-8") as fm, \
-             (pdir / "discussions.jsonl").open("w", encoding="utf-8") as fd:
+             (pdir / "discussions.jsonl").open("w", encoding="utf-8") as fd, \
+             (pdir / DIFFS_FILE).open("w", encoding="utf-8") as fx:
+            # Diffs draw from their own stream, so adding them left every other generated field as it was.
+            self._diff_rng = random.Random(f"{self.seed}-{index}-diffs")
             for kind, out in (("issues", fi), ("merge_requests", fm)):
                 rng = random.Random(f"{self.seed}-{index}-{kind}")
                 text = TextGen(rng, [u["username"] for u in self.team])
@@ -167,7 +172,7 @@ class _Generator:
                 topics = self._topic_weights(index)
                 for iid, (created_ms, item_id) in enumerate(timelines[kind], 1):
                     parent = _Parent(kind, iid, item_id, created_ms)
-                    last = max(last, self._parent(rng, text, project, parent, plan, topics, out, fd))
+                    last = max(last, self._parent(rng, text, project, parent, plan, topics, out, fd, fx))
         return last
 
     def _topic_weights(self, index: int) -> list[vocab.Topic]:
@@ -189,7 +194,7 @@ class _Generator:
         return plan
 
     def _parent(self, rng: random.Random, text: TextGen, project: Json, parent: "_Parent", plan: _Plan,
-                topics: list[vocab.Topic], out: TextIO, fd: TextIO) -> int:
+                topics: list[vocab.Topic], out: TextIO, fd: TextIO, fx: TextIO) -> int:
         kind, iid, item_id, created = parent.kind, parent.iid, parent.item_id, parent.created_ms
         topic = rng.choice(topics)
         bulk_at = None
@@ -216,6 +221,13 @@ class _Generator:
         if shas is not None:
             item["diff_refs"] = shas
             item["sha"] = shas["head_sha"]
+        if is_mr:
+            positions = [n["position"] for _, notes in timed for n in notes if n.get("position")]
+            diffs = merge_request_diffs(self._diff_rng, topic, positions)
+            item["changes_count"] = str(len(diffs))
+            if diffs:
+                fx.write(json.dumps({"noteable_iid": iid, "diffs": diffs}, ensure_ascii=False, separators=(",", ":")))
+                fx.write("\n")
         out.write(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
         out.write("\n")
         if is_mr:

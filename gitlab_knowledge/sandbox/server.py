@@ -274,8 +274,10 @@ class SandboxGitLab:
         faults: str | None = None,
         clock: SandboxClock | None = None,
         tls: tuple[Path | str, Path | str] | None = None,
+        legacy_diffs: bool = False,
     ) -> None:
-        """`tls=(certificate, key)` serves HTTPS, for testing a client's custom CA bundle."""
+        """`tls=(certificate, key)` serves HTTPS, for testing a client's custom CA bundle;
+        `legacy_diffs=True` answers like GitLab < 15.7 (no `.../merge_requests/:iid/diffs`)."""
         if dataset is None:
             dataset = SAMPLE_DATASET
         if not isinstance(dataset, Dataset):
@@ -283,6 +285,7 @@ class SandboxGitLab:
         self.dataset_path = dataset.path
         self.clock = clock or SandboxClock()
         self.state = SandboxState(dataset, self.clock)
+        self.state.legacy_diffs = legacy_diffs
         self.api = Api(self.state)
         self.tokens = frozenset([token] if isinstance(token, str) else token)
         self.token = token if isinstance(token, str) else next(iter(sorted(self.tokens)), DEFAULT_TOKEN)

@@ -11,6 +11,7 @@ from typing import Any
 
 from .clock import SandboxClock, iso_ms, parse_iso, ts_key
 from .dataset import ISSUE, MERGE_REQUEST, Dataset, Json, gc_paused
+from .diffs import DiffsMixin, diff_entries, load_diffs
 from .errors import BadRequest, NotFound, missing
 from .itemcheck import add_labels, check_item, id_key, label_name, source_name, time_key
 from .notes import NotesMixin, user_note_count
@@ -29,6 +30,7 @@ class Collection:
 
     items: dict[int, Json] = field(default_factory=dict)
     discussions: dict[int, list[Json]] = field(default_factory=dict)
+    diffs: dict[int, list[Json]] = field(default_factory=dict)  # merge requests only
     # GitLab never reuses an iid, even after the item with the highest one is deleted.
     last_iid: int = 0
     # (created key, updated key, id, item) per item, built lazily and dropped on any change.
@@ -90,7 +92,7 @@ class ListFilters:
     iids: frozenset[int] | None = None
 
 
-class SandboxState(NotesMixin):
+class SandboxState(NotesMixin, DiffsMixin):
     """Thread-safe in-memory GitLab. Methods take a project id, a path or a `Project`."""
 
     def __init__(self, dataset: Dataset, clock: SandboxClock | None = None) -> None:
@@ -123,6 +125,7 @@ class SandboxState(NotesMixin):
                     coll.items[int(item["iid"])] = item
                     coll.last_iid = max(coll.last_iid, int(item["iid"]))
                     max_ids[kind] = max(max_ids[kind], int(item["id"]))
+            load_diffs(project.merge_requests, dataset.diffs.get(raw["id"], ()), f"project {raw['id']} diffs")
             for entry in dataset.discussions.get(raw["id"], ()):
                 kind = "issues" if entry["noteable_type"] == ISSUE else "merge_requests"
                 coll = project.collection(kind)
@@ -348,6 +351,7 @@ class SandboxState(NotesMixin):
             coll = proj.collection(kind)
             del coll.items[int(iid)]
             coll.discussions.pop(int(iid), None)
+            coll.diffs.pop(int(iid), None)
             coll.invalidate()
 
     def _apply_state_event(self, kind: str, item: Json, event: str, now: str) -> None:
@@ -402,6 +406,7 @@ class SandboxState(NotesMixin):
                                 {"noteable_type": noteable_type, "noteable_iid": iid, "discussions": coll.discussions[iid]}
                             )
                 data.discussions[pid] = entries
+                data.diffs[pid] = diff_entries(proj.merge_requests)
             return data
 
 

@@ -96,8 +96,20 @@ def thread(discussion_id: str, notes: list[dict[str, Any]], individual: bool) ->
     return {"id": discussion_id, "individual_note": individual, "notes": notes}
 
 
+def file_diff(path: str, diff: str, *, old_path: str | None = None, new_file: bool = False,
+              deleted_file: bool = False) -> dict[str, Any]:
+    """One element of GET .../merge_requests/:iid/diffs."""
+    return {
+        "old_path": old_path or path, "new_path": path,
+        "a_mode": "0" if new_file else "100644", "b_mode": "0" if deleted_file else "100644",
+        "diff": diff, "new_file": new_file, "renamed_file": old_path is not None and old_path != path,
+        "deleted_file": deleted_file,
+    }
+
+
 def build_tiny_dataset() -> Dataset:
-    """Two projects. Project 101 issues have tied updated_at values (iids 1, 2, 4) on purpose."""
+    """Two projects. Project 101 issues have tied updated_at values (iids 1, 2, 4) on purpose;
+    its MR 1 changed x.py (where its DiffNote sits) and renamed y.py to z.py, MR 2 changed nothing."""
     p1, p2 = project(101, "group/project-one"), project(102, "group/project-two")
     issues = [
         issue(101, 1, 11, "2024-01-01T00:00:00.000Z", "2024-01-10T00:00:00.000Z"),
@@ -139,6 +151,13 @@ def build_tiny_dataset() -> Dataset:
                 {"noteable_type": "Issue", "noteable_iid": 2, "discussions": i2_threads},
                 {"noteable_type": "MergeRequest", "noteable_iid": 1, "discussions": m1_threads},
             ],
+            102: [],
+        },
+        diffs={
+            101: [{"noteable_iid": 1, "diffs": [
+                file_diff("x.py", "@@ -1,3 +1,4 @@\n import os\n \n+print(os.sep)\n def main():\n"),
+                file_diff("z.py", "", old_path="y.py"),
+            ]}],
             102: [],
         },
         description="tiny test dataset",

@@ -35,10 +35,10 @@ def test_round_trip(tiny_dataset: Dataset, tmp_path: Path) -> None:
 def test_missing_files_are_empty(tmp_path: Path) -> None:
     data = Dataset(user={"id": 1}, projects=[{"id": 5, "path_with_namespace": "a/b"}])
     root = write_dataset(data, tmp_path)
-    for name in ("issues.jsonl", "merge_requests.jsonl", "discussions.jsonl"):
+    for name in ("issues.jsonl", "merge_requests.jsonl", "discussions.jsonl", "merge_request_diffs.jsonl"):
         (root / "projects" / "5" / name).unlink()
     loaded = load_dataset(root)
-    assert loaded.issues == {5: []} and loaded.discussions == {5: []}
+    assert loaded.issues == {5: []} and loaded.discussions == {5: []} and loaded.diffs == {5: []}
     (root / "projects" / "5").rmdir()
     assert load_dataset(root).merge_requests == {5: []}
 

@@ -66,6 +66,6 @@ def test_created_objects_match_gitlab_schemas(sandbox: Any, client: Any) -> None
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/reference/gitlab-api is not next to this checkout")
 def test_fixture_copies_match_the_shared_reference() -> None:
     copies = sorted(p.relative_to(REFERENCE) for p in REFERENCE.rglob("*.json"))
-    assert len(copies) == 7
+    assert len(copies) == 8
     drifted = [str(p) for p in copies if (REFERENCE / p).read_bytes() != (SHARED / p).read_bytes()]
     assert drifted == []

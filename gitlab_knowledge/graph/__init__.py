@@ -1,0 +1,1 @@
+"""The knowledge graph: links between issues, MRs, files and people."""
