@@ -14,7 +14,7 @@ from gitlab_knowledge.store.db import read_connection
 from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
 
-SYNC_LAYERS = ("raw_gitlab_payloads", "normalized_gitlab")
+SYNC_LAYERS = ("raw_gitlab_payloads", "normalized_gitlab", "knowledge_graph")
 INDEX_LAYERS = ("search_documents", "document_embeddings", "lexical_index")
 _instance: dg.DagsterInstance | None = None
 

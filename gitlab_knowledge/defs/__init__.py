@@ -5,6 +5,7 @@ from typing import Any
 import dagster as dg
 
 from gitlab_knowledge.defs.assets.documents import search_documents
+from gitlab_knowledge.defs.assets.graph import knowledge_graph
 from gitlab_knowledge.defs.assets.index import document_embeddings, lexical_index
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
@@ -21,7 +22,7 @@ def build_defs(workspace: Any = workspace_resource) -> dg.Definitions:
     this process. Dagster binds resources into assets when definitions are built, so a run that
     brings its own workspace resolves its job from definitions built with it."""
     return dg.Definitions(
-        assets=[raw_gitlab_payloads, normalized_gitlab, search_documents, document_embeddings, lexical_index],
+        assets=[raw_gitlab_payloads, normalized_gitlab, knowledge_graph, search_documents, document_embeddings, lexical_index],
         asset_checks=ALL_CHECKS,
         jobs=[sync_project_job, embed_project_job, freshness_job],
         sensors=[gitlab_change_sensor, dead_run_reaper],

@@ -14,6 +14,7 @@ from datetime import timedelta
 import dagster as dg
 
 from gitlab_knowledge.defs.assets.documents import search_documents
+from gitlab_knowledge.defs.assets.graph import knowledge_graph
 from gitlab_knowledge.defs.assets.index import document_embeddings, lexical_index
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
@@ -27,7 +28,8 @@ FRESHNESS = timedelta(minutes=30)
 # warning would print on every command that loads the definitions.
 warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
                         category=dg.PreviewWarning)
-ASSETS = {"raw": raw_gitlab_payloads, "normalized": normalized_gitlab}
+ASSETS = {"raw": raw_gitlab_payloads, "normalized": normalized_gitlab, "graph": knowledge_graph,
+          "documents": search_documents}
 
 
 def _project(context: dg.AssetCheckExecutionContext) -> str | None:
@@ -52,7 +54,8 @@ def _store_rule(name: str, rule: Callable[..., integrity.Outcome], asset: dg.Ass
         project = _project(context)
         with workspace.read(wait=120.0) as con:
             project_id = project_id_for(con, project) if project else None
-            return _result(rule(con, project_id), project)
+            severity = dg.AssetCheckSeverity.WARN if name in integrity.WARN_ONLY else dg.AssetCheckSeverity.ERROR
+            return _result(rule(con, project_id), project, severity)
 
     return check
 
@@ -109,7 +112,7 @@ def projects_synced_recently(context: dg.AssetCheckExecutionContext,
 
 
 @dg.asset_check(asset=raw_gitlab_payloads, partitions_def=project_partitions,
-                additional_deps=[normalized_gitlab, search_documents, document_embeddings, lexical_index],
+                additional_deps=[normalized_gitlab, knowledge_graph, search_documents, document_embeddings, lexical_index],
                 description="every layer is caught up with the one upstream of it (a materialization of the raw "
                             "layer alone leaves the rest behind until the change sensor's next run)")
 def layers_caught_up(context: dg.AssetCheckExecutionContext,

@@ -6,6 +6,7 @@ Formats (docs/ARCHITECTURE.md, "Documents"):
     Labels: auth, security                         Labels: auth
     State: closed                                  State: merged
                                                    Branch: feature/jwt-auth → main
+                                                   Closes: #234 Authentication redesign
     <description>                                  <description>
 
     [Issue #234: Authentication redesign] Discussion
@@ -124,8 +125,9 @@ def cut_middle(text: str, budget: int) -> str:
 
 
 def parent_document(kind: str, parent: dict[str, Any], project_path: str, raw_payload_id: int | None,
-                    sync_run_id: int | None) -> Document:
-    """The document of an issue or merge request."""
+                    sync_run_id: int | None, closes: list[tuple[str, str | None]] = ()) -> Document:
+    """The document of an issue or merge request. `closes`: the issues an MR closes, (reference,
+    title): named in the text so that a query about an issue's topic finds the MR that did it."""
     header = [f"{reference(kind, parent['iid'])}: {parent.get('title') or ''}".rstrip()]
     labels = list(parent.get("labels") or [])
     if labels:
@@ -134,6 +136,8 @@ def parent_document(kind: str, parent: dict[str, Any], project_path: str, raw_pa
         header.append(f"State: {parent['state']}")
     if kind == kinds.MERGE_REQUEST.name and parent.get("source_branch"):
         header.append(f"Branch: {parent['source_branch']} → {parent.get('target_branch') or ''}".rstrip())
+    if closes:
+        header.append("Closes: " + "; ".join(f"{ref} {title or ''}".rstrip() for ref, title in closes))
     head = "\n".join(header)
     description = (parent.get("description") or "").strip()
     budget = MAX_CHARS - len(head) - 2

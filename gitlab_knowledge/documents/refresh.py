@@ -122,9 +122,12 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
     for thread in threads:
         threads_by_parent[thread["parent_id"]].append(thread)
 
+    closes = _closed_issues(con, project_id, ids) if kind == kinds.MERGE_REQUEST.name else {}
+
     docs: list[Document] = []
     for parent in parents:
-        docs.append(parent_document(kind, parent, project_path, parent["raw_payload_id"], parent["raw_sync_run_id"]))
+        docs.append(parent_document(kind, parent, project_path, parent["raw_payload_id"], parent["raw_sync_run_id"],
+                                    closes.get(parent["id"], [])))
         for thread in threads_by_parent.get(parent["id"], []):
             thread_notes = notes_by_thread.get(thread["id"], [])
             if thread_notes:
@@ -172,6 +175,24 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
     } for d in changed], {"change_seq": "nextval('change_seq')"})
     insert_rows(con, "document_labels", [{"document_id": d.id, "label_name": name}
                                          for d in changed for name in sorted(set(d.labels))])
+
+
+def _closed_issues(con: duckdb.DuckDBPyConnection, project_id: int,
+                   mr_ids: list[int]) -> dict[int, list[tuple[str, str | None]]]:
+    """The issues each MR's own title or description closes (graph layer), with their titles.
+    Only the MR's own words count: a link from the issue's side changes the issue, not the MR,
+    so the MR's document would not be rebuilt when it appears."""
+    out: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
+    for mr_id, path, iid, own, title in con.execute("""
+        SELECT DISTINCT r.source_id, r.target_path, r.target_iid, r.target_project_id = ?, i.title
+        FROM item_references r
+        LEFT JOIN issues i ON i.project_id = r.target_project_id AND i.iid = r.target_iid
+        WHERE r.source_type = 'merge_request' AND r.kind = 'closes'
+          AND r.source_id IN (SELECT unnest(?::BIGINT[]))
+        ORDER BY r.source_id, r.target_project_id = ? DESC, r.target_path, r.target_iid
+    """, [project_id, mr_ids, project_id]).fetchall():
+        out[int(mr_id)].append((f"#{iid}" if own else f"{path}#{iid}", title))
+    return out
 
 
 def _delete(con: duckdb.DuckDBPyConnection, doc_ids: list[str]) -> None:

@@ -47,14 +47,14 @@ def items_have_raw_payloads(con: duckdb.DuckDBPyConnection, project_id: int | No
 
 
 def no_system_notes(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """No system note is stored."""
+    """No system note is among the user notes (they have their own table, system_notes)."""
     scope, params = _scope(project_id, "n.project_id")
     sql = f"""
         SELECT n.id FROM notes n JOIN raw_payloads r ON r.id = n.raw_payload_id,
              unnest(CAST(json_extract(r.json, '$.notes') AS JSON[])) AS t(note)
         WHERE CAST(json_extract(note, '$.id') AS BIGINT) = n.id
           AND coalesce(CAST(json_extract(note, '$.system') AS BOOLEAN), false){scope}"""
-    return _count(con, sql, params, "no system note is stored", "id")
+    return _count(con, sql, params, "no system note is among the user notes", "id")
 
 
 def no_orphans(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
@@ -122,6 +122,48 @@ def projects_synced_recently(con: duckdb.DuckDBPyConnection, projects: list[str]
                    stale, {"minutes_since_last_success": {k: v for k, v in ages.items() if v is not None}})
 
 
+def mrs_have_file_lists(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """Every merge request in the store has its file list (fetched from GitLab's /diffs)."""
+    scope, params = _scope(project_id, "m.project_id")
+    sql = f"""
+        SELECT m.reference AS ref FROM merge_requests m
+        WHERE NOT EXISTS (SELECT 1 FROM raw_payloads f WHERE f.resource_type = 'merge_request_diffs'
+                          AND f.parent_id = m.id AND f.deleted_at IS NULL){scope}"""
+    return _count(con, sql, params, "every merge request has its file list (a sync fetches missing ones)", "ref")
+
+
+def references_resolved(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """Every link's target is in the store, or in a project this store does not sync (external)."""
+    scope, params = _scope(project_id, "r.project_id")
+    sql = f"""
+        SELECT r.target_path || CASE r.target_type WHEN 'issue' THEN '#' ELSE '!' END || r.target_iid
+               || ' (' || r.text || ')' AS ref
+        FROM item_references r
+        WHERE NOT r.external{scope}
+          AND NOT EXISTS (SELECT 1 FROM issues i WHERE r.target_type = 'issue'
+                          AND i.project_id = r.target_project_id AND i.iid = r.target_iid)
+          AND NOT EXISTS (SELECT 1 FROM merge_requests m WHERE r.target_type = 'merge_request'
+                          AND m.project_id = r.target_project_id AND m.iid = r.target_iid)"""
+    return _count(con, sql, params, "every link's target is in the store or marked external "
+                  "(a miss: a typo'd number, or an item the token cannot see)", "ref")
+
+
+def no_system_note_in_documents(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+    """No system note reaches a search document: no document of a thread without user notes, and
+    no thread document holding a system note as one of its notes."""
+    scope, params = _scope(project_id, "d.project_id")
+    sql = f"""
+        SELECT d.id FROM documents d
+        WHERE d.source_type = 'discussion'{scope}
+          AND NOT EXISTS (SELECT 1 FROM discussions t WHERE t.id = d.source_id)
+        UNION ALL
+        SELECT d.id FROM documents d JOIN system_notes s ON s.discussion_id = d.source_id
+        WHERE d.source_type = 'discussion'{scope} AND s.body <> ''
+          AND contains(d.content_text, '@' || coalesce(s.author_username, 'unknown') || ' ('
+                       || coalesce(strftime(s.created_at, '%Y-%m-%d'), 'unknown date') || '):' || chr(10) || s.body)"""
+    return _count(con, sql, params * 2, "no system note reaches a search document", "id")
+
+
 RULES: dict[str, tuple[Callable[[duckdb.DuckDBPyConnection, int | None], Outcome], str]] = {
     "items_have_raw_payloads": (items_have_raw_payloads, "normalized"),
     "no_system_notes": (no_system_notes, "normalized"),
@@ -129,7 +171,13 @@ RULES: dict[str, tuple[Callable[[duckdb.DuckDBPyConnection, int | None], Outcome
     "threads_have_their_notes": (threads_have_their_notes, "normalized"),
     "note_dates_ordered": (note_dates_ordered, "normalized"),
     "cursors_within_data": (cursors_within_data, "raw"),
+    "mrs_have_file_lists": (mrs_have_file_lists, "graph"),
+    "references_resolved": (references_resolved, "graph"),
+    "no_system_note_in_documents": (no_system_note_in_documents, "documents"),
 }
+# Rules whose violations are worth a warning, not a failed check: a link to `#99999` is a user's
+# typo or an item the token cannot see, not a broken store.
+WARN_ONLY = {"references_resolved"}
 
 
 def index_agreement(status: dict[str, Any], project: str | None, index: str) -> Outcome:

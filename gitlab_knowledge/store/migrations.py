@@ -250,6 +250,10 @@ def _knowledge_graph(con: duckdb.DuckDBPyConnection) -> None:
     # the next sync fetches them (threads of items with notes are refetched once, and every MR's
     # file list once), which costs one sync's worth of API calls.
     con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'normalized'")
+    # MR documents now name the issues they close. Rebuilding every document costs no embedding:
+    # only a document whose text changed gets a new content hash (no builder version bump, which
+    # would re-embed every document for the sake of the MRs that close something).
+    con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'documents'")
     con.execute("""
         UPDATE raw_payloads SET discussions_fetched_at = NULL
         WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL

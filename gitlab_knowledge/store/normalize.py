@@ -21,7 +21,13 @@ from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.store.payloads import item_name, item_problem, thread_problem
-from gitlab_knowledge.store.transform import issue_row, merge_request_row, project_row, thread_rows
+from gitlab_knowledge.store.transform import (
+    issue_row,
+    merge_request_row,
+    project_row,
+    system_note_rows,
+    thread_rows,
+)
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
@@ -41,6 +47,7 @@ class NormalizeStats(LayerStats):
     parents_deleted: int = 0
     discussions: int = 0
     notes: int = 0
+    system_notes: int = 0
     rejected: int = 0  # stored payloads the normalized tables cannot hold (skipped, logged)
     batches: int = 0
     duration_s: float = 0.0
@@ -169,8 +176,9 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
 
     con.execute("DELETE FROM note_positions WHERE note_id IN (SELECT id FROM notes WHERE noteable_type = ? "
                 "AND noteable_id IN (SELECT unnest(?::BIGINT[])))", [noteable_type, ids])
-    con.execute("DELETE FROM notes WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[]))",
-                [noteable_type, ids])
+    for notes_table in ("notes", "system_notes"):
+        con.execute(f"DELETE FROM {notes_table} WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[]))",
+                    [noteable_type, ids])
     con.execute(f"DELETE FROM discussions WHERE {fk_column} IN (SELECT unnest(?::BIGINT[]))", [ids])
     con.execute(f"DELETE FROM {label_table} WHERE {label_fk} IN (SELECT unnest(?::BIGINT[]))", [ids])
     con.execute(f"DELETE FROM {table} WHERE id IN (SELECT unnest(?::BIGINT[]))", [ids])
@@ -192,24 +200,29 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     stats.parents_rebuilt += len(parent_rows)
     stats.parents_deleted += len(set(ids) - {int(gid) for gid, _raw_id, _text in payloads})
 
-    discussion_rows, note_rows, position_rows = [], [], []
+    discussion_rows, note_rows, position_rows, system_rows = [], [], [], []
     note_ids: set[int] = set()
     for parent_id, raw_id, position, text in threads:
         if parent_id not in live:
             continue  # an orphan thread of a vanished parent is never stored
-        built = _checked(lambda thread, parent_id=parent_id, raw_id=raw_id, position=position: thread_rows(
-            thread, parent_type=kind, parent_id=int(parent_id), project_id=project_id,
-            position=int(position or 0), raw_payload_id=int(raw_id)), text, _stored_thread_problem,
+        built = _checked(lambda thread, parent_id=parent_id, raw_id=raw_id, position=position: (
+            str(thread["id"]),
+            *thread_rows(thread, parent_type=kind, parent_id=int(parent_id), project_id=project_id,
+                         position=int(position or 0), raw_payload_id=int(raw_id)),
+            system_note_rows(thread, parent_type=kind, parent_id=int(parent_id), project_id=project_id,
+                             raw_payload_id=int(raw_id))), text, _stored_thread_problem,
             lambda _payload, parent_id=parent_id: f"a discussion of {k.display} id {parent_id}", stats)
-        if built is None or built[0] is None:
+        if built is None:
             continue
-        discussion, notes, positions = built
-        if any(n["id"] in note_ids for n in notes):
+        thread_id, discussion, notes, positions, system = built
+        if any(n["id"] in note_ids for n in [*notes, *system]):
             # One note in two threads is not GitLab's doing; the first thread keeps it.
-            _skip(f"discussion {discussion['id']} of {k.display} id {parent_id}: repeats a note of another "
-                  "thread", stats)
+            _skip(f"discussion {thread_id} of {k.display} id {parent_id}: repeats a note of another thread", stats)
             continue
-        note_ids.update(n["id"] for n in notes)
+        note_ids.update(n["id"] for n in [*notes, *system])
+        system_rows.extend(system)
+        if discussion is None:
+            continue  # a thread of system notes only: no discussion row, nothing for documents
         discussion_rows.append(discussion)
         note_rows.extend(notes)
         position_rows.extend(positions)
@@ -221,8 +234,10 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     insert_rows(con, "discussions", discussion_rows)
     insert_rows(con, "notes", note_rows)
     insert_rows(con, "note_positions", position_rows)
+    insert_rows(con, "system_notes", system_rows)
     stats.discussions += len(discussion_rows)
     stats.notes += len(note_rows)
+    stats.system_notes += len(system_rows)
 
 
 def _stored_item_problem(payload: Any) -> str | None:

@@ -20,7 +20,7 @@ from gitlab_knowledge.store.normalize import project_id_for
 from gitlab_knowledge.workspace import Workspace
 
 # Every table holding a project's rows, children first; sync_runs stays as history.
-_BY_PROJECT = ("note_positions", "notes", "discussions", "issue_labels", "mr_labels", "document_labels",
+_BY_PROJECT = ("note_positions", "notes", "system_notes", "item_references", "mr_files", "discussions", "issue_labels", "mr_labels", "document_labels",
                "documents", "issues", "merge_requests", "labels", "layer_state", "sync_cursors", "raw_payloads",
                "projects")
 _CHILD_FILTERS = {
@@ -84,6 +84,9 @@ def purge(workspace: Workspace, project: RemovedProject) -> None:
         for table in _BY_PROJECT:
             where = _CHILD_FILTERS.get(table, "project_id = ?")
             con.execute(f"DELETE FROM {table} WHERE {where}", [project.project_id])
+        # Links other projects wrote to it stay, now pointing outside what the store syncs.
+        con.execute("UPDATE item_references SET target_project_id = NULL, external = true "
+                    "WHERE target_project_id = ?", [project.project_id])
 
 
 def _purge_vectors(workspace: Workspace, doc_ids: list[str]) -> None:

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,11 +42,6 @@ def canonical_json(obj: Any) -> str:
 
 def payload_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def user_threads(discussions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Threads with at least one non-system note; system-only threads are never stored."""
-    return [d for d in discussions if any(not n.get("system") for n in d.get("notes") or [])]
 
 
 @dataclass
@@ -209,7 +204,7 @@ def tombstone(con: duckdb.DuckDBPyConnection, where_sql: str, params: Sequence[A
 class ParentDiscussions:
     parent_type: str
     parent_id: int
-    threads: list[dict[str, Any]]  # user threads only, in GitLab's order
+    threads: list[dict[str, Any]]  # every thread, system-only ones included, in GitLab's order
     # Threads GitLab sent but the store could not take (store/payloads.py): their stored versions
     # stay; with `keep_all` (a rejected thread without a usable id) no thread of the parent goes.
     kept: set[str] = field(default_factory=set)
@@ -294,6 +289,7 @@ def tombstone_parents(con: duckdb.DuckDBPyConnection, resource_type: str, ids: S
         return 0
     keys = [str(i) for i in ids]
     deleted = tombstone(con, "resource_type = ? AND gitlab_key IN (SELECT unnest(?::TEXT[]))", [resource_type, keys])
-    tombstone(con, "resource_type = 'discussion' AND parent_type = ? AND parent_id IN (SELECT unnest(?::BIGINT[]))",
-              [resource_type, list(ids)])
+    # Its threads and, for an MR, its file list go with it.
+    tombstone(con, "resource_type IN ('discussion', 'merge_request_diffs') AND parent_type = ? "
+              "AND parent_id IN (SELECT unnest(?::BIGINT[]))", [resource_type, list(ids)])
     return deleted

@@ -122,10 +122,32 @@ def _line_range(line_range: Any) -> dict[str, Any]:
     return out
 
 
+def system_note_rows(thread: dict[str, Any], *, parent_type: str, parent_id: int, project_id: int,
+                     raw_payload_id: int) -> list[dict[str, Any]]:
+    """The thread's system notes (GitLab's own record: "mentioned in merge request !847", "closed
+    via merge request !119", "changed this line in version 2 of the diff"), for the
+    `system_notes` table. `position` counts every note of the thread, so the two tables interleave."""
+    noteable_type = kinds.kind(parent_type).noteable_type
+    rows = []
+    for position, note in enumerate(thread.get("notes") or []):
+        if not note.get("system"):
+            continue
+        internal = note.get("internal")
+        rows.append({
+            "id": int(note["id"]), "discussion_id": str(thread["id"]), "project_id": project_id,
+            "noteable_type": noteable_type, "noteable_id": parent_id,
+            "author_username": _username(note.get("author")), "author_name": _name(note.get("author")),
+            "body": note.get("body") or "", "created_at": parse_time(note.get("created_at")),
+            "position": position, "internal": bool(note.get("confidential") if internal is None else internal),
+            "raw_payload_id": raw_payload_id,
+        })
+    return rows
+
+
 def thread_rows(thread: dict[str, Any], *, parent_type: str, parent_id: int, project_id: int, position: int,
                 raw_payload_id: int) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
-    """(discussion row, note rows, DiffNote position rows) with system notes left out; the
-    discussion row is None when the thread holds no user note."""
+    """(discussion row, note rows, DiffNote position rows) with system notes left out (they go to
+    `system_note_rows`); the discussion row is None when the thread holds no user note."""
     parent_kind = kinds.kind(parent_type)
     noteable_type = parent_kind.noteable_type
     notes = []

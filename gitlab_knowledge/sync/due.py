@@ -86,6 +86,8 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
             behind = []
             if raw_seq > marks.get("normalized", 0):
                 behind.append(f"normalized: raw seq {raw_seq} > watermark {marks.get('normalized', 0)}")
+            if raw_seq > marks.get("graph", 0):
+                behind.append(f"graph: raw seq {raw_seq} > watermark {marks.get('graph', 0)}")
             if normalized_seq > marks.get("documents", 0):
                 behind.append(f"documents: items seq {normalized_seq} > watermark {marks.get('documents', 0)}")
             facts[project] = (pending, behind, marks.get("documents", 0))

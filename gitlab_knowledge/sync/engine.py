@@ -23,6 +23,7 @@ The rules (docs/ARCHITECTURE.md, "Sync"):
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +36,8 @@ from gitlab_knowledge.errors import GitLabError, KnowledgeError, NotFoundError
 from gitlab_knowledge.gitlab.client import GitLabClient, Page
 from gitlab_knowledge.store import payloads, raw
 from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.sync import runs
+from gitlab_knowledge.sync import files, runs
+from gitlab_knowledge.sync.identity import refresh_identity
 from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
 from gitlab_knowledge.sync.stats import RawStats, ResourceStats, SyncResult
 from gitlab_knowledge.timeutil import naive_utc, parse_time, utcnow
@@ -65,6 +67,7 @@ class _Parent:
     recheck: bool = False  # fetched for the ThrottledTouch recheck, not because the list showed a change
     kept: set[str] = field(default_factory=set)  # rejected threads: their stored versions stay
     keep_all: bool = False  # a rejected thread without a usable id: no stored thread goes
+    files: list[dict[str, Any]] | None = None  # an MR's changed files (sync/files.py); None: not fetched
 
 
 class ProjectSync:
@@ -82,6 +85,7 @@ class ProjectSync:
         self.result = SyncResult(project=project_path, project_id=None, mode="full" if full else "incremental",
                                  sync_run_id=None)
         self._project_id: int | None = None
+        self._files: files.FileFetcher | None = None
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -135,10 +139,15 @@ class ProjectSync:
                 # store keys the project by this id (sync_runs records it), not by the path.
                 self.progress.message(f"{self.project_path}: GitLab calls it {canonical} (id {self._project_id})")
             self.result.project_id = self._project_id
+            self._files = files.FileFetcher(client, self._project_id, self.config.gitlab.per_page)
             self._commit(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
+            await refresh_identity(self.workspace, client)
             for resource, kind in RESOURCES:
                 stats = self.result.resources.setdefault(resource, ResourceStats())
                 await self._sync_resource(client, resource, kind, stats)
+                if kind == kinds.MERGE_REQUEST.name:
+                    await self._backfill_files(stats)
+            self.result.file_calls = self._files.calls
 
     # -- one resource -----------------------------------------------------------------------
 
@@ -255,7 +264,16 @@ class ProjectSync:
     async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]],
                              page: Page) -> list[_Parent]:
         parents = [_Parent(kind, int(it["id"]), int(it["iid"]), it) for it in items]
-        await self._fetch_threads(client, [p for p in parents if int(p.item.get("user_notes_count") or 0) > 0])
+        with_notes = [p for p in parents if int(p.item.get("user_notes_count") or 0) > 0]
+        if kind == kinds.MERGE_REQUEST.name:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._fetch_threads(client, with_notes))
+                    group.create_task(self._fetch_files(parents))
+            except BaseExceptionGroup as eg:
+                raise _first_error(eg) from None
+        else:
+            await self._fetch_threads(client, with_notes)
         for p in parents:
             if p.fetched_at is None and p.threads is None and int(p.item.get("user_notes_count") or 0) == 0:
                 # No user notes: nothing to fetch, and the list page's time is what we know them by.
@@ -286,7 +304,9 @@ class ProjectSync:
             ok, p.kept, p.keep_all = payloads.screen_threads(
                 name, threads if isinstance(threads, list) else [threads],
                 lambda line: self._reject(self.result.resources[resource[p.kind]], line))
-            p.threads = raw.user_threads(ok)
+            # Every thread is kept, system-only ones too: GitLab writes its links between items
+            # there ("mentioned in merge request !847"); the normalized layer keeps them apart.
+            p.threads = ok
             p.fetched_at = naive_utc(server_time) or utcnow()
 
         try:
@@ -295,6 +315,45 @@ class ProjectSync:
                     group.create_task(one(p))
         except BaseExceptionGroup as eg:
             raise _first_error(eg) from None
+
+    async def _fetch_files(self, parents: Sequence[_Parent]) -> None:
+        async def one(p: _Parent) -> None:
+            p.files = await self._files.files(p.iid)
+            if p.files is None:
+                log.warning("%s: GitLab serves no file list for !%d; history will not know its files",
+                            self.project_path, p.iid)
+
+        if not parents:
+            return
+        try:
+            async with asyncio.TaskGroup() as group:
+                for p in parents:
+                    group.create_task(one(p))
+        except BaseExceptionGroup as eg:
+            raise _first_error(eg) from None
+
+    async def _backfill_files(self, stats: ResourceStats) -> None:
+        """MRs stored without a file list (stores from before file lists, or a fetch GitLab
+        refused last time) get theirs, in batches that each commit."""
+        with self.workspace.write() as con:
+            missing = con.execute(f"""
+                SELECT m.json FROM raw_payloads m
+                WHERE m.project_id = ? AND m.resource_type = 'merge_request' AND m.deleted_at IS NULL
+                  AND NOT EXISTS (SELECT 1 FROM raw_payloads f WHERE f.resource_type = '{files.RESOURCE}'
+                                  AND f.gitlab_key = m.gitlab_key AND f.deleted_at IS NULL)
+                ORDER BY m.updated_at DESC
+            """, [self._project_id]).fetchall()
+        if not missing:
+            return
+        self.progress.message(f"{self.project_path}: fetching the file lists of {len(missing)} merge requests")
+        items = [json.loads(text) for (text,) in missing]
+        for start in range(0, len(items), RECHECK_BATCH):
+            batch = [_Parent(kinds.MERGE_REQUEST.name, int(it["id"]), int(it["iid"]), it)
+                     for it in items[start:start + RECHECK_BATCH]]
+            await self._fetch_files(batch)
+            rows = [files.raw_row(p.item, p.files) for p in batch if p.files is not None]
+            self._commit(lambda con, prov, rows=rows: raw.upsert_rows(con, rows, prov))
+            stats.file_fetches += len(rows)
 
     def _reject(self, stats: ResourceStats, line: str) -> None:
         """A payload the store cannot hold: one line naming it; the rest of its page goes on."""
@@ -322,6 +381,9 @@ class ProjectSync:
         def work(con: Any, prov: raw.Provenance) -> None:
             items = [raw.RawRow.for_item(kind, p.item, p.fetched_at) for p in alive if p.item is not None]
             counts = raw.upsert_rows(con, items, prov)
+            file_rows = [files.raw_row(p.item, p.files) for p in alive if p.item is not None and p.files is not None]
+            raw.upsert_rows(con, file_rows, prov)
+            stats.file_fetches += len(file_rows)
             rechecked = [p for p in alive if p.recheck]
             unchanged = [p for p in rechecked if p.item is None]
             if unchanged:

@@ -25,7 +25,7 @@ def test_sync_checks_sensor_and_search_through_the_real_dagster(tmp_path):
             run_id = dagster.launch("sync_project", project)
             assert dagster.wait_run(run_id) == "SUCCESS", dagster.log.read_text()[-5000:]
             checks = dagster.check_results(run_id)
-            assert len(checks) == 11
+            assert len(checks) == 14
             failing = {name for name, ok in checks.items() if not ok}
             assert failing == {"projects_synced_recently"}, checks  # acme/web-app was never synced: a warning
 

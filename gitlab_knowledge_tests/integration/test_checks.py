@@ -113,7 +113,28 @@ def break_freshness(config):
     sql(config, "UPDATE sync_runs SET finished_at = ?", [utcnow() - timedelta(hours=2)])
 
 
+def break_file_list(config):
+    sql(config, "UPDATE raw_payloads SET deleted_at = now() WHERE id = (SELECT min(id) FROM raw_payloads "
+                "WHERE resource_type = 'merge_request_diffs')")
+
+
+def break_reference(config):
+    sql(config, "INSERT INTO item_references SELECT * REPLACE (99999 AS target_iid, 'issue' AS target_type) "
+                "FROM item_references WHERE NOT external LIMIT 1")
+
+
+def break_system_note_document(config):
+    # A document built for a thread of system notes only (the store holds no such discussion).
+    sql(config, "INSERT INTO documents SELECT documents.* REPLACE ('discussion:' || s.discussion_id AS id, "
+                "s.discussion_id AS source_id) FROM documents, (SELECT discussion_id FROM system_notes "
+                "WHERE discussion_id NOT IN (SELECT id FROM discussions) LIMIT 1) s "
+                "WHERE documents.source_type = 'discussion' LIMIT 1")
+
+
 BREAKAGES = {
+    "mrs_have_file_lists": break_file_list,
+    "references_resolved": break_reference,
+    "no_system_note_in_documents": break_system_note_document,
     "items_have_raw_payloads": break_raw_payload,
     "no_system_notes": break_system_note,
     "no_orphan_notes_or_threads": break_orphan,
@@ -146,6 +167,6 @@ def test_each_check_fails_on_a_store_broken_for_it(consistent, tmp_path, name):
     evaluations = run_checks(path)
     assert not evaluations[name].passed, f"{name} did not notice"
     assert evaluations[name].metadata["violations"].value >= 1
-    expected = dg.AssetCheckSeverity.WARN if name in ("no_failed_embeddings", "projects_synced_recently", "layers_caught_up") \
-        else dg.AssetCheckSeverity.ERROR
+    warn_only = ("no_failed_embeddings", "projects_synced_recently", "layers_caught_up", "references_resolved")
+    expected = dg.AssetCheckSeverity.WARN if name in warn_only else dg.AssetCheckSeverity.ERROR
     assert evaluations[name].severity == expected

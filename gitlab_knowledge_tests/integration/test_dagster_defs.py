@@ -16,7 +16,7 @@ from gitlab_knowledge_tests.conftest import REPO, subprocess_env, write_config_f
 from gitlab_knowledge_tests.helpers import scalar
 
 ASSETS = {"raw_gitlab_payloads": ("raw", DUCKDB_POOL), "normalized_gitlab": ("normalized", DUCKDB_POOL),
-          "search_documents": ("documents", DUCKDB_POOL), "document_embeddings": ("index", LANCEDB_POOL),
+          "knowledge_graph": ("normalized", DUCKDB_POOL), "search_documents": ("documents", DUCKDB_POOL), "document_embeddings": ("index", LANCEDB_POOL),
           "lexical_index": ("index", TANTIVY_POOL)}
 
 
@@ -34,7 +34,8 @@ def test_definitions_load_with_the_layers_groups_pools_and_partitions():
         assert node.description
     parents = {name: {p.to_user_string() for p in graph.get(dg.AssetKey(name)).parent_keys} for name in ASSETS}
     assert parents == {"raw_gitlab_payloads": set(), "normalized_gitlab": {"raw_gitlab_payloads"},
-                       "search_documents": {"normalized_gitlab"}, "document_embeddings": {"search_documents"},
+                       "knowledge_graph": {"normalized_gitlab"},
+                       "search_documents": {"normalized_gitlab", "knowledge_graph"}, "document_embeddings": {"search_documents"},
                        "lexical_index": {"search_documents"}}
     assert defs.resolve_job_def("sync_project") and defs.resolve_job_def("embed_project")
 
@@ -64,7 +65,7 @@ def test_the_sync_job_materializes_a_partition_in_process(sandbox, tmp_path, tok
         for record in instance.all_logs(outcomes[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
             evaluation = record.dagster_event.event_specific_data
             evaluations[evaluation.check_name] = evaluation
-        assert len(evaluations) == 11
+        assert len(evaluations) == 14
         failed = {n: e.metadata for n, e in evaluations.items() if not e.passed}
         # Only the other project is stale: it has never been synced.
         assert set(failed) == {"projects_synced_recently"}, failed

@@ -18,7 +18,7 @@ from gitlab_knowledge_tests.helpers import rows, run_layers, sync
 
 SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "payload-shapes"
 PROJECT = "shapes/versions"
-LAYERS = ("raw_gitlab_payloads", "normalized_gitlab", "search_documents")
+LAYERS = ("raw_gitlab_payloads", "normalized_gitlab", "knowledge_graph", "search_documents")
 
 
 @pytest.fixture(scope="module")

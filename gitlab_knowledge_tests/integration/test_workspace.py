@@ -92,8 +92,8 @@ def test_the_whole_job_runs_on_a_gitlab_and_an_embedder_given_as_resources(tmp_p
                                 instance=instance)
         assert result.success
         materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert materialized == {"raw_gitlab_payloads", "normalized_gitlab", "search_documents", "document_embeddings",
-                            "lexical_index"}
+    assert materialized == {"raw_gitlab_payloads", "normalized_gitlab", "knowledge_graph", "search_documents",
+                            "document_embeddings", "lexical_index"}
     assert gitlab.requests and all(path.startswith("/api/v4/") for path in gitlab.requests)
     config = workspace.config
     documents = scalar(config, "SELECT count(*) FROM documents WHERE project_path = ?", [project])

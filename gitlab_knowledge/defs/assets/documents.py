@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from gitlab_knowledge.defs.assets.graph import knowledge_graph
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.failures import said_plainly
@@ -12,7 +13,7 @@ from gitlab_knowledge.workspace import Workspace
 
 @dg.asset(
     key="search_documents",
-    deps=[normalized_gitlab],
+    deps=[normalized_gitlab, knowledge_graph],
     partitions_def=project_partitions,
     group_name="documents",
     kinds={"duckdb"},

@@ -1,0 +1,178 @@
+"""The graph layer: links between items (`item_references`) and MR file lists (`mr_files`).
+
+Like the normalized layer it is driven by `change_seq` and reads only the store: each run takes
+the project's raw rows changed since its watermark, and for every issue or MR they touch rebuilds
+the links written in it (title, description, notes, system notes: graph/refs.py says which words
+make a link) and, for an MR, its file list from the stored `/diffs` payload. It runs after the
+normalized layer and never ahead of it (its watermark stops at the normalized one), because links
+are read from the normalized rows.
+
+A link's target is resolved against the projects this store syncs, case-insensitively, as GitLab
+resolves paths; a target elsewhere is kept and marked external. Each run re-resolves external
+links once more, so adding a project to the configuration turns links to it into resolved ones
+without rebuilding anything.
+"""
+
+import json
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import duckdb
+
+from gitlab_knowledge import kinds
+from gitlab_knowledge.graph.refs import extract
+from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.store.bulk import insert_rows
+from gitlab_knowledge.store.db import transaction
+from gitlab_knowledge.store.normalize import LAYER as NORMALIZED
+from gitlab_knowledge.store.normalize import canonical_path, get_watermark, project_id_for, set_watermark
+from gitlab_knowledge.sync.files import RESOURCE as FILES
+from gitlab_knowledge.workspace import Workspace
+
+LAYER = "graph"
+BATCH_ROWS = 5000
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GraphStats(LayerStats):
+    PREFIX: ClassVar[str] = "graph_"
+    ASSET: ClassVar[str] = "knowledge_graph"
+
+    items_rebuilt: int = 0
+    references: int = 0  # links written by the rebuilt items
+    external: int = 0  # the project's links to projects this store does not sync
+    mr_file_lists: int = 0
+    mr_files: int = 0
+    batches: int = 0
+    duration_s: float = 0.0
+
+
+def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | None = None,
+            batch_rows: int = BATCH_ROWS) -> GraphStats:
+    """The graph layer's entry point: bring one project's links and MR file lists up to date."""
+    return timed(lambda stats: _refresh(workspace, project_path, dagster_run_id, batch_rows, stats), GraphStats())
+
+
+def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_rows: int,
+             stats: GraphStats) -> None:
+    gitlab_url = workspace.config.gitlab.url
+    while True:
+        with workspace.write() as con:
+            project_id = project_id_for(con, project_path)
+            if project_id is None:
+                return
+            low = get_watermark(con, project_id, LAYER)
+            ceiling = get_watermark(con, project_id, NORMALIZED)
+            high_row = con.execute("""
+                SELECT change_seq FROM raw_payloads WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
+                ORDER BY change_seq LIMIT 1 OFFSET ?
+            """, [project_id, low, ceiling, batch_rows - 1]).fetchone() or con.execute("""
+                SELECT max(change_seq) FROM raw_payloads WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
+            """, [project_id, low, ceiling]).fetchone()
+            high = high_row[0] if high_row else None
+            with transaction(con):
+                if high is None:
+                    _resolve_targets(con)
+                    stats.external = int(con.execute(
+                        "SELECT count(*) FROM item_references WHERE project_id = ? AND external", [project_id]).fetchone()[0])
+                    return
+                _rebuild_range(con, project_id, gitlab_url, low, int(high), stats)
+                _resolve_targets(con)
+                set_watermark(con, project_id, LAYER, int(high), dagster_run_id)
+            stats.batches += 1
+
+
+def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: str, low: int, high: int,
+                   stats: GraphStats) -> None:
+    parents: dict[str, set[int]] = defaultdict(set)
+    for resource_type, key, parent_type, parent_id in con.execute("""
+        SELECT resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads
+        WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
+    """, [project_id, low, high]).fetchall():
+        if resource_type in (kinds.ISSUE.name, kinds.MERGE_REQUEST.name):
+            parents[resource_type].add(int(key))
+        elif parent_type in (kinds.ISSUE.name, kinds.MERGE_REQUEST.name):
+            parents[parent_type].add(int(parent_id))
+    path = canonical_path(con, project_id) or ""
+    for kind, ids in parents.items():
+        _rebuild_references(con, project_id, path, gitlab_url, kinds.kind(kind), sorted(ids), stats)
+    if parents.get(kinds.MERGE_REQUEST.name):
+        _rebuild_files(con, project_id, sorted(parents[kinds.MERGE_REQUEST.name]), stats)
+
+
+def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, gitlab_url: str,
+                        kind: kinds.Kind, ids: list[int], stats: GraphStats) -> None:
+    con.execute("DELETE FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))",
+                [kind.name, ids])
+    texts: list[tuple[int, int | None, str, str | None]] = []  # (item id, note id, found_in, text)
+    for item_id, title, description in con.execute(f"""
+        SELECT id, title, description FROM {kind.table} WHERE id IN (SELECT unnest(?::BIGINT[]))
+    """, [ids]).fetchall():
+        stats.items_rebuilt += 1
+        texts += [(int(item_id), None, "title", title), (int(item_id), None, "description", description)]
+    for table, found_in in (("notes", "note"), ("system_notes", "system_note")):
+        texts += [(int(item_id), int(note_id), found_in, body) for item_id, note_id, body in con.execute(f"""
+            SELECT noteable_id, id, body FROM {table}
+            WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[]))
+            ORDER BY noteable_id, created_at, id
+        """, [kind.noteable_type, ids]).fetchall()]
+    rows: list[dict[str, Any]] = []
+    for item_id, note_id, found_in, text in texts:
+        for ref in extract(text, project_path=project_path, gitlab_url=gitlab_url, source_type=kind.name,
+                           found_in=found_in):
+            rows.append({
+                "project_id": project_id, "source_type": kind.name, "source_id": item_id, "note_id": note_id,
+                "found_in": found_in, "kind": ref.kind, "target_type": ref.target_type,
+                "target_path": ref.target_path, "target_iid": ref.target_iid, "target_project_id": None,
+                "external": True, "text": ref.text,
+            })
+    insert_rows(con, "item_references", rows)
+    stats.references += len(rows)
+
+
+def _resolve_targets(con: duckdb.DuckDBPyConnection) -> None:
+    """Point every link at the synced project its path names (or mark it external)."""
+    con.execute("""
+        UPDATE item_references SET target_project_id = p.id, external = false
+        FROM projects p
+        WHERE lower(p.path_with_namespace) = lower(item_references.target_path)
+          AND item_references.target_project_id IS DISTINCT FROM p.id
+    """)
+    con.execute("""
+        UPDATE item_references SET target_project_id = NULL, external = true
+        WHERE target_project_id IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = item_references.target_project_id
+                          AND lower(p.path_with_namespace) = lower(item_references.target_path))
+    """)
+
+
+def _rebuild_files(con: duckdb.DuckDBPyConnection, project_id: int, ids: list[int], stats: GraphStats) -> None:
+    con.execute("DELETE FROM mr_files WHERE merge_request_id IN (SELECT unnest(?::BIGINT[]))", [ids])
+    rows: list[dict[str, Any]] = []
+    for mr_id, raw_id, text in con.execute("""
+        SELECT r.parent_id, r.id, r.json FROM raw_payloads r
+        JOIN merge_requests m ON m.id = r.parent_id
+        WHERE r.resource_type = ? AND r.deleted_at IS NULL AND r.parent_id IN (SELECT unnest(?::BIGINT[]))
+    """, [FILES, ids]).fetchall():
+        try:
+            files = json.loads(text)
+        except ValueError:
+            log.warning("skipped the file list of merge request id %s: not JSON", mr_id)
+            continue
+        stats.mr_file_lists += 1
+        for position, f in enumerate(f for f in files if isinstance(f, dict)):
+            rows.append({
+                "merge_request_id": int(mr_id), "project_id": project_id, "position": position,
+                "old_path": _text(f.get("old_path")), "new_path": _text(f.get("new_path")),
+                "new_file": bool(f.get("new_file")), "renamed_file": bool(f.get("renamed_file")),
+                "deleted_file": bool(f.get("deleted_file")), "raw_payload_id": int(raw_id),
+            })
+    insert_rows(con, "mr_files", rows)
+    stats.mr_files += len(rows)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

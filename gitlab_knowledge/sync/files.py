@@ -1,0 +1,72 @@
+"""The files a merge request changed: `GET .../merge_requests/:iid/diffs` into the raw layer.
+
+GitLab 15.7 added the paginated `/diffs`; older GitLabs answer it 404 and have only the
+single-object `/changes` (deprecated since, and capped by GitLab's diff limits, which it reports as
+`overflow`). The first 404 from `/diffs` while `/changes` answers switches the rest of the run to
+`/changes`, so an old GitLab costs one wasted call per sync, not one per MR.
+
+The raw row keeps GitLab's objects as given except the `diff` text: file history needs paths and
+flags only, and the text is most of the bytes (a large MR's is megabytes), so storing it would grow
+the store by the repository's history for nothing anything here reads.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from gitlab_knowledge.errors import NotFoundError
+from gitlab_knowledge.gitlab.client import GitLabClient
+from gitlab_knowledge.store import raw
+from gitlab_knowledge.timeutil import parse_time
+
+RESOURCE = "merge_request_diffs"
+DROPPED_FIELDS = ("diff",)
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FileFetcher:
+    """Fetches MR file lists for one project; remembers which endpoint the GitLab has."""
+
+    client: GitLabClient
+    project_id: int
+    per_page: int
+    legacy: bool = False  # the GitLab has no /diffs (before 15.7): /changes only
+    calls: int = 0  # file-list requests made, pages included (what the sync's bound counts)
+
+    async def files(self, iid: int) -> list[dict[str, Any]] | None:
+        """The MR's changed files, or None when GitLab serves no file list for it (404 on both
+        endpoints: the MR is gone, or the token cannot read its repository)."""
+        base = f"/projects/{self.project_id}/merge_requests/{iid}"
+        if not self.legacy:
+            files: list[dict[str, Any]] = []
+            try:
+                async for page in self.client.iter_pages(f"{base}/diffs", {"per_page": self.per_page}):
+                    self.calls += 1
+                    files.extend(_paths_only(d) for d in page.items if isinstance(d, dict))
+                return files
+            except NotFoundError:
+                if files:
+                    raise  # a later page vanished: the MR changed under us; the sync fails and retries
+                self.calls += 1
+        self.calls += 1
+        try:
+            changes = await self.client.get(f"{base}/changes")
+        except NotFoundError:
+            return None
+        if not self.legacy:
+            log.info("GitLab has no merge request /diffs endpoint (before 15.7): reading /changes instead")
+            self.legacy = True
+        listed = changes.get("changes") if isinstance(changes, dict) else None
+        return [_paths_only(d) for d in listed or [] if isinstance(d, dict)]
+
+
+def _paths_only(diff: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in diff.items() if k not in DROPPED_FIELDS}
+
+
+def raw_row(merge_request: dict[str, Any], files: list[dict[str, Any]]) -> raw.RawRow:
+    """The raw-layer row of an MR's file list: keyed by the MR's id, dated by its updated_at."""
+    return raw.RawRow(resource_type=RESOURCE, gitlab_key=str(merge_request["id"]), json=raw.canonical_json(files),
+                      updated_at=parse_time(merge_request.get("updated_at")), parent_type="merge_request",
+                      parent_id=int(merge_request["id"]), position=0)

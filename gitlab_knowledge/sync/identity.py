@@ -1,0 +1,46 @@
+"""Who the token belongs to, recorded by the sync so `me` needs no `--user` and no API call.
+
+`GET /user` is asked at most once an hour per GitLab (the token rarely changes hands, and a
+sync every few minutes should not spend a call on it each time). A token that may not read its
+own user (a project or group access token without `read_user`) leaves the record as it was:
+`me` then asks for `--user`.
+"""
+
+import logging
+from datetime import timedelta
+
+from gitlab_knowledge.errors import AuthError, GitLabError
+from gitlab_knowledge.gitlab.client import GitLabClient
+from gitlab_knowledge.store.db import transaction
+from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge.workspace import Workspace
+
+REFRESH_AFTER = timedelta(hours=1)
+log = logging.getLogger(__name__)
+
+
+def recorded(workspace: Workspace) -> dict[str, str | None] | None:
+    """The token's user as last recorded for the configured GitLab: username and name."""
+    with workspace.read() as con:
+        row = con.execute("SELECT username, name FROM gitlab_identity WHERE gitlab_url = ?",
+                          [workspace.config.gitlab.url]).fetchone()
+    return {"username": row[0], "name": row[1]} if row else None
+
+
+async def refresh_identity(workspace: Workspace, client: GitLabClient) -> None:
+    url = workspace.config.gitlab.url
+    with workspace.write() as con:
+        row = con.execute("SELECT recorded_at FROM gitlab_identity WHERE gitlab_url = ?", [url]).fetchone()
+    if row and utcnow() - row[0] < REFRESH_AFTER:
+        return
+    try:
+        user = await client.current_user()
+    except (GitLabError, AuthError) as exc:
+        log.warning("could not record the token's user (GET /user: %s); `me` will need --user", exc)
+        return
+    if not isinstance(user, dict) or not isinstance(user.get("username"), str):
+        return
+    with workspace.write() as con, transaction(con):
+        con.execute("INSERT OR REPLACE INTO gitlab_identity VALUES (?, ?, ?, ?, ?)",
+                    [url, user.get("id") if isinstance(user.get("id"), int) else None, user["username"],
+                     user.get("name") if isinstance(user.get("name"), str) else None, utcnow()])
