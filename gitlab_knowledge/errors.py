@@ -71,3 +71,14 @@ class EmbeddingUnavailable(KnowledgeError):
     """The embedding provider cannot embed right now (server down, model missing, timeout)."""
 
     exit_code = 6
+
+
+def first_error(group: BaseExceptionGroup) -> BaseException:
+    """The exception worth reporting from a task group: the first KnowledgeError (it says what
+    to do), else the first exception of any kind."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return first_error(exc)
+        if isinstance(exc, KnowledgeError):
+            return exc
+    return group.exceptions[0]

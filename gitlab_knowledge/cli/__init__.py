@@ -88,8 +88,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("iid", type=bounded_int(1))
     p.add_argument("--project", metavar="PATH")
 
-    from gitlab_knowledge.cli import eval_cmd, models_cmd, similar_cmd
+    from gitlab_knowledge.cli import eval_cmd, graph_cmd, models_cmd, similar_cmd
 
+    graph_cmd.add_parsers(add)
     eval_cmd.add_parser(sub)
     similar_cmd.add_parser(sub)
     models_cmd.add_parser(sub)
@@ -102,6 +103,7 @@ def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
         doctor,
         eval_cmd,
         explain_cmd,
+        graph_cmd,
         index_cmd,
         inspect_cmd,
         models_cmd,
@@ -122,6 +124,10 @@ def _commands() -> dict[str, Callable[[argparse.Namespace, Config], int]]:
         "stats": index_cmd.stats_cmd,
         "index": index_cmd.index_status_cmd,
         "explain": explain_cmd.explain_cmd,
+        "related": graph_cmd.related_cmd,
+        "history": graph_cmd.history_cmd,
+        "me": graph_cmd.me_cmd,
+        "person": graph_cmd.person_cmd,
         "demo": demo.run,
         "ui": ui.run,
         "eval": eval_cmd.eval_cmd,

@@ -23,7 +23,6 @@ The rules (docs/ARCHITECTURE.md, "Sync"):
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import GitLabError, KnowledgeError, NotFoundError
+from gitlab_knowledge.errors import GitLabError, KnowledgeError, NotFoundError, first_error
 from gitlab_knowledge.gitlab.client import GitLabClient, Page
 from gitlab_knowledge.store import payloads, raw
 from gitlab_knowledge.store.db import transaction
@@ -271,7 +270,7 @@ class ProjectSync:
                     group.create_task(self._fetch_threads(client, with_notes))
                     group.create_task(self._fetch_files(parents))
             except BaseExceptionGroup as eg:
-                raise _first_error(eg) from None
+                raise first_error(eg) from None
         else:
             await self._fetch_threads(client, with_notes)
         for p in parents:
@@ -314,39 +313,22 @@ class ProjectSync:
                 for p in parents:
                     group.create_task(one(p))
         except BaseExceptionGroup as eg:
-            raise _first_error(eg) from None
+            raise first_error(eg) from None
 
     async def _fetch_files(self, parents: Sequence[_Parent]) -> None:
-        async def one(p: _Parent) -> None:
-            p.files = await self._files.files(p.iid)
-            if p.files is None:
+        for p, got in zip(parents, await self._files.fetch_all([p.iid for p in parents]), strict=True):
+            p.files = got
+            if got is None:
                 log.warning("%s: GitLab serves no file list for !%d; history will not know its files",
                             self.project_path, p.iid)
-
-        if not parents:
-            return
-        try:
-            async with asyncio.TaskGroup() as group:
-                for p in parents:
-                    group.create_task(one(p))
-        except BaseExceptionGroup as eg:
-            raise _first_error(eg) from None
 
     async def _backfill_files(self, stats: ResourceStats) -> None:
         """MRs stored without a file list (stores from before file lists, or a fetch GitLab
         refused last time) get theirs, in batches that each commit."""
         with self.workspace.write() as con:
-            missing = con.execute(f"""
-                SELECT m.json FROM raw_payloads m
-                WHERE m.project_id = ? AND m.resource_type = 'merge_request' AND m.deleted_at IS NULL
-                  AND NOT EXISTS (SELECT 1 FROM raw_payloads f WHERE f.resource_type = '{files.RESOURCE}'
-                                  AND f.gitlab_key = m.gitlab_key AND f.deleted_at IS NULL)
-                ORDER BY m.updated_at DESC
-            """, [self._project_id]).fetchall()
-        if not missing:
-            return
-        self.progress.message(f"{self.project_path}: fetching the file lists of {len(missing)} merge requests")
-        items = [json.loads(text) for (text,) in missing]
+            items = files.missing_file_lists(con, self._project_id)
+        if items:
+            self.progress.message(f"{self.project_path}: fetching the file lists of {len(items)} merge requests")
         for start in range(0, len(items), RECHECK_BATCH):
             batch = [_Parent(kinds.MERGE_REQUEST.name, int(it["id"]), int(it["iid"]), it)
                      for it in items[start:start + RECHECK_BATCH]]
@@ -444,15 +426,6 @@ class ProjectSync:
         stats.deleted += removed
         if removed:
             self.progress.message(f"{self.project_path}: {removed} {resource} no longer in GitLab, removed")
-
-
-def _first_error(group: BaseExceptionGroup) -> BaseException:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first_error(exc)
-        if isinstance(exc, KnowledgeError):
-            return exc
-    return group.exceptions[0]
 
 
 def _describe(exc: BaseException) -> str:

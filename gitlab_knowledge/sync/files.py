@@ -10,11 +10,15 @@ flags only, and the text is most of the bytes (a large MR's is megabytes), so st
 the store by the repository's history for nothing anything here reads.
 """
 
+import asyncio
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from gitlab_knowledge.errors import NotFoundError
+import duckdb
+
+from gitlab_knowledge.errors import NotFoundError, first_error
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.timeutil import parse_time
@@ -33,10 +37,33 @@ class FileFetcher:
     per_page: int
     legacy: bool = False  # the GitLab has no /diffs (before 15.7): /changes only
     calls: int = 0  # file-list requests made, pages included (what the sync's bound counts)
+    # Until one MR has answered, which endpoint exists is unknown: the first asks alone, so a
+    # page of MRs fetched at once does not send every one of them to a /diffs that is not there.
+    _known: bool = False
+    _probe: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def fetch_all(self, iids: list[int]) -> list[list[dict[str, Any]] | None]:
+        """`files` of each MR, concurrently (the client's limiter paces them)."""
+        if not iids:
+            return []
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(self.files(iid)) for iid in iids]
+        except BaseExceptionGroup as eg:
+            raise first_error(eg) from None
+        return [t.result() for t in tasks]
 
     async def files(self, iid: int) -> list[dict[str, Any]] | None:
         """The MR's changed files, or None when GitLab serves no file list for it (404 on both
         endpoints: the MR is gone, or the token cannot read its repository)."""
+        if self._known:
+            return await self._fetch(iid)
+        async with self._probe:
+            out = await self._fetch(iid)
+            self._known = self._known or out is not None
+            return out
+
+    async def _fetch(self, iid: int) -> list[dict[str, Any]] | None:
         base = f"/projects/{self.project_id}/merge_requests/{iid}"
         if not self.legacy:
             files: list[dict[str, Any]] = []
@@ -70,3 +97,14 @@ def raw_row(merge_request: dict[str, Any], files: list[dict[str, Any]]) -> raw.R
     return raw.RawRow(resource_type=RESOURCE, gitlab_key=str(merge_request["id"]), json=raw.canonical_json(files),
                       updated_at=parse_time(merge_request.get("updated_at")), parent_type="merge_request",
                       parent_id=int(merge_request["id"]), position=0)
+
+
+def missing_file_lists(con: duckdb.DuckDBPyConnection, project_id: int) -> list[dict[str, Any]]:
+    """The stored payloads of the project's MRs that have no file list, newest first."""
+    return [json.loads(text) for (text,) in con.execute(f"""
+        SELECT m.json FROM raw_payloads m
+        WHERE m.project_id = ? AND m.resource_type = 'merge_request' AND m.deleted_at IS NULL
+          AND NOT EXISTS (SELECT 1 FROM raw_payloads f WHERE f.resource_type = '{RESOURCE}'
+                          AND f.gitlab_key = m.gitlab_key AND f.deleted_at IS NULL)
+        ORDER BY m.updated_at DESC
+    """, [project_id]).fetchall()]

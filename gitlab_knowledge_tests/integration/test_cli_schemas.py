@@ -25,7 +25,8 @@ from gitlab_knowledge_tests.conftest import project_paths, subprocess_env, write
 BAD_TOKEN = "glpat-THIS-IS-A-WRONG-TOKEN-123"
 # command -> schema file; every command that answers a question and has no schema elsewhere
 SCHEMAS = {"doctor": "doctor", "sync": "sync", "sync-status": "sync_status", "list": "list", "count": "count",
-           "show": "show", "embed": "embed", "stats": "stats", "index": "index_status", "explain": "explain"}
+           "show": "show", "embed": "embed", "stats": "stats", "index": "index_status", "explain": "explain",
+           "related": "related", "history": "history", "me": "me", "person": "person"}
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -110,6 +111,10 @@ READ_COMMANDS = [
     ("index", "status"),
     ("explain", "{mr_project}!{mr}"),
     ("explain", "{thread}"),
+    ("related", "{mr_project}!{mr}"),
+    ("history", "services/auth"),
+    ("me", "--user", "janedoe", "--since", "2020-01-01"),
+    ("person", "janedoe"),
 ]
 
 

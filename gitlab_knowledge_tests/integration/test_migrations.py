@@ -49,20 +49,22 @@ def differences(path: Path, reference: Path, tables: list[str], ignore: tuple[st
     """Rows that differ (both directions, duplicates counted) between the store and the reference,
     in the reference's columns (later migrations add some) less `ignore`; sync_cursors is compared
     with the reference's resource types renamed as migration 2 does, layer_state with the
-    normalized watermark reset as migration 3 does."""
+    normalized and documents watermarks reset as migrations 3 and 5 do; raw_payloads without
+    `discussions_fetched_at`, which migration 5 clears to refetch threads (tested on its own)."""
     con = duckdb.connect(str(path), read_only=True)
     try:
         con.execute(f"ATTACH '{reference}' AS ref (READ_ONLY)")
         out = {}
         for table in tables:
-            columns = [r[0] for r in con.execute(f"DESCRIBE ref.{table}").fetchall() if r[0] not in ignore]
+            skip = (*ignore, "discussions_fetched_at") if table == "raw_payloads" else ignore
+            columns = [r[0] for r in con.execute(f"DESCRIBE ref.{table}").fetchall() if r[0] not in skip]
             names = ", ".join(columns)
             theirs = f"SELECT {names} FROM ref.{table}"
             if table == "sync_cursors":
                 theirs = (f"SELECT project_id, {CURSOR_KIND} AS resource_type, updated_at_cursor, tie_breaker_id, "
                           "moved_at, sync_run_id FROM ref.sync_cursors")
             if table == "layer_state" and "watermark" in columns:
-                reset = "CASE layer WHEN 'normalized' THEN 0 ELSE watermark END AS watermark"
+                reset = "CASE WHEN layer IN ('normalized', 'documents') THEN 0 ELSE watermark END AS watermark"
                 theirs = f"SELECT {names.replace('watermark', reset)} FROM ref.layer_state"
             ours = f"SELECT {names} FROM {table}"
             out[table] = con.execute(f"SELECT (SELECT count(*) FROM ({ours} EXCEPT ALL {theirs})) "
@@ -215,14 +217,23 @@ def test_a_migration_in_this_process_refreshes_the_bulk_schemas(tmp_path: Path,
     assert query(older, "SELECT weight FROM issues WHERE id = 1") == [(8,)]
 
 
-def test_an_incremental_sync_on_a_migrated_store_fetches_nothing(v1_store: Path, reference: Path,
-                                                                 make_config: Any) -> None:
-    from gitlab_knowledge.store import normalize
+def test_the_first_sync_after_upgrading_fetches_threads_and_file_lists_once(v1_store: Path, reference: Path,
+                                                                            make_config: Any) -> None:
+    """A store from before migration 5 has neither system notes nor MR file lists. The first sync
+    after the upgrade refetches the threads of every item with notes and every MR's file list,
+    and nothing else; the one after it fetches nothing. What people wrote is unchanged."""
+    from gitlab_knowledge.graph import refresh as graph
+    from gitlab_knowledge.store import integrity, normalize
     from gitlab_knowledge.sync.engine import ProjectSync
     from gitlab_knowledge.workspace import Workspace
 
     with write_connection(v1_store):
         pass
+    with_notes = query(reference, """
+        SELECT count(*) FROM raw_payloads WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
+          AND CAST(json_extract(json, '$.user_notes_count') AS BIGINT) > 0""")[0][0]
+    assert query(v1_store, "SELECT count(*) FROM raw_payloads WHERE resource_type IN ('issue', 'merge_request') "
+                           "AND discussions_fetched_at IS NULL")[0][0] == with_notes > 0
     # What the list calls return when the cursors are understood: the items at or after each
     # cursor (`updated_after` is inclusive). Without them every stored item would be listed again.
     at_cursor = query(reference, f"""
@@ -237,22 +248,29 @@ def test_an_incremental_sync_on_a_migrated_store_fetches_nothing(v1_store: Path,
         assert workspace.config.duckdb_path == v1_store
         results = [ProjectSync(workspace, project).run() for project in workspace.config.projects]
         normalized = [normalize.refresh(workspace, project) for project in workspace.config.projects]
+        linked = [graph.refresh(workspace, project) for project in workspace.config.projects]
+        again = [ProjectSync(workspace, project).run().totals() for project in workspace.config.projects]
     assert sorted(workspace.config.projects) == ["acme/platform", "acme/web-app"]
     totals = [r.totals() for r in results]
-    assert sum(t["fetched"] for t in totals) == 0
     assert sum(t["deleted"] for t in totals) == 0
     assert sum(t["listed"] for t in totals) == at_cursor < COUNTS["issues"] + COUNTS["merge_requests"]
-    # Migration 3 reset the normalized watermark: the layer re-reads every stored payload once
-    # (no GitLab call) and writes the same rows, now with the columns it added.
-    assert sum(s.raw_changes for s in normalized) == COUNTS["raw_payloads"]
+    assert sum(t["rechecked"] for t in totals) == with_notes
+    assert sum(t["file_fetches"] for t in totals) == COUNTS["merge_requests"]
+    assert all(t["fetched"] == t["file_fetches"] == t["rechecked"] == 0 for t in again)
+    # Migrations 3 and 5 reset the normalized watermark: the layer re-reads every stored payload
+    # once (no GitLab call), now with the system notes the sync kept.
+    assert sum(s.raw_changes for s in normalized) > COUNTS["raw_payloads"]
+    assert sum(s.system_notes for s in normalized) > 0 and sum(s.references for s in linked) > 0
+    with write_connection(v1_store) as con:
+        assert integrity.mrs_have_file_lists(con, None).passed
     assert query(v1_store, "SELECT resource_type, count(*) FROM sync_cursors GROUP BY 1 ORDER BY 1") == [
         ("issue", 2), ("merge_request", 2)]
-    unchanged = ["raw_payloads", "projects", "labels", "issue_labels", "mr_labels",
-                 "discussions", "notes", "note_positions", "documents", "document_labels"]
+    unchanged = ["projects", "labels", "issue_labels", "mr_labels", "notes", "note_positions",
+                 "documents", "document_labels"]
     assert differences(v1_store, reference, unchanged) == dict.fromkeys(unchanged, 0)
-    rebuilt = ["issues", "merge_requests"]  # the same rows under a new change_seq
-    assert differences(v1_store, reference, rebuilt, ignore=("change_seq",)) == dict.fromkeys(rebuilt, 0)
-    assert query(v1_store, "SELECT status, count(*) FROM sync_runs GROUP BY 1") == [("succeeded", 4)]
+    # A thread's position is now its place among all of GitLab's threads, system-only ones too.
+    assert differences(v1_store, reference, ["discussions"], ignore=("position",)) == {"discussions": 0}
+    assert query(v1_store, "SELECT status, count(*) FROM sync_runs GROUP BY 1") == [("succeeded", 6)]
 
 
 def test_migration_3_gives_stored_diff_notes_their_line_ranges(v1_store: Path, reference: Path,
@@ -283,3 +301,16 @@ def test_migration_3_gives_stored_diff_notes_their_line_ranges(v1_store: Path, r
     assert query(v1_store, "SELECT count(line_range_start_line_code), count(line_range_end_line_code) "
                            "FROM note_positions") == [(expected, expected)]
     assert query(v1_store, "SELECT count(*) FROM note_positions") == [(COUNTS["note_positions"],)]
+
+
+def test_upgrading_a_store_with_data_says_a_sync_completes_it(v1_store: Path, tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="gitlab_knowledge.store.migrations"), write_connection(v1_store):
+        pass
+    said = [r.getMessage() for r in caplog.records]
+    assert any("schema 5 (knowledge graph)" in m and "run a sync" in m for m in said), said
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gitlab_knowledge.store.migrations"), \
+            write_connection(tmp_path / "fresh" / "gitlab_knowledge.duckdb"):
+        pass
+    assert not caplog.records  # a new, empty store has nothing to complete

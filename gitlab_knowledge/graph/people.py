@@ -1,0 +1,302 @@
+"""People in the graph: `me` (what needs my attention) and `person` (what someone works on).
+
+Usernames compare without case, as GitLab's do. The answers are the JSON documents of
+cli/schemas/me.json and person.json; graph/queries.py re-exports both functions.
+"""
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge import kinds
+from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
+from gitlab_knowledge.timeutil import naive_utc, utcnow
+from gitlab_knowledge.workspace import Workspace
+
+# `reopened` is what GitLabs before 10.x stored for an item opened again.
+OPEN_STATES = ("opened", "reopened")
+DEFAULT_SINCE = timedelta(days=7)
+TOP = 10  # labels and paths `person` lists
+# The columns ITEM_COLUMNS names: what an entry says is chosen; any other column is an extra.
+_ITEM_KEYS = {c.split(" AS ")[-1].split(".")[-1] for c in ITEM_COLUMNS.split(", ")}
+
+
+def _in(column: str) -> str:
+    """`column` (a TEXT[] of usernames) holds the user (the lowered username is the parameter)."""
+    return f"COALESCE(list_contains(list_transform({column}, lambda x: lower(x)), ?), false)"
+
+
+def _is(column: str) -> str:
+    return f"lower(COALESCE({column}, '')) = ?"
+
+
+def _username(user: str) -> str:
+    name = user.strip().removeprefix("@").strip()
+    if not name or any(c.isspace() for c in name):
+        raise UsageError(f"expected a GitLab username such as janedoe, got {user!r}")
+    return name
+
+
+def mentions_user(body: str | None, user: str) -> bool:
+    """Whether the text mentions @user: not @user.other or @username, nor an email address."""
+    pattern = rf"(?<![\w.@/-])@{re.escape(user)}(?![\w-]|\.[\w-])"
+    return bool(body) and re.search(pattern, body, re.IGNORECASE) is not None
+
+
+def _entries(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, where: str, params: list[Any],
+             pid: int | None, order: str = "t.updated_at DESC, t.id DESC", extra: str = "") -> list[dict[str, Any]]:
+    """Stored items of a kind as answers list them, with any `extra` columns kept as they are."""
+    scope = " AND t.project_id = ?" if pid is not None else ""
+    found = rows(con, f"SELECT {ITEM_COLUMNS}{extra} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
+                      f"WHERE ({where}){scope} ORDER BY {order}", [*params, *([pid] if pid is not None else [])])
+    return [_entry(kind, r) for r in found]
+
+
+def _entry(kind: kinds.Kind, row: dict[str, Any]) -> dict[str, Any]:
+    entry = {**public_item(kind, row), "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
+    for key, value in row.items():
+        if key not in _ITEM_KEYS and key not in entry:
+            entry[key] = iso(value) if isinstance(value, datetime) else value
+    return entry
+
+
+def _item_of(kind: kinds.Kind) -> str:
+    """SQL joining a note `n` to its item `t` and project `p` of this kind."""
+    return (f"notes n JOIN {kind.table} t ON n.noteable_type = '{kind.noteable_type}' AND t.id = n.noteable_id "
+            "JOIN projects p ON p.id = t.project_id")
+
+
+# -- me -----------------------------------------------------------------------------------------
+
+
+def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:
+    # The configured GitLab's row only: a user recorded for another URL may be someone else.
+    row = con.execute("SELECT username FROM gitlab_identity WHERE gitlab_url = ?", [gitlab_url]).fetchone()
+    if row is None:
+        raise UsageError("no GitLab user is recorded in the store yet: run a sync "
+                         "(`python -m gitlab_knowledge sync`) or pass --user USERNAME")
+    return row[0]
+
+
+def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
+       project: str | None = None) -> dict[str, Any]:
+    """What needs the user's attention (the token's user, as the last sync recorded it, unless
+    named) and what changed on their items since `since` (default: the last 7 days)."""
+    start = naive_utc(since) if since is not None else utcnow() - DEFAULT_SINCE
+    with workspace.read() as con:
+        pid = project_id(con, project)
+        name = _username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
+        u = name.lower()
+        open_issue = f"t.state IN {OPEN_STATES}"
+        assigned = _entries(con, kinds.ISSUE, f"{open_issue} AND {_in('t.assignees')}", [u], pid)
+        reviewing = _entries(con, kinds.MERGE_REQUEST, f"{open_issue} AND {_in('t.reviewers')}", [u], pid)
+        authored = _entries(con, kinds.MERGE_REQUEST, f"{open_issue} AND {_is('t.author_username')}", [u], pid,
+                            extra=", (SELECT count(*) FROM discussions d WHERE d.merge_request_id = t.id "
+                                  "AND d.resolvable AND NOT COALESCE(d.resolved, false)) AS unresolved_threads")
+        mentions = _mentions(con, name, pid)
+        notes, states = _changes(con, u, start, pid)
+    return {"user": name, "user_from": "argument" if user is not None else "token", "since": iso(start),
+            "project": project, "assigned_issues": assigned, "review_requested": reviewing,
+            "authored_open_mrs": authored, "mentions": mentions,
+            "changes": {"notes": notes, "state_changes": states}}
+
+
+def _mentions(con: duckdb.DuckDBPyConnection, user: str, pid: int | None) -> list[dict[str, Any]]:
+    """Unresolved threads where someone else wrote @user: the latest such note of each thread."""
+    out: dict[str, dict[str, Any]] = {}
+    for kind in kinds.ITEM_KINDS:
+        scope = " AND t.project_id = ?" if pid is not None else ""
+        found = rows(con, f"""
+            SELECT {ITEM_COLUMNS}, n.id AS note_id, n.discussion_id, n.author_username AS note_author,
+                   n.body, n.created_at AS note_at
+            FROM {_item_of(kind)} JOIN discussions d ON d.id = n.discussion_id
+            WHERE d.resolvable AND NOT COALESCE(d.resolved, false) AND strpos(lower(n.body), ?) > 0
+              AND NOT {_is('n.author_username')}{scope}
+            ORDER BY n.created_at DESC, n.id DESC""", [f"@{user.lower()}", user.lower(),
+                                                       *([pid] if pid is not None else [])])
+        for r in found:
+            if r["discussion_id"] in out or not mentions_user(r["body"], user):
+                continue
+            out[r["discussion_id"]] = {"item": public_item(kind, r), "discussion_id": r["discussion_id"],
+                                       "note_id": r["note_id"], "author": r["note_author"],
+                                       "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
+                                       "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None}
+    return sorted(out.values(), key=lambda m: (m["created_at"] or "", m["note_id"]), reverse=True)
+
+
+def _mine(kind: kinds.Kind) -> str:
+    """The user authored the item, is assigned to it or (an MR) reviews it."""
+    roles = [_is("t.author_username"), _in("t.assignees")]
+    if kind is kinds.MERGE_REQUEST:
+        roles.append(_in("t.reviewers"))
+    return "(" + " OR ".join(roles) + ")"
+
+
+def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime,
+             pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    notes, states = [], []
+    for kind in kinds.ITEM_KINDS:
+        mine = _mine(kind)
+        who = [u] * mine.count("?")
+        scope = " AND t.project_id = ?" if pid is not None else ""
+        scoped = [pid] if pid is not None else []
+        for r in rows(con, f"""
+                SELECT {ITEM_COLUMNS}, n.id AS note_id, n.author_username AS note_author, n.body,
+                       n.created_at AS note_at
+                FROM {_item_of(kind)} WHERE {mine} AND n.created_at >= ?
+                  AND NOT {_is('n.author_username')}{scope}""", [*who, start, u, *scoped]):
+            notes.append({"item": public_item(kind, r), "note_id": r["note_id"], "author": r["note_author"],
+                          "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
+                          "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None})
+        merged = ", t.merged_at" if kind is kinds.MERGE_REQUEST else ", NULL AS merged_at"
+        for r in rows(con, f"""
+                SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
+                WHERE {mine} AND (t.closed_at >= ? OR t.merged_at >= ?){scope}"""
+                      if kind is kinds.MERGE_REQUEST else f"""
+                SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
+                WHERE {mine} AND t.closed_at >= ?{scope}""",
+                      [*who, start, *([start] if kind is kinds.MERGE_REQUEST else []), *scoped]):
+            change, at = ("merged", r["merged_at"]) if r["merged_at"] and r["merged_at"] >= start \
+                else ("closed", r["closed_at"])
+            states.append({"item": public_item(kind, r), "change": change, "at": iso(at)})
+    notes.sort(key=lambda n: (n["created_at"] or "", n["note_id"]), reverse=True)
+    states.sort(key=lambda s: (s["at"] or "", s["item"]["reference"]), reverse=True)
+    return notes, states
+
+
+# -- person -------------------------------------------------------------------------------------
+
+
+def _known(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> str | None:
+    """The user's display name if they appear anywhere in scope ("" without one), else None."""
+    scope = " AND project_id = ?" if pid is not None else ""
+    scoped = [pid] if pid is not None else []
+    named = con.execute(f"""
+        SELECT author_name FROM (
+            SELECT author_name, author_username FROM issues WHERE true{scope}
+            UNION ALL SELECT author_name, author_username FROM merge_requests WHERE true{scope}
+            UNION ALL SELECT author_name, author_username FROM notes WHERE true{scope})
+        WHERE {_is('author_username')} ORDER BY author_name IS NULL LIMIT 1""", [*scoped * 3, u]).fetchone()
+    if named is not None:
+        return named[0] or ""
+    listed = con.execute(f"""
+        SELECT 1 FROM issues WHERE {_in('assignees')}{scope}
+        UNION ALL SELECT 1 FROM merge_requests WHERE ({_in('assignees')} OR {_in('reviewers')}){scope}
+        LIMIT 1""", [u, *scoped, u, u, *scoped]).fetchone()
+    return "" if listed else None
+
+
+def person(workspace: Workspace, user: str, project: str | None = None, since: datetime | None = None,
+           limit: int = 20) -> dict[str, Any]:
+    """What `user` authored, reviewed, commented on and was assigned (counts, and the newest
+    `limit` of each), the labels and paths they work on most, and their latest activity. With
+    `since`: items created (authored), updated (reviewed, assigned) or notes written since then."""
+    if limit < 1:
+        raise UsageError(f"person's limit must be at least 1, got {limit}")
+    name = _username(user)
+    u = name.lower()
+    start = naive_utc(since)
+    with workspace.read() as con:
+        pid = project_id(con, project)
+        display = _known(con, u, pid)
+        if display is None:
+            raise UsageError(f"no user @{name} in the store" + (f" for {project}" if project else "")
+                             + ": not an author, assignee, reviewer or commenter of any synced item")
+        created = (" AND t.created_at >= ?", [start]) if start else ("", [])
+        updated = (" AND t.updated_at >= ?", [start]) if start else ("", [])
+        noted = " AND n.created_at >= ?" if start else ""
+        mine = [u, *([start] if start else [])]
+        lists = {
+            "authored_issues": _entries(con, kinds.ISSUE, _is("t.author_username") + created[0], mine, pid,
+                                        "t.created_at DESC, t.id DESC"),
+            "authored_mrs": _entries(con, kinds.MERGE_REQUEST, _is("t.author_username") + created[0], mine, pid,
+                                     "t.created_at DESC, t.id DESC"),
+            # The `extra` columns' two parameters come first: they precede the WHERE clause's three.
+            "reviewed_mrs": _entries(
+                con, kinds.MERGE_REQUEST,
+                f"NOT {_is('t.author_username')} AND ({_in('t.reviewers')} OR EXISTS (SELECT 1 FROM notes n WHERE "
+                f"n.noteable_type = 'MergeRequest' AND n.noteable_id = t.id AND {_is('n.author_username')}))"
+                + updated[0], [u] * 5 + updated[1], pid,
+                extra=f", {_in('t.reviewers')} AS review_requested, (SELECT count(*) FROM notes n WHERE "
+                      f"n.noteable_type = 'MergeRequest' AND n.noteable_id = t.id AND {_is('n.author_username')}) "
+                      "AS notes"),
+            "assigned": [e for kind in kinds.ITEM_KINDS
+                         for e in _entries(con, kind, _in("t.assignees") + updated[0], mine, pid)],
+        }
+        commented = []
+        for kind in kinds.ITEM_KINDS:
+            scope = " AND t.project_id = ?" if pid is not None else ""
+            commented += [{**_entry(kind, {k: v for k, v in r.items() if k not in ("notes", "last_note_at")}),
+                           "notes": r["notes"], "last_note_at": iso(r["last_note_at"])} for r in rows(con, f"""
+                SELECT {ITEM_COLUMNS}, count(*) AS notes, max(n.created_at) AS last_note_at
+                FROM {_item_of(kind)} WHERE {_is('n.author_username')}{noted}{scope}
+                GROUP BY ALL""", [u, *([start] if start else []), *([pid] if pid is not None else [])])]
+        commented.sort(key=lambda e: (e["last_note_at"] or "", e["reference"]), reverse=True)
+        lists["assigned"].sort(key=lambda e: (e["updated_at"] or "", e["reference"]), reverse=True)
+        lists["commented_on"] = commented
+        labels = _top_labels(con, u, pid, created, updated)
+        paths = _top_paths(con, u, pid, created, noted, start)
+        activity = _activity(con, u, pid, start, limit)
+    return {"user": name, "name": display or None, "project": project, "since": iso(start),
+            "counts": {key: len(value) for key, value in lists.items()},
+            **{key: value[:limit] for key, value in lists.items()},
+            "top_labels": labels, "top_paths": paths, "recent_activity": activity}
+
+
+def _top_labels(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, created: tuple[str, list[Any]],
+                updated: tuple[str, list[Any]]) -> list[dict[str, Any]]:
+    """The labels of the items the user authored or was assigned, most frequent first."""
+    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
+    parts, params = [], []
+    for kind in kinds.ITEM_KINDS:
+        parts.append(f"SELECT DISTINCT t.id, unnest(t.labels) AS label FROM {kind.table} t "
+                     f"WHERE (({_is('t.author_username')}{created[0]}) OR ({_in('t.assignees')}{updated[0]})){scope}")
+        params += [u, *created[1], u, *updated[1], *scoped]
+    return [{"label": r["label"], "count": r["n"]} for r in rows(con, f"""
+        SELECT label, count(*) AS n FROM ({' UNION ALL '.join(parts)}) GROUP BY label
+        ORDER BY n DESC, label LIMIT {TOP}""", params)]
+
+
+def _top_paths(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, created: tuple[str, list[Any]],
+               noted: str, start: datetime | None) -> list[dict[str, Any]]:
+    """The files of the user's MRs and of their DiffNotes: how many MRs and review comments each."""
+    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
+    found = rows(con, f"""
+        SELECT path, count(*) AS n FROM (
+            SELECT DISTINCT f.merge_request_id, COALESCE(f.new_path, f.old_path) AS path
+            FROM mr_files f JOIN merge_requests t ON t.id = f.merge_request_id
+            WHERE {_is('t.author_username')}{created[0]}{scope}
+            UNION ALL
+            SELECT n.id, COALESCE(np.new_path, np.old_path) FROM note_positions np JOIN notes n ON n.id = np.note_id
+            JOIN merge_requests t ON n.noteable_type = 'MergeRequest' AND t.id = n.noteable_id
+            WHERE {_is('n.author_username')}{noted}{scope})
+        WHERE path IS NOT NULL GROUP BY path ORDER BY n DESC, path LIMIT {TOP}""",
+                 [u, *created[1], *scoped, u, *([start] if start else []), *scoped])
+    return [{"path": r["path"], "count": r["n"]} for r in found]
+
+
+def _activity(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime | None,
+              limit: int) -> list[dict[str, Any]]:
+    """The user's latest notes and the items they opened, newest first."""
+    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
+    out = []
+    for kind in kinds.ITEM_KINDS:
+        since_note, since_item = (" AND n.created_at >= ?", " AND t.created_at >= ?") if start else ("", "")
+        for r in rows(con, f"""
+                SELECT {ITEM_COLUMNS}, n.id AS note_id, n.body, n.created_at AS at FROM {_item_of(kind)}
+                WHERE {_is('n.author_username')}{since_note}{scope} ORDER BY n.created_at DESC, n.id DESC
+                LIMIT {limit}""", [u, *([start] if start else []), *scoped]):
+            out.append({"at": iso(r["at"]), "action": "commented", "item": public_item(kind, r),
+                        "excerpt": excerpt(r["body"]),
+                        "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None})
+        for r in rows(con, f"""
+                SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
+                WHERE {_is('t.author_username')}{since_item}{scope} ORDER BY t.created_at DESC, t.id DESC
+                LIMIT {limit}""", [u, *([start] if start else []), *scoped]):
+            out.append({"at": iso(r["created_at"]), "action": "opened", "item": public_item(kind, r),
+                        "excerpt": None, "url": r["web_url"]})
+    out.sort(key=lambda a: (a["at"] or "", a["item"]["reference"]), reverse=True)
+    return out[:limit]

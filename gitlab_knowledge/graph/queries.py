@@ -1,0 +1,348 @@
+"""Questions the knowledge graph answers: what an item links to, and which MRs touched a file.
+
+`related`, `history`, `me` and `person` are what the CLI commands of the same names print with
+--json and what the MCP tools return: each answer is a plain JSON document (timestamps as ISO 8601
+strings), validated by cli/schemas/<name>.json. They read the store only.
+"""
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge import kinds
+from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.explain import NoteNotStored, resolve
+from gitlab_knowledge.store.queries import check_project
+from gitlab_knowledge.workspace import Workspace
+
+# The groups `related` sorts links into, in the order they are printed.
+GROUPS = ("closes", "closed_by", "mentions", "mentioned_in", "related")
+# A row read from the item it was written in keeps its kind; read from its target, it is the
+# other side of the same link ("#234 closed_by !847" is "!847 closes #234").
+_INCOMING = {"closes": "closed_by", "closed_by": "closes", "mentions": "mentioned_in",
+             "mentioned_in": "mentions", "related": "related"}
+VIA = ("title", "description", "note", "system_note")
+EXCERPT_CHARS = 200
+ITEM_COLUMNS = ("t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.created_at, t.updated_at, t.closed_at, "
+                "t.author_username, t.labels, p.path_with_namespace AS project")
+
+
+def iso(value: Any) -> str | None:
+    """A stored (naive UTC) timestamp as the JSON documents write it: `2024-03-15T09:12:44Z`."""
+    if not isinstance(value, datetime):
+        return None
+    stamp = value if value.tzinfo else value.replace(tzinfo=UTC)
+    return stamp.isoformat().replace("+00:00", "Z")
+
+
+def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str:
+    """The text on one line, cut at `limit` characters with an ellipsis."""
+    flat = re.sub(r"\s+", " ", text or "").strip()
+    return flat if len(flat) <= limit else flat[:limit - 1].rstrip() + "…"
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def item_url(config: Config, path: str, kind: kinds.Kind, iid: int) -> str:
+    """The web address of an item the store does not hold, as GitLab would write it."""
+    return f"{config.gitlab.display_url.rstrip('/')}/{path}/-/{kind.api_path}/{iid}"
+
+
+def public_item(kind: kinds.Kind, row: dict[str, Any]) -> dict[str, Any]:
+    """What every answer says about a stored issue or MR."""
+    return {"reference": kind.ref(row["iid"], row["project"]), "type": kind.name, "title": row["title"],
+            "state": row["state"], "url": row["web_url"]}
+
+
+def project_id(con: duckdb.DuckDBPyConnection, project: str | None) -> int | None:
+    """The id of the stored project `project` names; a one-line error for a project not synced."""
+    return check_project(con, project) if project else None
+
+
+def stored_item(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, where: str,
+                params: list[Any]) -> dict[str, Any] | None:
+    found = rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
+                      f"WHERE {where}", params)
+    return found[0] if found else None
+
+
+# -- related ------------------------------------------------------------------------------------
+
+
+def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
+                 command: str = "related") -> tuple[kinds.Kind, dict[str, Any]]:
+    """The issue or MR a reference, URL or document id names (a thread's document or note URL:
+    the item it belongs to)."""
+    project_id(con, project)  # an unknown --project is said as such, not as an unknown item
+    try:
+        doc_id = resolve(con, ref, project)
+    except NoteNotStored as missing:
+        # The item is what matters here, not the note: any note of it names it.
+        doc_id = resolve(con, missing.kind.ref(missing.iid, missing.project), None)
+    except UsageError as exc:
+        # The shared parser names the command it was written for; say which one was typed.
+        raise UsageError(exc.message.replace("explain expects", f"{command} expects", 1)) from None
+    name, _, key = doc_id.partition(":")
+    if name == kinds.DISCUSSION:
+        thread = con.execute("SELECT noteable_type, issue_id, merge_request_id FROM discussions WHERE id = ?",
+                             [key]).fetchone()
+        if thread is None:
+            raise UsageError(f"no thread {key} in the store")
+        kind = kinds.by_noteable_type(thread[0])
+        key = str(thread[1] if kind is kinds.ISSUE else thread[2])
+    else:
+        kind = kinds.kind(name)
+    item = stored_item(con, kind, "t.id = ?", [int(key)])
+    if item is None:
+        raise UsageError(f"no {kind.name.replace('_', ' ')} {key} in the store")
+    return kind, item
+
+
+def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
+             item: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The item's links, grouped, each other item once per group."""
+    groups: dict[str, dict[tuple[str, str], dict[str, Any]]] = {g: {} for g in GROUPS}
+    cache: dict[tuple[str, int], dict[str, Any] | None] = {}
+    outgoing = rows(con, """
+        SELECT kind, found_in, target_type, target_path, target_iid, target_project_id, external
+        FROM item_references WHERE source_type = ? AND source_id = ?""", [kind.name, item["id"]])
+    for r in outgoing:
+        target_kind = kinds.kind(r["target_type"])
+        found = _target(con, target_kind, r["target_project_id"], r["target_path"], r["target_iid"], cache)
+        if found is not None and found["id"] == item["id"] and target_kind is kind:
+            continue  # an item naming itself links nothing
+        if found is not None:
+            link = {**public_item(target_kind, found), "external": bool(r["external"]), "in_store": True}
+        else:
+            link = {"reference": target_kind.ref(r["target_iid"], r["target_path"]), "type": target_kind.name,
+                    "title": None, "state": None,
+                    "url": item_url(config, r["target_path"], target_kind, r["target_iid"]),
+                    "external": bool(r["external"]), "in_store": False}
+        _add(groups[r["kind"]], link, r["found_in"])
+    incoming = rows(con, """
+        SELECT kind, found_in, source_type, source_id FROM item_references
+        WHERE target_type = ? AND target_iid = ?
+          AND (target_project_id = ? OR (target_project_id IS NULL AND lower(target_path) = lower(?)))""",
+                    [kind.name, item["iid"], item["project_id"], item["project"]])
+    for r in incoming:
+        source_kind = kinds.kind(r["source_type"])
+        if source_kind is kind and r["source_id"] == item["id"]:
+            continue
+        key = (source_kind.name, r["source_id"])
+        if key not in cache:
+            cache[key] = stored_item(con, source_kind, "t.id = ?", [r["source_id"]])
+        source = cache[key]
+        if source is None:
+            continue  # written in an item since deleted: the next run drops the row
+        link = {**public_item(source_kind, source), "external": False, "in_store": True}
+        _add(groups[_INCOMING[r["kind"]]], link, r["found_in"])
+    return {g: sorted(links.values(), key=_link_order) for g, links in groups.items()}
+
+
+def _target(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, target_project_id: int | None, path: str, iid: int,
+            cache: dict[tuple[str, int], dict[str, Any] | None]) -> dict[str, Any] | None:
+    if target_project_id is None:
+        # Not resolved when the link was read: the project may have been synced since.
+        found = con.execute("SELECT id FROM projects WHERE lower(path_with_namespace) = lower(?) ORDER BY id LIMIT 1",
+                            [path]).fetchone()
+        if found is None:
+            return None
+        target_project_id = found[0]
+    item = stored_item(con, kind, "t.project_id = ? AND t.iid = ?", [target_project_id, iid])
+    if item is not None:
+        cache[(kind.name, item["id"])] = item
+    return item
+
+
+def _add(group: dict[tuple[str, str], dict[str, Any]], link: dict[str, Any], found_in: str) -> None:
+    key = (link["type"], link["reference"].lower())
+    kept = group.setdefault(key, {**link, "via": []})
+    if found_in not in kept["via"]:
+        kept["via"] = sorted([*kept["via"], found_in], key=lambda v: VIA.index(v) if v in VIA else len(VIA))
+
+
+def _link_order(link: dict[str, Any]) -> tuple[Any, ...]:
+    project, _, iid = link["reference"].rpartition(kinds.kind(link["type"]).sigil)
+    return (project.lower(), link["type"], int(iid) if iid.isdigit() else 0)
+
+
+def related(workspace: Workspace, ref: str, project: str | None = None) -> dict[str, Any]:
+    """An issue or MR and everything it links to or is linked from, grouped by kind of link."""
+    with workspace.read() as con:
+        kind, item = resolve_item(con, ref, project)
+        links = links_of(con, workspace.config, kind, item)
+    return {"item": public_item(kind, item), "links": links}
+
+
+# -- history ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A path the history follows: the one asked about, or one a file had before a rename."""
+
+    base: str
+    prefix: bool  # also every file under base/ (the path asked about may name a directory)
+    project_id: int | None
+    before: datetime | None  # a path a file was renamed from counts only until the rename
+    rename: dict[str, Any] | None
+
+    def sql(self, column: str) -> tuple[str, list[Any]]:
+        # starts_with, not LIKE: a path may hold % or _.
+        if self.prefix:
+            return f"({column} = ? OR starts_with({column}, ?))", [self.base, self.base + "/"]
+        return f"{column} = ?", [self.base]
+
+    def matches(self, value: str | None) -> bool:
+        return value is not None and (value == self.base or (self.prefix and value.startswith(self.base + "/")))
+
+    def scope(self) -> tuple[str, list[Any]]:
+        where, params = "", []
+        if self.project_id is not None:
+            where, params = " AND m.project_id = ?", [self.project_id]
+        if self.before is not None:
+            where, params = where + " AND COALESCE(m.merged_at, m.updated_at) <= ?", [*params, self.before]
+        return where, params
+
+
+def _clean_path(path: str) -> str:
+    text = path.strip()
+    while text.startswith("./"):
+        text = text[2:]
+    text = text.strip("/")
+    if not text:
+        raise UsageError(f"history expects a file or directory path of the repository, e.g. src/app.py, got {path!r}")
+    return text
+
+
+def _change(row: dict[str, Any]) -> str:
+    if row["new_file"]:
+        return "new"
+    if row["deleted_file"]:
+        return "deleted"
+    return "renamed" if row["renamed_file"] else "modified"
+
+
+def _touches(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, hits: dict[int, dict[str, Any]],
+             follow: list[_Target], seen: set[tuple[int, str]], renames: list[dict[str, Any]]) -> None:
+    """Record the MRs whose file list or DiffNotes name `target`; queue the paths renamed into it
+    (not a path the history asks about anyway: all of its MRs are in already)."""
+    new_sql, new_params = target.sql("f.new_path")
+    old_sql, old_params = target.sql("f.old_path")
+    scope, scope_params = target.scope()
+    files = rows(con, f"""
+        SELECT f.merge_request_id, m.project_id, m.iid, p.path_with_namespace AS project,
+               COALESCE(m.merged_at, m.updated_at) AS touched_at, f.old_path, f.new_path, f.new_file, f.renamed_file,
+               f.deleted_file
+        FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
+        WHERE ({new_sql} OR {old_sql}){scope} ORDER BY touched_at, f.merge_request_id, f.position""",
+                 [*new_params, *old_params, *scope_params])
+    for r in files:
+        entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
+                                                         "rename": target.rename})
+        change = _change(r)
+        path = r["new_path"] or r["old_path"]
+        entry["files"].setdefault(path, {"path": path, "old_path": r["old_path"] if change == "renamed" else None,
+                                         "change": change})
+        old = r["old_path"]
+        if change == "renamed" and old and target.matches(r["new_path"]) and not target.matches(old) \
+                and not root.matches(old) and (r["project_id"], old) not in seen:
+            seen.add((r["project_id"], old))
+            rename = {"from": old, "to": r["new_path"],
+                      "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]), "at": iso(r["touched_at"])}
+            renames.append(rename)
+            follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
+    new_sql, new_params = target.sql("np.new_path")
+    old_sql, old_params = target.sql("np.old_path")
+    notes = rows(con, f"""
+        SELECT m.id AS merge_request_id, COALESCE(m.merged_at, m.updated_at) AS touched_at, n.discussion_id,
+               np.new_path, np.old_path, np.new_line, np.old_line
+        FROM note_positions np JOIN notes n ON n.id = np.note_id
+        JOIN merge_requests m ON n.noteable_type = 'MergeRequest' AND m.id = n.noteable_id
+        WHERE ({new_sql} OR {old_sql}){scope} ORDER BY n.discussion_id, n.position""",
+                 [*new_params, *old_params, *scope_params])
+    for r in notes:
+        entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
+                                                         "rename": target.rename})
+        path = r["new_path"] if target.matches(r["new_path"]) else r["old_path"]
+        line = r["new_line"] if path == r["new_path"] and r["new_line"] is not None else r["old_line"]
+        entry["threads"].setdefault(r["discussion_id"], {"path": path, "line": line})
+        entry.setdefault("noted_paths", set()).add(path)
+
+
+def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The review threads positioned on the path: who opened them, how, and whether resolved."""
+    if not positioned:
+        return []
+    firsts = rows(con, """
+        SELECT d.id, d.resolvable, d.resolved, n.author_username, n.body, n.created_at
+        FROM discussions d JOIN notes n ON n.discussion_id = d.id WHERE list_contains(?, d.id)
+        QUALIFY row_number() OVER (PARTITION BY d.id ORDER BY n.position) = 1
+        ORDER BY n.created_at, d.id""", [list(positioned)])
+    return [{"discussion_id": t["id"], "path": positioned[t["id"]]["path"], "line": positioned[t["id"]]["line"],
+             "author": t["author_username"], "created_at": iso(t["created_at"]), "excerpt": excerpt(t["body"]),
+             "resolvable": bool(t["resolvable"]), "resolved": bool(t["resolved"])} for t in firsts]
+
+
+def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> dict[str, Any]:
+    """The merge requests that touched `path` (a file, or every file under a directory), newest
+    first, following renames back: an MR that renamed X to the path brings in the MRs on X before it."""
+    if limit < 1:
+        raise UsageError(f"history's limit must be at least 1, got {limit}")
+    base = _clean_path(path)
+    with workspace.read() as con:
+        pid = project_id(con, project)
+        hits: dict[int, dict[str, Any]] = {}
+        renames: list[dict[str, Any]] = []
+        root = _Target(base, True, pid, None, None)
+        follow = [root]
+        # The cycle guard: a path is followed once per project (A → B, then B → A again).
+        seen: set[tuple[int, str]] = set()
+        while follow:
+            _touches(con, follow.pop(0), root, hits, follow, seen, renames)
+        newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
+        out = []
+        for mr_id in newest:
+            hit = hits[mr_id]
+            mr = rows(con, """
+                SELECT t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.merged_at, t.updated_at,
+                       t.author_username, p.path_with_namespace AS project
+                FROM merge_requests t JOIN projects p ON p.id = t.project_id WHERE t.id = ?""", [mr_id])[0]
+            files = list(hit["files"].values()) or [
+                {"path": p, "old_path": None, "change": None} for p in sorted(hit.get("noted_paths", ()))]
+            closes = links_of(con, workspace.config, kinds.MERGE_REQUEST, mr)["closes"]
+            out.append({**public_item(kinds.MERGE_REQUEST, mr), "merged_at": iso(mr["merged_at"]),
+                        "updated_at": iso(mr["updated_at"]), "author": mr["author_username"], "files": files,
+                        "followed_rename": hit["rename"],
+                        "closes": [{k: c[k] for k in ("reference", "title", "state", "url")} for c in closes],
+                        "threads": _threads(con, hit["threads"])})
+    return {"path": base, "project": project, "total": len(hits), "renames": renames, "merge_requests": out}
+
+
+# -- people (graph/people.py) -------------------------------------------------------------------
+# people.py builds on the helpers above, so it is imported when called: importing it here at the
+# top would be a cycle.
+
+
+def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
+       project: str | None = None) -> dict[str, Any]:
+    """What needs the user's attention (the token's user unless named), and what changed on their items."""
+    from gitlab_knowledge.graph import people
+
+    return people.me(workspace, user, since, project)
+
+
+def person(workspace: Workspace, user: str, project: str | None = None, since: datetime | None = None,
+           limit: int = 20) -> dict[str, Any]:
+    """What a person authored, reviewed, commented on and was assigned; their labels, paths and activity."""
+    from gitlab_knowledge.graph import people
+
+    return people.person(workspace, user, project, since, limit)
