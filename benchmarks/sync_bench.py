@@ -54,7 +54,8 @@ def sync_projects(url: str, projects: list[str], data_dir: Path, rate: float, co
     stats = [o.stats(RawStats) for o in outcomes]
     calls, items = sum(s.api_calls for s in stats), sum(s.items_listed for s in stats)
     wall = sum(s.duration_s for s in stats)
-    out = {"wall_s": round(wall, 2), "run_wall_s": round(run_wall, 2), "api_calls": calls, "items": items,
+    out = {"wall_s": round(wall, 2), "run_wall_s": round(run_wall, 2), "api_calls": calls,
+           "file_list_calls": sum(s.file_calls for s in stats), "items": items,
            "rate": rate, "concurrency": concurrency}
     if rate:
         out["bound_s"] = round(calls / rate, 2)

@@ -46,6 +46,7 @@ from gitlab_knowledge.search.filters import (
     Match,
     start_of,
 )
+from gitlab_knowledge.search.graph_filters import ID_SETS, id_set_query
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ class LexicalIndex:
 
     def filter_queries(self, filters: Filters) -> list[tantivy.Query]:
         """The filters as must-clauses; the two bounds on a date column make one range query."""
-        active = list(filters.active())
+        active = list(filters.pushed())
         bounds: dict[str, list[datetime | None]] = {}
         for spec, value in active:
             if spec.match in DATES:
@@ -263,8 +264,10 @@ class LexicalIndex:
                 bounds.setdefault(field, [None, None])[spec.match is Match.BEFORE] = _aware(start_of(value))
         must: list[tantivy.Query] = []
         for spec, value in active:
-            field = COLUMN[spec.column].field
-            if spec.match in DATES:
+            field = COLUMN[spec.column].field if spec.column in COLUMN else spec.column
+            if spec.match in ID_SETS:  # resolved graph filters, on the document id (search/graph_filters.py)
+                must.append(id_set_query(self.schema, field, value, spec.match))
+            elif spec.match in DATES:
                 if field in bounds:
                     must.append(self._range(field, *bounds.pop(field)))
             elif spec.match is Match.ANY_OF:

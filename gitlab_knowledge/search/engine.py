@@ -1,24 +1,26 @@
 """One search: retrievers (filters pushed down), exact matches pinned, RRF, snippets.
 
-Exact matches come first: a query's `#234`, `!847` or `group/project#12` puts that issue/MR (then
-its threads) at the top, and a query's whole code identifiers and paths (`parseJwtClaims`,
-`src/auth/login.ts`) put the documents containing all of them next, in BM25 order. Everything
-else is ordered by Reciprocal Rank Fusion of the BM25 top-N and the vector top-N.
+Exact matches come first (search/pinned.py): a query's `#234`, `!847` or `group/project#12` puts
+that issue/MR at the top, then the items it closes or is closed by, then its threads; a query's
+whole code identifiers and paths (`parseJwtClaims`, `src/auth/login.ts`) put the documents
+containing all of them next, in BM25 order. Everything else is ordered by Reciprocal Rank Fusion
+of the BM25 top-N and the vector top-N. Graph filters (`--path`, `--participant`) are resolved to
+document ids before the retrievers run (search/graph_filters.py).
 """
 
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import tantivy
-
 from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError, UsageError
-from gitlab_knowledge.lexical.analysis import code_identifiers, query_words, references, word_analyzer
-from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
+from gitlab_knowledge.lexical.analysis import query_words, word_analyzer
+from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search import relevance
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.graph_filters import resolve
+from gitlab_knowledge.search.pinned import exact_matches, linked_items
 from gitlab_knowledge.search.rrf import normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
 
@@ -26,10 +28,7 @@ MODES = ("hybrid", "lexical", "semantic")
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
 MAX_LEXICAL_CHARS = 4096
 EMBED_MAX_WORDS = 96
-PIN_MAX_WORDS = 24
 RECHECK_SECONDS = 30.0  # a long-lived searcher answering from another model's table looks again this often
-# A reference pins the issue/MR itself before its threads.
-TYPE_ORDER = {**{k.name: 0 for k in kinds.ITEM_KINDS}, kinds.DISCUSSION: 1}
 
 
 @dataclass
@@ -37,7 +36,7 @@ class Result:
     rank: int
     score: float
     rrf_score: float
-    match: str  # exact_reference | exact_identifier | fused
+    match: str  # exact_reference | linked | exact_identifier | fused
     ranks: dict[str, int]
     retriever_scores: dict[str, float]
     fields: dict[str, Any]
@@ -65,15 +64,6 @@ class Response:
     results: list[Result]
     warnings: list[str]
     no_good_match: str | None = None  # why nothing is shown although documents were ranked
-
-
-def _pinned_identifiers(text: str) -> list[str]:
-    """The code identifiers an exact match pins (analysis.code_identifiers: not capitalised or
-    hyphenated words). None for a long query: a pasted issue's identifiers are incidental, and
-    requiring all of them would pin whatever happens to share them."""
-    if len(text.split()) > PIN_MAX_WORDS:
-        return []
-    return code_identifiers(text)
 
 
 def _embedding_text(text: str) -> str:
@@ -165,6 +155,8 @@ class Searcher:
         if not text:
             raise UsageError("nothing to search for: the query is empty")
         warnings: list[str] = []
+        filters, graph_warnings = resolve(self.config, filters)
+        warnings += graph_warnings
         lexical_text = text
         if len(text) > MAX_LEXICAL_CHARS:
             lexical_text = text[:MAX_LEXICAL_CHARS]
@@ -219,7 +211,8 @@ class Searcher:
             scores.setdefault(h.doc_id, {})["semantic"] = round(h.similarity, 6)
         excerpts = {h.doc_id: h.excerpt for h in semantic_hits}
 
-        pinned = self._exact(index, lexical_text, filters, fields, lexical_hits) if index else []
+        pinned = exact_matches(index, lexical_text, filters, fields, lexical_hits,
+                               lambda ids: linked_items(self.config, ids, warnings)) if index else []
         by_id = {f.doc_id: f for f in fused}
         ordered: list[tuple[str, str]] = [(doc_id, how) for doc_id, how in pinned]
         pinned_ids = {doc_id for doc_id, _ in pinned}
@@ -279,42 +272,6 @@ class Searcher:
             top = lexical_hits[0].score if lexical_hits else 0.0
             return own.get("lexical", 0.0) / top if top > 0 else 0.0
         return normalized(rrf_score, max(retrievers, 1), k)
-
-    def _exact(self, index: LexicalIndex, text: str, filters: Filters, fields: dict[str, dict[str, Any]],
-               lexical_hits: list[Any]) -> list[tuple[str, str]]:
-        """Documents that exactly match the query's references and whole identifiers."""
-        searcher = index.index.searcher()
-        must_filters = [(tantivy.Occur.Must, q) for q in index.filter_queries(filters)]
-        out: list[tuple[str, str]] = []
-        seen: set[str] = set()
-
-        def run(query: tantivy.Query, limit: int) -> list[dict[str, Any]]:
-            found = searcher.search(tantivy.Query.boolean_query([(tantivy.Occur.Must, query), *must_filters]),
-                                    limit=limit, count=False).hits
-            return [stored_fields(searcher.doc(address)) for _score, address in found]
-
-        for project, kind, iid in references(text):
-            ref = kinds.kind(kind).ref(iid, project)
-            docs = run(index._term("refs", ref), 50)
-            docs.sort(key=lambda d: (TYPE_ORDER.get(d["source_type"], 2), d["project"] or "", d["created_at"] or 0,
-                                     d["doc_id"]))
-            for doc in docs:
-                if doc["doc_id"] not in seen:
-                    seen.add(doc["doc_id"])
-                    fields.setdefault(doc["doc_id"], doc)
-                    out.append((doc["doc_id"], "exact_reference"))
-        idents = _pinned_identifiers(text)
-        if idents:
-            query = tantivy.Query.boolean_query([(tantivy.Occur.Must, index._term("idents", t)) for t in idents])
-            docs = run(query, 50)
-            lexical_rank = {h.doc_id: i for i, h in enumerate(lexical_hits)}
-            docs.sort(key=lambda d: (lexical_rank.get(d["doc_id"], len(lexical_rank)), d["doc_id"]))
-            for doc in docs:
-                if doc["doc_id"] not in seen:
-                    seen.add(doc["doc_id"])
-                    fields.setdefault(doc["doc_id"], doc)
-                    out.append((doc["doc_id"], "exact_identifier"))
-        return out
 
     @staticmethod
     def _floor(index: LexicalIndex | None, text: str, results: list[Result], bodies: "_BodyCache") -> str | None:

@@ -25,12 +25,20 @@ A new filter touches at most four files:
 
 A filter on a column already carried is a `FilterSpec` here and nothing else. A new kind of
 matching (a new `Match`) also needs its translations in search/semantic.py and lexical/index.py.
+
+Graph filters (`Match.GRAPH`: `--path`, `--participant`) read no column: they ask the store's
+relation tables (merge request files, diff positions, note authors) which documents match, at
+query time (search/graph_filters.py). Carrying such facts as columns would change the vector
+table's layout, and a table of another layout is re-embedded whole. The set of matching document
+ids reaches both retrievers as one more pushed-down filter (`Match.IN_SET` on the id, see
+`Filters.pushed`), applied before their cut like every other filter. A new graph filter is a
+`FilterSpec` here plus its query in search/graph_filters.py.
 """
 
 import argparse
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Self
@@ -99,6 +107,9 @@ class Match(StrEnum):
     ON_OR_AFTER = "on_or_after"  # a timestamp on or after the start of the day
     BEFORE = "before"  # a timestamp before the start of the day
     EXCLUDE_TRUE = "exclude_true"  # a boolean flag: leave out rows whose column is true
+    GRAPH = "graph"  # resolved from the store's graph tables to a set of ids (search/graph_filters.py)
+    IN_SET = "in_set"  # the document id is one of a set: how resolved GRAPH filters are pushed down
+    NOT_IN_SET = "not_in_set"  # the document id is none of a set: the same, when the complement is smaller
 
 
 REPEATABLE = (Match.ANY_OF, Match.ALL_OF)
@@ -116,7 +127,8 @@ class FilterSpec:
     describe: str | None = None  # its key in describe() (the JSON output), None: not reported
     strip: str = ""  # leading characters a user may type but the value never has (`@` of a username)
     choose: Callable[[str], str | None] | None = None  # ANY_OF: a typed word → its canonical value
-    expects: str = ""  # ANY_OF: the choices, for the error message
+    expects: str = ""  # ANY_OF, GRAPH: the choices or the expected form, for the error message
+    clean: Callable[[str], str | None] | None = None  # GRAPH: a typed value → its canonical form (None: invalid)
 
     @property
     def dest(self) -> str:
@@ -137,6 +149,17 @@ def _source_type(word: str) -> str | None:
 
 
 _TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} or {kinds.DISCUSSION}"
+DOC_ID = "doc_id"  # the document id in both indexes (not a metadata column: each index's own)
+
+
+def _repo_path(text: str) -> str | None:
+    """A repository path as GitLab writes it: no leading `./` or `/`, no trailing `/` (a directory
+    is matched as a prefix either way). None when nothing is left."""
+    path = text.strip()
+    while path.startswith("./"):
+        path = path[2:]
+    path = path.strip("/")
+    return path if path and path != "." else None
 
 # In the search command's flag order, which is also the order of describe().
 FILTERS: tuple[FilterSpec, ...] = (
@@ -152,6 +175,11 @@ FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("project", "--project", Match.EXACT, "project", metavar="PATH", describe="project"),
     FilterSpec("state", "--state", Match.EXACT, "state", help="opened, closed, merged, ...", metavar="STATE",
                describe="state"),
+    FilterSpec("path", "--path", Match.GRAPH, DOC_ID, metavar="PATH", describe="path", clean=_repo_path,
+               expects="a file or directory path in the repository, e.g. services/auth",
+               help="merge requests that changed this file or directory, and threads on its diff lines"),
+    FilterSpec("participant", "--participant", Match.GRAPH, DOC_ID, metavar="USER", describe="participant",
+               strip="@", help="issues and MRs the user wrote, is assigned to or reviews; threads the user wrote in"),
     FilterSpec("exclude_confidential", "--no-confidential", Match.EXCLUDE_TRUE, "confidential",
                help="leave out confidential issues and their threads"),
     FilterSpec("exclude_internal", "--no-internal", Match.EXCLUDE_TRUE, "internal",
@@ -193,7 +221,15 @@ def _parse(spec: FilterSpec, raw: Any) -> Any:
         return parse_date(raw, spec.flag) if raw else None
     if spec.match is Match.EXCLUDE_TRUE:
         return bool(raw)
-    return (raw or "").lstrip(spec.strip) or None
+    value = (raw or "").strip().lstrip(spec.strip) if spec.match is Match.GRAPH else (raw or "").lstrip(spec.strip)
+    if spec.clean and raw:
+        cleaned = spec.clean(value)
+        if cleaned is None:
+            raise UsageError(f"{spec.flag} expects {spec.expects}, got {raw!r}")
+        return cleaned
+    if spec.match is Match.GRAPH and raw is not None and not value:
+        raise UsageError(f"{spec.flag} expects a value, got {raw!r}")
+    return value or None
 
 
 def _check_ranges(values: dict[str, Any]) -> None:
@@ -237,12 +273,41 @@ class _FilterMethods:
     def is_empty(self) -> bool:
         return next(self.active(), None) is None
 
+    def graph(self) -> list[tuple[FilterSpec, Any]]:
+        """The graph filters in effect: resolved to `doc_ids` before a search."""
+        return [(spec, value) for spec, value in self.active() if spec.match is Match.GRAPH]
+
+    def resolved(self, doc_ids: frozenset[str], complement: bool = False) -> Self:
+        """These filters with their graph filters resolved: the matching documents are `doc_ids`,
+        or every document but `doc_ids` when `complement` (the smaller set to push down)."""
+        return replace(self, doc_ids=doc_ids, complement=complement)
+
+    def pushed(self) -> Iterator[tuple[FilterSpec, Any]]:
+        """What the retrievers apply: the column filters, then the graph filters' resolved ids."""
+        graph = False
+        for spec, value in self.active():
+            if spec.match is Match.GRAPH:
+                graph = True
+            else:
+                yield spec, value
+        if graph:
+            if self.doc_ids is None:
+                raise AssertionError("graph filters reach a retriever unresolved (search/graph_filters.py)")
+            yield (NOT_IN_IDS if self.complement else IN_IDS), self.doc_ids
+
     def describe(self) -> dict[str, object]:
         return {s.describe: _as_json(getattr(self, s.name)) for s in FILTERS if s.describe}
 
 
+# The pushed-down form of resolved graph filters (`Filters.pushed`): no flag of their own.
+IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.IN_SET, DOC_ID)
+NOT_IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.NOT_IN_SET, DOC_ID)
+
 Filters = make_dataclass(
-    "Filters", [(s.name, Any, field(default=s.empty)) for s in FILTERS], bases=(_FilterMethods,), frozen=True,
+    "Filters", [*((s.name, Any, field(default=s.empty)) for s in FILTERS),
+                # Set by `resolved`: the documents the graph filters match (None: not resolved).
+                ("doc_ids", Any, field(default=None, repr=False)), ("complement", bool, field(default=False, repr=False))],
+    bases=(_FilterMethods,), frozen=True,
     namespace={"__doc__": "Validated search filters: one field per FilterSpec, named as its `name`.",
                "__module__": __name__})
 

@@ -7,6 +7,9 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.search.engine import Response, Result, parent_kind, reference_of
 
 SCHEMA_VERSION = 1
+# How the human view marks a pinned result (a fused one is marked only when weak).
+MATCH_LABELS = {"exact_reference": " [exact match]", "exact_identifier": " [exact match]",
+                "linked": " [linked: closes or closed by the referenced item]"}
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -91,7 +94,7 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
             flags.append(f"{red}[confidential]{reset}")
         if f["internal"]:
             flags.append(f"{red}[internal]{reset}")
-        exact = " [exact match]" if r.match != "fused" else " [weak match]" if r.weak else ""
+        exact = MATCH_LABELS.get(r.match, " [weak match]" if r.weak else "")
         lines.append(f"{bold}[{r.rank}] {headline(r)}{reset} ({r.score:.2f}){exact}" + (" " + " ".join(flags) if flags else ""))
         day = f["created_at"].strftime("%Y-%m-%d") if f["created_at"] else "?"
         meta = [f"@{f['author']}" if f["author"] else "@?", day, f["project"]]
@@ -121,4 +124,6 @@ def _explain(r: Result, k: int) -> str:
         else:
             parts.append(f"{name}: rank {rank} ({label} {score:.3f}) → 1/({k}+{rank}) = {1 / (k + rank):.5f}")
     match = "" if r.match == "fused" else f"; pinned first as {r.match.replace('_', ' ')}"
+    if r.match == "linked":
+        match = "; pinned after the referenced item: it closes it or is closed by it"
     return "; ".join(parts) + f"; rrf = {r.rrf_score:.5f}{match}"

@@ -115,7 +115,7 @@ def test_the_search_command_finds_the_server_by_its_data_directory(tmp_path: Pat
     assert socket_path(config(deep)) == socket_path(config(deep)) != deep / "mcp-search.sock"
     args = argparse.Namespace(query=["a", "b"], mode="hybrid", limit=3, model=None, json=True, explain=False,
                               config=None, type=None, author=None, label=None, after=None, before=None, project=None,
-                              state=None, no_confidential=False, no_internal=False)
+                              state=None, path=None, participant=None, no_confidential=False, no_internal=False)
     assert request_of(args, False)["query"] == "a b"
     args.some_new_flag = "on"  # a flag the server does not know: the command searches in-process
     assert request_of(args, False) is None

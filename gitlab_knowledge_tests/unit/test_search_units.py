@@ -10,6 +10,7 @@ from gitlab_knowledge.lexical.analysis import identifier_terms, query_words, ref
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.__main__ import build_parser
 from gitlab_knowledge.search.filters import COLUMN, FILTERS, Filters, Match
+from gitlab_knowledge.search.graph_filters import RESOLVERS
 from gitlab_knowledge.search.rrf import normalized, rrf
 from gitlab_knowledge.search.semantic import SQL, MemoryVectors, where_clause
 from gitlab_knowledge.search.snippets import make_snippet
@@ -84,20 +85,27 @@ def test_vector_filter_sql_quotes_values():
 
 
 EVERY_FILTER = {"types": ["mr", "discussion"], "author": "@janedoe", "labels": ["a", "b"], "after": "2024-01-01",
-                "before": "2024-06-01", "project": "g/p", "state": "merged", "exclude_confidential": True,
-                "exclude_internal": True}
+                "before": "2024-06-01", "project": "g/p", "state": "merged", "path": "./services/auth/",
+                "participant": "@JaneDoe", "exclude_confidential": True, "exclude_internal": True}
 
 
 def test_filters_derive_from_one_registry(tmp_path):
-    assert [f.name for f in dataclasses.fields(Filters)] == [s.name for s in FILTERS]
-    assert {s.column for s in FILTERS} <= set(COLUMN)
-    # Every kind of match has a translation in each retriever.
-    assert set(SQL) == set(MemoryVectors.MASKS) == set(Match)
+    # The last two fields hold the graph filters once resolved to document ids.
+    assert [f.name for f in dataclasses.fields(Filters)] == [s.name for s in FILTERS] + ["doc_ids", "complement"]
+    assert {s.column for s in FILTERS if s.match is not Match.GRAPH} <= set(COLUMN)
+    # Every kind of match has a translation in each retriever, except graph filters: they reach the
+    # retrievers resolved, as a set of ids (search/graph_filters.py resolves each of them).
+    assert set(SQL) == set(MemoryVectors.MASKS) == set(Match) - {Match.GRAPH}
+    assert {s.name for s in FILTERS if s.match is Match.GRAPH} == set(RESOLVERS)
     built = Filters.build(**EVERY_FILTER)
     assert [spec.name for spec, _ in built.active()] == [s.name for s in FILTERS]
-    clauses = LexicalIndex(tmp_path / "tantivy", create=True).filter_queries(built)
-    # One clause per filter, except that --after and --before make one range and each label is a term.
-    assert len(clauses) == len(FILTERS) - 1 + (len(EVERY_FILTER["labels"]) - 1)
+    index = LexicalIndex(tmp_path / "tantivy", create=True)
+    with pytest.raises(AssertionError, match="unresolved"):
+        index.filter_queries(built)
+    clauses = index.filter_queries(built.resolved(frozenset({"issue:1"})))
+    # One clause per filter, except that --after and --before make one range, each label is a term
+    # and the graph filters are one set of ids.
+    assert len(clauses) == len(FILTERS) - 1 + (len(EVERY_FILTER["labels"]) - 1) - 1
     schema = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_text())
     assert list(built.describe()) == schema["properties"]["filters"]["required"]
 
@@ -105,7 +113,8 @@ def test_filters_derive_from_one_registry(tmp_path):
 def test_the_command_line_builds_the_same_filters():
     args = build_parser().parse_args(["q", "--type", "mr", "--type", "discussion", "--author", "@janedoe", "--label",
                                       "a", "--label", "b", "--after", "2024-01-01", "--before", "2024-06-01",
-                                      "--project", "g/p", "--state", "merged", "--no-confidential", "--no-internal"])
+                                      "--project", "g/p", "--state", "merged", "--path", "./services/auth/",
+                                      "--participant", "@JaneDoe", "--no-confidential", "--no-internal"])
     assert Filters.from_args(args) == Filters.build(**EVERY_FILTER)
     assert Filters.from_args(build_parser().parse_args(["q"])) == Filters()
     assert Filters().is_empty() and not Filters.build(exclude_internal=True).is_empty()
