@@ -49,7 +49,7 @@ def test_a_storm_loses_and_duplicates_nothing(small_dataset, make_config, refere
         faults = sum(sb.stats()["faults"].values())
     assert faults >= 3, f"{name}: the storm never hit ({faults} faults)"
     assert snapshot(config) == reference
-    assert scalar(config, "SELECT count(*) - count(DISTINCT gitlab_key) FROM raw_payloads") == 0
+    assert scalar(config, "SELECT count(*) - count(DISTINCT (resource_type, gitlab_key)) FROM raw_payloads") == 0
 
 
 def test_items_updated_while_the_sync_pages_through_them_are_neither_lost_nor_doubled(tmp_path, make_config):
