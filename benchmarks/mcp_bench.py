@@ -10,8 +10,10 @@ with the real embedded model either way, so search latency includes real query e
 
 Measured: process start to the first `search` answer; `search` (hybrid) p50/p95 per call through
 the client, protocol and query embedding included, once the vectors are in memory;
-`gitlab_get_mr_comments` and `get_merge_request` from the store; the server's peak RSS; and the
-search command's wall time per call, a new process each time, with the server running and without.
+`gitlab_get_mr_comments` and `get_merge_request` from the store; the graph tools (`related` per
+MR, `file_history` per reviewed path, `me` per MR author) on what the store's graph holds; the
+server's peak RSS; and the search command's wall time per call, a new process each time, with the
+server running and without.
 """
 
 import argparse
@@ -80,7 +82,25 @@ def workload(data: Path, queries: int) -> tuple[list[str], list[tuple[str, int]]
     return titles, [(p, int(i)) for p, i in mrs], documents
 
 
-async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]]) -> dict[str, Any]:
+def graph_workload(data: Path, mrs: list[tuple[str, int]]) -> dict[str, list[dict[str, Any]]]:
+    """The graph tools' calls: `related` for each MR, `me` for their authors, `file_history` for
+    paths review comments were made on (deterministic samples)."""
+    refs = [f"{p}!{i}" for p, i in mrs]
+    with read_connection(data / "gitlab_knowledge.duckdb") as con:
+        users = [r[0] for r in con.execute("""
+            SELECT DISTINCT m.author_username FROM merge_requests m JOIN projects p ON p.id = m.project_id
+            WHERE list_contains(?, p.path_with_namespace || '!' || m.iid) AND m.author_username IS NOT NULL
+            ORDER BY 1 LIMIT 20""", [refs]).fetchall()]
+        paths = [r[0] for r in con.execute("""
+            SELECT new_path FROM (SELECT DISTINCT new_path FROM note_positions WHERE new_path IS NOT NULL)
+            ORDER BY hash(new_path) LIMIT 20""").fetchall()]
+    return {"related": [{"ref": ref} for ref in refs],
+            "file_history": [{"path": path, "limit": 10} for path in paths],
+            "me": [{"user": user, "since": "2000-01-01"} for user in users]}
+
+
+async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]],
+                graph: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
@@ -127,6 +147,9 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
         # The same MRs again, as an agent asks (unresolved only): the store is unchanged, so cached.
         ms = [await timed("gitlab_get_mr_comments", {"project": p, "mr": i, "onlyUnresolved": True}) for p, i in mrs]
         out["gitlab_get_mr_comments_again"] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
+        for name, calls in graph.items():
+            ms = [await timed(name, arguments) for arguments in calls]
+            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)} if ms else None
         out["server_peak_rss_mb"] = server_status(config)["peak_rss_mb"]
         out["cli_with_server"] = cli_runs(config_path, 15, resident=True)
     out["cli_without_server"] = cli_runs(config_path, 5, resident=False)
@@ -172,9 +195,12 @@ def table(r: dict[str, Any]) -> str:
                             f"p50 {m['engine_p50']} ms, p95 {m['engine_p95']} ms, query embedding p50 {m['embed_p50']} ms"))
     for name, label in (("gitlab_get_mr_comments", "gitlab_get_mr_comments, from the store (each MR once)"),
                         ("gitlab_get_mr_comments_again", "gitlab_get_mr_comments, the same MRs again (store unchanged)"),
-                        ("get_merge_request", "get_merge_request, from the store")):
-        m = r[name]
-        rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))
+                        ("get_merge_request", "get_merge_request, from the store (with links and files)"),
+                        ("related", "related, each MR"), ("file_history", "file_history, reviewed paths (limit 10)"),
+                        ("me", "me, the MRs' authors (since 2000-01-01)")):
+        m = r.get(name)
+        if m:
+            rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))
     rows.append(("server peak RSS", f"{r['server_peak_rss_mb']:,} MB"))
     w, wo = r["cli_with_server"], r["cli_without_server"]
     rows.append(("search command, new process per call, server running",
@@ -198,10 +224,15 @@ def main() -> int:
     data = args.data_dir or build_store(args.workdir, args.issues, args.mrs)
     config_path = write_config(data.resolve(), args.workdir / "mcp_bench.toml")
     queries, mrs, documents = workload(data, args.queries)
+    graph = graph_workload(data, mrs)
+    load_before = os.getloadavg()[0]
     results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "documents": documents,
-               "machine": f"{platform.machine()}, Python {platform.python_version()}",
-               **asyncio.run(drive(config_path, queries, mrs))}
-    print("\n" + table(results) + f"\n\n{results['date']} · {results['machine']}")
+               "machine": f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores",
+               **asyncio.run(drive(config_path, queries, mrs, graph))}
+    # The machine may be shared: the load says how much of a number is the server's own.
+    results["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+    print("\n" + table(results) + f"\n\n{results['date']} · {results['machine']} · load average "
+          f"{results['load_average'][0]} at the start, {results['load_average'][1]} at the end")
     path = args.out or REPO / "benchmarks" / "results" / f"mcp-{results['date'][:10]}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2))

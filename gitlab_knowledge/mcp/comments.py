@@ -1,8 +1,9 @@
 """`gitlab_get_mr_comments`: the review feedback on one merge request (docs/mr-comments.md).
 
 Both sources hand over GitLab's own discussion payloads: live mode fetches them now, store mode
-reads them as the last sync stored them (`raw_payloads`), so one mapping turns a GitLab note into
-a comment and authors, positions and resolution are GitLab's objects in either mode.
+reads them as the last sync stored them (`raw_payloads`, every thread GitLab returned, system-only
+ones included), so one mapping turns a GitLab note into a comment, authors, positions and
+resolution are GitLab's objects, and the filters (system notes too) work the same in either mode.
 """
 
 import json
@@ -10,17 +11,13 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import NotFoundError, UsageError
 from gitlab_knowledge.mcp.bounds import BODY_CHARS, cut
+from gitlab_knowledge.mcp.store_reader import store_stamp
 from gitlab_knowledge.workspace import Workspace
-
-# What the store cannot answer yet: it keeps no system notes (they are dropped at normalization).
-SYSTEM_NEEDS_LIVE = ("includeSystem needs live: true: the local store keeps no system notes yet, "
-                     "so pass live: true to read them from GitLab")
 
 
 @dataclass(frozen=True)
@@ -57,8 +54,6 @@ class CommentsRequest:
                       markdown=fmt == "markdown", live=bool(args.get("live", False)))
         if request.only_resolved and request.only_unresolved:
             raise UsageError("onlyResolved and onlyUnresolved exclude each other: pass at most one of them")
-        if request.include_system and not request.live:
-            raise UsageError(SYSTEM_NEEDS_LIVE)
         return request
 
 
@@ -71,6 +66,9 @@ class Source:
     web_url: str | None
     title: str | None
     reference: str
+    # Store mode: the MR's threads were stored by a sync older than the store's schema 5, which
+    # kept no system-only threads, and no sync has fetched them again since (the upgrade asks it to).
+    before_system_notes: bool = False
 
 
 # -- one GitLab note → one comment ---------------------------------------------------------------
@@ -160,23 +158,10 @@ _CACHE_SIZE = 64
 _CACHE_LOCK = threading.Lock()
 
 
-def store_stamp(path: Path) -> Any:
-    """What changes whenever DuckDB writes the store: the file's and its WAL's mtime, size, inode."""
-    stamp = []
-    for file in (path, path.with_name(path.name + ".wal")):
-        try:
-            st = file.stat()
-        except FileNotFoundError:
-            stamp.append(None)
-            continue
-        stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
-    return tuple(stamp)
-
-
 def from_store(workspace: Workspace, request: CommentsRequest) -> Source:
     """The MR's threads as the last sync stored them. An agent asks for the same MR several times
     (unresolved first, then the digest): while the store's files are unchanged, the last read
-    answers without opening DuckDB again (an open costs more than the reads)."""
+    answers without reading DuckDB again."""
     path = workspace.config.duckdb_path
     key = (str(path), request.project, request.mr)
     stamp = store_stamp(path)  # taken before the read: a write during it invalidates the entry
@@ -209,34 +194,44 @@ def _project_id(con: Any, project: str) -> int | None:
         else None
 
 
+_MR_SQL = f"""
+    SELECT m.id, m.web_url, m.title, p.path_with_namespace, coalesce(r.discussions_fetched_at, r.fetched_at),
+           r.id IS NOT NULL AND r.discussions_fetched_at IS NULL
+    FROM {kinds.MERGE_REQUEST.table} m JOIN projects p ON p.id = m.project_id
+    LEFT JOIN raw_payloads r ON r.id = m.raw_payload_id
+    WHERE m.iid = ? AND """
+
+
 def _read_store(workspace: Workspace, request: CommentsRequest) -> Source:
-    """One short read of DuckDB: the MR, then its stored thread payloads."""
+    """Two queries on one short read of DuckDB: the MR, then its stored thread payloads. (One query
+    joining both scans raw_payloads as a whole and takes three times as long in DuckDB.)"""
     mr_kind = kinds.MERGE_REQUEST
     with workspace.read() as con:
-        project_id = _project_id(con, request.project)
-        if project_id is None:
-            known = [r[0] for r in con.execute("SELECT path_with_namespace FROM projects ORDER BY 1").fetchall()]
-            raise UsageError(f"unknown project {request.project!r}: it is not in the local store (synced: "
-                             f"{', '.join(known) or 'none yet'}); add it to the config and sync, or pass live: true")
-        found = con.execute(f"""
-            SELECT m.id, m.web_url, m.title, p.path_with_namespace,
-                   coalesce(r.discussions_fetched_at, r.fetched_at)
-            FROM {mr_kind.table} m JOIN projects p ON p.id = m.project_id
-            LEFT JOIN raw_payloads r ON r.id = m.raw_payload_id
-            WHERE m.iid = ? AND m.project_id = ?
-        """, [request.mr, project_id]).fetchone()
+        # The project as named (its id or exact path) in the MR's own query; other spellings
+        # (another case, a path from before a rename) take the slower resolution below.
+        exact = "p.id = ?" if request.project.isdigit() else "p.path_with_namespace = ?"
+        found = con.execute(_MR_SQL + exact, [request.mr, int(request.project) if request.project.isdigit()
+                                                else request.project]).fetchone()
+        if found is None:
+            project_id = _project_id(con, request.project)
+            if project_id is None:
+                known = [r[0] for r in con.execute("SELECT path_with_namespace FROM projects ORDER BY 1").fetchall()]
+                raise UsageError(f"unknown project {request.project!r}: it is not in the local store (synced: "
+                                 f"{', '.join(known) or 'none yet'}); add it to the config and sync, or pass live: true")
+            found = con.execute(_MR_SQL + "m.project_id = ?", [request.mr, project_id]).fetchone()
         if found is None:
             raise UsageError(f"no MR !{request.mr} in {request.project} in the local store: check the IID, "
                              "or pass live: true if it is newer than the last sync")
-        mr_id, web_url, title, path, fetched_at = found
+        mr_id, web_url, title, path, fetched_at, refetch_due = found
         rows = con.execute("""
             SELECT json FROM raw_payloads
             WHERE resource_type = ? AND parent_type = ? AND parent_id = ? AND deleted_at IS NULL
             ORDER BY position, gitlab_key
         """, [kinds.DISCUSSION, mr_kind.name, mr_id]).fetchall()
     threads = [json.loads(r[0]) for r in rows]
+    # Threads stored while the MR awaits a refetch of them: only the schema 5 upgrade leaves that.
     return Source(threads=threads, fetched_at=fetched_at or datetime.now(UTC), web_url=web_url, title=title,
-                  reference=mr_kind.ref(request.mr, path))
+                  reference=mr_kind.ref(request.mr, path), before_system_notes=bool(refetch_due and threads))
 
 
 # -- GitLab, now ---------------------------------------------------------------------------------

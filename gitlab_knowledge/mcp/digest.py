@@ -52,7 +52,7 @@ def _place(thread: list[dict[str, Any]]) -> tuple[str, int]:
 
 
 def render(result: dict[str, Any], *, title: str | None, reference: str, web_url: str | None, live: bool,
-           hidden_internal: int) -> str:
+           hidden_internal: int, system_notes_missing: bool = False) -> str:
     counts = result["counts"]
     threads = _threads(result["comments"])
     unresolved = sum(1 for t in threads if _group(t) == GROUPS[0])
@@ -64,6 +64,9 @@ def render(result: dict[str, Any], *, title: str | None, reference: str, web_url
         lines.append(f"MR: {web_url}")
     if hidden_internal:
         lines.append(f"{hidden_internal} internal note(s) left out ([mcp] include_internal is off).")
+    if system_notes_missing:
+        lines.append("System notes of this MR may be missing: its threads were stored before the store kept "
+                     "them; the next sync fetches them, or pass live: true.")
     if not threads:
         lines += ["", "No comments match."]
         return "\n".join(lines) + "\n"

@@ -50,6 +50,9 @@ def listen(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        # Listening now, before the address is announced: a client that reads the line and
+        # connects before uvicorn has started waits in the backlog instead of being refused.
+        sock.listen(socket.SOMAXCONN)
     except OSError as exc:
         sock.close()
         raise UsageError(f"cannot listen on {host}:{port} ({exc.strerror}): pick another --port") from None

@@ -1,18 +1,29 @@
-"""`get_issue` / `get_merge_request`: an item with its threads and notes, bounded for an agent.
+"""`get_issue` / `get_merge_request`: an item with its threads, notes, links and files, bounded.
 
-The item comes from `store.queries.show_item`, the function `show` uses; this module only decides
-what an agent may see (confidential issues and internal notes need the config's opt-in) and how
-much (descriptions and bodies cut with a marker, at most ITEM_NOTES notes).
+The item comes from `store.queries.show_item`, the function `show` uses, its links from the
+function `related` uses (`graph.queries.links_of`, through the views that hide what agents may
+not see), and an MR's files from `mr_files`. This module decides what an agent may see
+(confidential issues and internal notes need the config's opt-in) and how much (descriptions and
+bodies cut with a marker, at most ITEM_NOTES notes, ITEM_LINKS links per group, ITEM_FILES files).
 """
 
 from datetime import UTC, datetime
 from typing import Any
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.mcp.bounds import BODY_CHARS, DESCRIPTION_CHARS, ITEM_NOTES, cut
+from gitlab_knowledge.mcp.bounds import (
+    BODY_CHARS,
+    DESCRIPTION_CHARS,
+    GRAPH_LIST,
+    ITEM_FILES,
+    ITEM_LINKS,
+    ITEM_NOTES,
+    cut,
+)
 from gitlab_knowledge.mcp.digest import when
+from gitlab_knowledge.mcp.graph_tools import GROUP_TITLES
+from gitlab_knowledge.workspace import Workspace
 
 SCHEMA_VERSION = 1
 
@@ -24,19 +35,47 @@ def iso(value: Any) -> str | None:
     return aware.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def get_item(config: Config, kind: kinds.Kind, iid: int, project: str | None, *, include_confidential: bool,
+def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | None, *, include_confidential: bool,
              include_internal: bool) -> dict[str, Any]:
+    """`workspace` reads through the views that hide what agents may not see (mcp/visibility.py)."""
     from gitlab_knowledge.store.queries import show_item
 
     try:
-        item = show_item(config, kind, iid, project)
+        item = show_item(workspace.config, kind, iid, project)
     except UsageError as exc:
         # show_item words its hints for the command line; an agent passes an argument instead.
         raise UsageError(exc.message.replace("add --project", "pass project")) from None
     if item.get("confidential") and not include_confidential:
         raise UsageError(f"{kind.ref(iid, item['project'])} is confidential and the MCP server leaves confidential "
                          "issues out: set [mcp] include_confidential = true in the config to let agents read them")
-    return shape(kind, item, include_internal)
+    out = shape(kind, item, include_internal)
+    links, files = graph_of(workspace, kind, item)
+    out["links"] = {group: [{k: link[k] for k in ("reference", "type", "title", "state")}
+                            for link in entries[:ITEM_LINKS]] for group, entries in links.items()}
+    out["counts"]["links"] = sum(len(entries) for entries in links.values())
+    out["omitted"]["links_over_limit"] = sum(max(0, len(entries) - ITEM_LINKS) for entries in links.values())
+    if kind is kinds.MERGE_REQUEST:
+        out["files"] = files[:ITEM_FILES]
+        out["counts"]["files"] = len(files)
+        out["omitted"]["files_over_limit"] = max(0, len(files) - ITEM_FILES)
+    return out
+
+
+def graph_of(workspace: Workspace, kind: kinds.Kind,
+             item: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The item's links, grouped as `related` groups them, and an MR's changed files in GitLab's order."""
+    from gitlab_knowledge.graph.queries import links_of
+
+    with workspace.read() as con:
+        links = links_of(con, workspace.config, kind, item)
+        files: list[dict[str, Any]] = []
+        if kind is kinds.MERGE_REQUEST:
+            rows = con.execute("""
+                SELECT old_path, new_path, new_file, renamed_file, deleted_file FROM mr_files
+                WHERE merge_request_id = ? ORDER BY position""", [item["id"]]).fetchall()
+            files = [{"old_path": o, "new_path": n, "new_file": bool(nf), "renamed_file": bool(rf),
+                      "deleted_file": bool(df)} for o, n, nf, rf, df in rows]
+    return links, files
 
 
 def shape(kind: kinds.Kind, item: dict[str, Any], include_internal: bool) -> dict[str, Any]:
@@ -100,7 +139,9 @@ def render(item: dict[str, Any]) -> str:
     lines = [f"# {kind.display} {item['reference']}: {item['title'] or ''}", " · ".join(facts)]
     if item["web_url"]:
         lines.append(item["web_url"])
-    lines += ["", item["description"] or "(no description)", "", f"## {item['counts']['threads']} thread(s)"]
+    lines += ["", item["description"] or "(no description)"]
+    lines += _links_and_files(item)
+    lines += ["", f"## {item['counts']['threads']} thread(s)"]
     for i, thread in enumerate(item["threads"], 1):
         state = " (resolved)" if thread["resolved"] else (" (unresolved)" if thread["resolvable"] else "")
         lines += ["", f"### Thread {i}{state}"]
@@ -116,3 +157,28 @@ def render(item: dict[str, Any]) -> str:
     if omitted["internal_notes"]:
         lines += ["", f"[{omitted['internal_notes']} internal note(s) left out: [mcp] include_internal is off]"]
     return "\n".join(lines) + "\n"
+
+
+def _links_and_files(item: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    groups = [(title, item["links"][group]) for group, title in GROUP_TITLES.items() if item["links"][group]]
+    if groups:
+        lines += ["", f"## Links ({item['counts']['links']})"]
+        for title, links in groups:
+            shown = ", ".join(f"{link['reference']}" + (f" {link['title']}" if link["title"] else "")
+                              + (f" ({link['state']})" if link["state"] else "") for link in links)
+            lines.append(f"- {title}: {shown}")
+        if item["omitted"]["links_over_limit"]:
+            lines.append(f"[{item['omitted']['links_over_limit']} more link(s) not shown: `related` lists up to "
+                         f"{GRAPH_LIST} per group]")
+    if "files" in item:
+        lines += ["", f"## Files changed ({item['counts']['files']})"]
+        for f in item["files"]:
+            change = " (new)" if f["new_file"] else " (deleted)" if f["deleted_file"] else \
+                f" (renamed from `{f['old_path']}`)" if f["renamed_file"] else ""
+            lines.append(f"- `{f['new_path'] or f['old_path']}`{change}")
+        if item["omitted"]["files_over_limit"]:
+            lines.append(f"[{item['omitted']['files_over_limit']} more file(s) not shown: the first {ITEM_FILES} are]")
+        if not item["files"]:
+            lines.append("(none stored: a sync fetches an MR's file list)")
+    return lines

@@ -214,3 +214,4 @@ class Resident:
     def stop(self) -> None:
         if self.endpoint is not None:
             self.endpoint.stop()
+        self.context.reader.close()

@@ -29,7 +29,9 @@ INSTRUCTIONS = (
     "Use `search` to find what was decided and where (exact references like !847 come first), "
     "`get_issue` / `get_merge_request` to read one item with its threads, and `gitlab_get_mr_comments` "
     "(onlyUnresolved: true, format: markdown) to address the review feedback on an MR; live: true reads "
-    "GitLab now instead of the last sync. `explain` says whether an item's index entry is fresh."
+    "GitLab now instead of the last sync. `related` lists what an issue or MR closes, mentions or is "
+    "linked from; `file_history` the merge requests that touched a file; `me` what needs a user's attention. "
+    "`explain` says whether an item's index entry is fresh."
 )
 
 

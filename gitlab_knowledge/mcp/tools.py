@@ -1,8 +1,9 @@
 """The tools: input schema, output schema, and a handler calling what the CLI calls.
 
 search → `Searcher.search` (the resident one) and the search JSON contract; get_issue /
-get_merge_request → `store.queries.show_item`; gitlab_get_mr_comments → comments.py;
-explain → `explain.explain`; index_status → `index_status.index_status`. Handlers return
+get_merge_request → `store.queries.show_item` and the graph's links; gitlab_get_mr_comments →
+comments.py; explain → `explain.explain`; index_status → `index_status.index_status`; related,
+file_history, me → graph/queries.py (graph_tools.py). Handlers return
 (short text, structured output); a failure raises `KnowledgeError`, which the server turns into a
 one-line tool error.
 """
@@ -22,6 +23,8 @@ from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.mcp.bounds import SEARCH_LIMIT
 from gitlab_knowledge.mcp.resident import ResidentSearch
+from gitlab_knowledge.mcp.store_reader import ServerWorkspace, StoreReader
+from gitlab_knowledge.mcp.visibility import hidden_lens
 from gitlab_knowledge.workspace import Workspace, real_embedder
 
 STORE_WAIT_SECONDS = 0.5  # a sync holding DuckDB makes a tool answer "store busy", never wait long
@@ -35,21 +38,25 @@ class Context:
     resident: ResidentSearch
     include_confidential: bool
     include_internal: bool
+    reader: StoreReader
 
     @classmethod
     def create(cls, config: Config, resident: ResidentSearch) -> "Context":
         quick = dataclasses.replace(config, sync=dataclasses.replace(config.sync, lock_wait_seconds=STORE_WAIT_SECONDS))
         return cls(config=quick, resident=resident, include_confidential=config.mcp.include_confidential,
-                   include_internal=config.mcp.include_internal)
+                   include_internal=config.mcp.include_internal, reader=StoreReader(quick.duckdb_path))
 
-    def workspace(self) -> Workspace:
-        """The CLI's seam, with the resident process's embedding model (loaded once)."""
+    def workspace(self, *, visible_only: bool = False) -> Workspace:
+        """The CLI's seam, with the resident process's embedding model (loaded once) and its
+        store reader; `visible_only`: reads see only what the config lets agents see."""
         def embedder(config: Config, provider: str | None = None, model: str | None = None) -> Any:
             if provider is None and model is None:
                 return self.resident.provider()
             return real_embedder(config, provider, model)
 
-        return Workspace(self.config, embedder_factory=embedder)
+        lens = hidden_lens(include_confidential=self.include_confidential,
+                           include_internal=self.include_internal) if visible_only else None
+        return ServerWorkspace(self.config, embedder_factory=embedder, reader=self.reader, lens=lens)
 
 
 Result = tuple[str, dict[str, Any]]
@@ -68,9 +75,10 @@ class Tool:
 
 @cache
 def schema(name: str) -> dict[str, Any]:
-    """A JSON Schema shipped in the package (`mcp/<name>` or `search/schema.json`)."""
+    """A JSON Schema shipped in the package (`mcp/<name>`, `search/schema.json`, `cli/schemas/<name>`)."""
     package, _, file = name.rpartition("/")
-    return json.loads(resources.files(f"gitlab_knowledge.{package or 'mcp'}").joinpath(file).read_text("utf-8"))
+    package = package.replace("/", ".") or "mcp"
+    return json.loads(resources.files(f"gitlab_knowledge.{package}").joinpath(file).read_text("utf-8"))
 
 
 def plain(value: Any) -> Any:
@@ -107,6 +115,10 @@ SEARCH_INPUT = {
         "before": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created before (YYYY-MM-DD)."},
         "project": _optional_string("Only this project (group/project)."),
         "state": _optional_string("opened, closed, merged, ..."),
+        "path": _optional_string("Only MRs that changed this file, or a file under this directory, and review "
+                                 "threads positioned on it (e.g. services/auth or services/auth/jwt.py)."),
+        "participant": _optional_string("Only threads this username wrote a note in, and issues/MRs they "
+                                        "authored, are assigned or review."),
         "mode": {"enum": ["hybrid", "lexical", "semantic"], "default": "hybrid",
                  "description": "hybrid (default) fuses keywords and meaning; lexical is keywords only."},
         "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT, "default": 10},
@@ -120,7 +132,8 @@ async def search(ctx: Context, args: dict[str, Any]) -> Result:
 
     filters = Filters.build(types=args.get("type"), author=args.get("author"), labels=args.get("label"),
                             after=args.get("after"), before=args.get("before"), project=args.get("project"),
-                            state=args.get("state"), exclude_confidential=not ctx.include_confidential,
+                            state=args.get("state"), path=args.get("path"), participant=args.get("participant"),
+                            exclude_confidential=not ctx.include_confidential,
                             exclude_internal=not ctx.include_internal)
     limit = args.get("limit", 10)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
@@ -154,7 +167,8 @@ def _item_handler(kind: kinds.Kind) -> Handler:
         iid = args.get("iid")
         if isinstance(iid, bool) or not isinstance(iid, int) or iid < 1:
             raise UsageError(f"iid must be a whole number >= 1, got {iid!r}")
-        item = await asyncio.to_thread(get_item, ctx.config, kind, iid, args.get("project") or None,
+        item = await asyncio.to_thread(get_item, ctx.workspace(visible_only=True), kind, iid,
+                                       args.get("project") or None,
                                        include_confidential=ctx.include_confidential,
                                        include_internal=ctx.include_internal)
         return render(item), item
@@ -172,7 +186,8 @@ COMMENTS_INPUT = {
         "project": {"type": ["string", "integer"], "description": "The project: numeric id or group/project path."},
         "mr": {"type": "integer", "minimum": 1, "description": "The merge request's IID (the number in !847)."},
         "includeSystem": {"type": "boolean", "default": False,
-                          "description": "Include GitLab's system notes (needs live: true for now)."},
+                          "description": "Include GitLab's system notes (\"added 1 commit\", \"approved this merge "
+                                         "request\"), from the store or live."},
         "includeOverviewNotes": {"type": "boolean", "default": True,
                                  "description": "Include notes on the MR itself, not on a diff line."},
         "onlyResolved": {"type": "boolean", "default": False},
@@ -200,7 +215,8 @@ async def mr_comments(ctx: Context, args: dict[str, Any]) -> Result:
         source = await asyncio.to_thread(comments.from_store, workspace, request)
     out, hidden = comments.envelope(request, source, ctx.include_internal)
     text = digest.render(out, title=source.title, reference=source.reference, web_url=source.web_url,
-                         live=request.live, hidden_internal=hidden)
+                         live=request.live, hidden_internal=hidden,
+                         system_notes_missing=request.include_system and source.before_system_notes)
     if request.markdown:
         out["markdown"] = text
     return text, out
@@ -288,6 +304,8 @@ async def index_status(ctx: Context, args: dict[str, Any]) -> Result:
 
 
 def all_tools() -> list[Tool]:
+    from gitlab_knowledge.mcp import graph_tools as graph
+
     return [
         Tool("search", "Search GitLab knowledge",
              "Hybrid keyword + meaning search over the synced issues, merge requests and discussion threads. "
@@ -295,11 +313,12 @@ def all_tools() -> list[Tool]:
              SEARCH_INPUT, schema("search/schema.json"), search),
         Tool("get_issue", "Get an issue",
              "An issue from the local store with its discussion threads and notes (long bodies are cut with a "
-             "marker).", _item_input(kinds.ISSUE), schema("item.schema.json"), _item_handler(kinds.ISSUE)),
+             "marker) and its links to other issues and MRs (`related` has them in full).",
+             _item_input(kinds.ISSUE), schema("item.schema.json"), _item_handler(kinds.ISSUE)),
         Tool("get_merge_request", "Get a merge request",
              "A merge request from the local store with its discussion threads, notes and DiffNote file/line "
-             "(long bodies are cut with a marker).", _item_input(kinds.MERGE_REQUEST), schema("item.schema.json"),
-             _item_handler(kinds.MERGE_REQUEST)),
+             "(long bodies are cut with a marker), its links to other issues and MRs and the files it changed.",
+             _item_input(kinds.MERGE_REQUEST), schema("item.schema.json"), _item_handler(kinds.MERGE_REQUEST)),
         Tool("gitlab_get_mr_comments", "Get an MR's review comments",
              "The review feedback on one merge request as one list of comments (diff and overview notes, with "
              "author, file, line, resolution), from the local store or live from GitLab (live: true). "
@@ -313,4 +332,19 @@ def all_tools() -> list[Tool]:
              "Per project: documents, and for the vectors and the lexical index how many are indexed, stale, "
              "unindexed, failed or orphaned.", {"type": "object", "additionalProperties": False, "properties": {}},
              INDEX_STATUS_OUTPUT, index_status),
+        Tool("related", "Related issues and MRs",
+             "An issue or MR and every item it closes, is closed by, mentions, is mentioned in or is related to, "
+             "from its descriptions, notes and GitLab's system notes, each with where the link was written. "
+             f"At most {graph.GRAPH_LIST} links per group. The `related --json` document.",
+             graph.RELATED_INPUT, schema("cli/schemas/related.json"), graph.related),
+        Tool("file_history", "A file's merge requests",
+             "The merge requests that touched a file (or every file under a directory), newest first, following "
+             "renames back, each with the matching files, the issues it closes and its review threads on them. "
+             "The `history --json` document.", graph.HISTORY_INPUT, schema("cli/schemas/history.json"),
+             graph.file_history),
+        Tool("me", "What needs a user's attention",
+             "For a user (default: the token's): open issues assigned, open MRs to review, their open MRs with "
+             "unresolved threads, unresolved threads mentioning them, and new comments and closes or merges on "
+             f"their items since a day (default 7 days ago). At most {graph.GRAPH_LIST} entries per list. "
+             "The `me --json` document.", graph.ME_INPUT, schema("cli/schemas/me.json"), graph.me),
     ]

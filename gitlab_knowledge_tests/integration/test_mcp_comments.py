@@ -26,6 +26,7 @@ from gitlab_knowledge.workspace import Workspace
 
 MR = {"project": "acme/platform", "mr": 847}
 EXTRA_THREADS = 110  # with the sample's 22 notes: 132 notes, 122 threads (3 pages of 50)
+SAMPLE_NOTES, SYSTEM_NOTES = 22, 6  # the sample's !847 as synced into the store
 COMMENTS_SCHEMA = schema("mr_comments.schema.json")
 
 
@@ -95,8 +96,9 @@ def config(store: Path, gitlab: SandboxGitLab) -> Config:
 def test_store_comments_combine_diff_and_overview_notes_with_counts(config: Config) -> None:
     out = comments(config)
     notes = out["comments"]
-    # The sample's !847: 22 notes, 6 of them system notes the store never keeps.
-    assert out["counts"] == {"comments": 16, "discussions": len({c["thread_id"] for c in notes}), "notes": 16}
+    # The sample's !847: 22 notes, 6 of them system notes, which includeSystem (false) leaves out.
+    assert out["counts"] == {"comments": 16, "discussions": len({c["thread_id"] for c in notes}), "notes": 22}
+    assert not any(c["system"] for c in notes)
     assert {c["source"] for c in notes} == {"discussion"}
     diff = [c for c in notes if c["position"]]
     assert diff and all(c["file_path"] == (c["position"]["new_path"] or c["position"]["old_path"]) for c in diff)
@@ -133,8 +135,44 @@ def test_markdown_digest_carries_author_time_file_and_link(config: Config) -> No
     assert "markdown" not in comments(config)  # json format: the digest is the text content only
 
 
-def test_store_mode_refuses_include_system_and_unknown_projects(config: Config) -> None:
-    assert "live: true" in error(config, "gitlab_get_mr_comments", {**MR, "includeSystem": True})
+def test_include_system_adds_exactly_the_system_notes_from_the_store_and_live(config: Config) -> None:
+    system_ids = {}
+    for live, notes in ((False, SAMPLE_NOTES), (True, SAMPLE_NOTES + EXTRA_THREADS + EXTRA_THREADS // 10)):
+        with_system = comments(config, live=live, includeSystem=True)
+        without = comments(config, live=live, includeSystem=False)
+        system = [c for c in with_system["comments"] if c["system"]]
+        assert len(system) == SYSTEM_NOTES, live
+        assert with_system["counts"]["notes"] == without["counts"]["notes"] == notes
+        assert with_system["counts"]["comments"] == notes
+        assert without["counts"]["comments"] == notes - SYSTEM_NOTES
+        assert not any(c["system"] for c in without["comments"])
+        # The system-only threads are threads of their own: they add to the thread count.
+        assert with_system["counts"]["discussions"] > without["counts"]["discussions"]
+        assert [c for c in with_system["comments"] if not c["system"]] == without["comments"]
+        system_ids[live] = {c["note_id"] for c in system}
+        digest = comments(config, live=live, includeSystem=True, format="markdown")["markdown"]
+        assert digest.count("system note") == SYSTEM_NOTES
+    # The store holds the very notes GitLab serves.
+    assert system_ids[False] == system_ids[True]
+
+
+def test_include_system_says_when_the_threads_predate_system_notes(config: Config) -> None:
+    """A store upgraded to schema 5 keeps an MR's old threads until the next sync fetches them again."""
+    mr_row = "SELECT raw_payload_id FROM merge_requests WHERE iid = 847 AND project_id = 101"
+    with Workspace(config).write() as con:
+        fetched = con.execute(f"SELECT discussions_fetched_at FROM raw_payloads WHERE id = ({mr_row})").fetchone()[0]
+        con.execute(f"UPDATE raw_payloads SET discussions_fetched_at = NULL WHERE id = ({mr_row})")
+    try:
+        assert "may be missing" in call(config, "gitlab_get_mr_comments", {**MR, "includeSystem": True}).content[0].text
+        assert "may be missing" not in call(config, "gitlab_get_mr_comments", MR).content[0].text
+    finally:
+        with Workspace(config).write() as con:
+            con.execute(f"UPDATE raw_payloads SET discussions_fetched_at = ? WHERE id = ({mr_row})", [fetched])
+    assert fetched is not None
+    assert "may be missing" not in call(config, "gitlab_get_mr_comments", {**MR, "includeSystem": True}).content[0].text
+
+
+def test_unknown_projects_and_bad_arguments_are_tool_errors(config: Config) -> None:
     message = error(config, "gitlab_get_mr_comments", {"project": "acme/nope", "mr": 1})
     assert "unknown project" in message and "acme/platform" in message
     assert "perPage" in error(config, "gitlab_get_mr_comments", {**MR, "perPage": 101})
@@ -149,17 +187,17 @@ def test_live_follows_every_page_and_keeps_thread_order(config: Config, gitlab: 
     pages = gitlab.stats()["by_route"].get("merge_request_discussions")
     assert pages == 3
     notes = out["comments"]
-    assert out["counts"]["notes"] == 22 + EXTRA_THREADS + EXTRA_THREADS // 10  # the internal note not counted
+    assert out["counts"]["notes"] == SAMPLE_NOTES + EXTRA_THREADS + EXTRA_THREADS // 10  # not the internal note
     assert out["counts"]["comments"] == len(notes) > 100
     system = [c for c in notes if c["system"]]
-    assert len(system) == 6
+    assert len(system) == SYSTEM_NOTES
     remarks = [int(c["body"].split()[-1]) for c in notes if c["body"].startswith("review remark")]
     assert remarks == list(range(EXTRA_THREADS))
     replies = [i for i, c in enumerate(notes) if c["body"] == "reply to remark 0"]
     assert replies and notes[replies[0] - 1]["body"] == "review remark 0"
     assert not any("do not ship" in c["body"] for c in notes)
     without_system = comments(config, live=True)
-    assert without_system["counts"]["comments"] == len(notes) - 6
+    assert without_system["counts"]["comments"] == len(notes) - SYSTEM_NOTES
     assert not any(c["system"] for c in without_system["comments"])
 
 
@@ -241,6 +279,7 @@ def test_items_leave_out_confidential_issues_and_internal_notes(config: Config, 
 
 def test_a_writing_sync_makes_store_tools_answer_busy_and_the_server_holds_no_lock(config: Config) -> None:
     path = str(config.duckdb_path)
+    comments(config)  # read before the sync starts: the answer below comes from it
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pathlib import Path; from gitlab_knowledge.store.db import write_connection\n"
         f"with write_connection(Path({path!r}), wait=10):\n"
@@ -281,3 +320,63 @@ def test_a_write_to_the_store_is_seen_by_the_next_call(config: Config) -> None:
     finally:
         with Workspace(config).write() as con:
             con.execute("UPDATE raw_payloads SET deleted_at = NULL WHERE gitlab_key = ?", [thread])
+
+
+def test_overlapping_calls_read_the_store_together_and_leave_it_unlocked(config: Config) -> None:
+    """Tool calls run on worker threads at once: one attachment of the store serves them all, and
+    none is held once they are answered."""
+    server = build_server(Resident(config, local_socket=False).context)
+    calls = [("gitlab_get_mr_comments", {"project": "acme/platform", "mr": 812, "includeSystem": True}),
+             ("get_issue", {"iid": 234, "project": "acme/platform"}),
+             ("related", {"ref": "acme/platform!847"}),
+             ("explain", {"ref": "acme/platform#234"})] * 4
+
+    async def go() -> list[Any]:
+        async with Client(server) as client:
+            return list(await asyncio.gather(*(client.call_tool(name, arguments) for name, arguments in calls)))
+
+    results = asyncio.run(go())
+    assert not [r.content[0].text for r in results if r.is_error]
+    for i, result in enumerate(results[4:], 4):
+        same = results[i % 4].structured_content
+        if calls[i][0] == "explain":  # its chain carries the time of the check
+            assert result.structured_content["verdict"] == same["verdict"]
+        else:
+            assert result.structured_content == same
+    writer = subprocess.run([sys.executable, "-c", (
+        "from pathlib import Path; from gitlab_knowledge.store.db import write_connection\n"
+        f"with write_connection(Path({str(config.duckdb_path)!r}), wait=0): print('wrote')")],
+        capture_output=True, text=True)
+    assert writer.stdout.strip() == "wrote", writer.stderr
+
+
+def test_what_a_sync_makes_confidential_leaves_the_next_answer_of_a_running_server(config: Config) -> None:
+    """The lists of what agents may not see are rebuilt when the store changes, not per process."""
+    server = build_server(Resident(config, local_socket=False).context)
+    ref = {"ref": "acme/platform#234"}
+
+    def linked_issues(result: Any) -> set[str]:
+        assert not result.is_error, result.content[0].text
+        return {link["reference"] for links in result.structured_content["links"].values() for link in links
+                if link["type"] == "issue"}
+
+    def set_confidential(reference: str, value: bool) -> None:
+        path, _, iid = reference.partition("#")
+        with Workspace(config).write() as con:
+            con.execute("UPDATE issues SET confidential = ? WHERE iid = ? AND project_id = "
+                        "(SELECT id FROM projects WHERE path_with_namespace = ?)", [value, int(iid), path])
+
+    async def go() -> tuple[set[str], set[str], set[str]]:
+        async with Client(server) as client:
+            before = linked_issues(await client.call_tool("related", ref))
+            hidden = sorted(before)[0]
+            await asyncio.to_thread(set_confidential, hidden, True)
+            try:
+                during = linked_issues(await client.call_tool("related", ref))
+            finally:
+                await asyncio.to_thread(set_confidential, hidden, False)
+            return before, during, linked_issues(await client.call_tool("related", ref))
+
+    before, during, after = asyncio.run(go())
+    assert len(during) == len(before) - 1 and during < before
+    assert after == before

@@ -27,7 +27,8 @@ from gitlab_knowledge.mcp.local import server_status, socket_path
 from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 
-TOOLS = {"search", "get_issue", "get_merge_request", "gitlab_get_mr_comments", "explain", "index_status"}
+TOOLS = {"search", "get_issue", "get_merge_request", "gitlab_get_mr_comments", "explain", "index_status", "related",
+         "file_history", "me"}
 CALLS = [
     ("search", {"query": "why did we choose redis", "limit": 5}),
     ("search", {"query": "session", "mode": "lexical", "type": ["merge_request"], "label": ["auth"], "limit": 3}),
@@ -37,6 +38,9 @@ CALLS = [
     ("gitlab_get_mr_comments", {"project": "101", "mr": 847, "live": True, "includeSystem": True, "perPage": 5}),
     ("explain", {"ref": "acme/platform!812"}),
     ("index_status", {}),
+    ("related", {"ref": "acme/platform!847"}),
+    ("file_history", {"path": "services/auth", "project": "acme/platform", "limit": 5}),
+    ("me", {"user": "johndoe", "since": "2024-01-01"}),
 ]
 NEW_TITLE = "Quokka migration checklist for the zebrafish cluster"
 BEARER_ENV = "GK_TEST_MCP_BEARER"
@@ -123,6 +127,12 @@ def test_stdio_every_tool_a_sync_while_serving_and_the_search_command(config_pat
             secret = await client.call_tool("search", {"query": "SSRF webhook URL validation bypass internal",
                                                        "limit": 20})
             assert not any(r["confidential"] or r["internal"] for r in secret.structured_content["results"])
+            # The graph filters reach the resident searcher as the CLI's do.
+            scoped = await client.call_tool("search", {"query": "token", "path": "services/auth", "limit": 10})
+            assert not scoped.is_error, scoped.content[0].text
+            assert scoped.structured_content["filters"]["path"] == "services/auth"
+            assert scoped.structured_content["results"]
+            assert {r["type"] for r in scoped.structured_content["results"]} <= {"merge_request", "discussion"}
 
             # The search command finds this server by its data directory and prints what it would have.
             before = server_status(config)["answered"]

@@ -69,9 +69,11 @@ def test_request_validation_is_one_clear_line() -> None:
     assert CommentsRequest.from_arguments(base) == CommentsRequest(project="g/p", mr=3)
     for bad, words in (({"mr": 0}, "IID"), ({"perPage": 0}, "perPage"), ({"format": "html"}, "format"),
                        ({"onlyResolved": True, "onlyUnresolved": True}, "exclude each other"),
-                       ({"includeSystem": True}, "live: true"), ({"project": " / "}, "project")):
+                       ({"project": " / "}, "project")):
         with pytest.raises(UsageError, match=words):
             CommentsRequest.from_arguments({**base, **bad})
+    # System notes come from the store as well as from GitLab: no `live` needed.
+    assert CommentsRequest.from_arguments({**base, "includeSystem": True}).include_system
 
 
 def test_digest_groups_unresolved_first_then_by_file_and_line() -> None:

@@ -1,0 +1,202 @@
+"""The knowledge-graph tools: `related`, `file_history`, `me`.
+
+Each calls the function its CLI command calls (graph/queries.py) and returns that command's --json
+document, validated by the same schema (cli/schemas/<name>.json), plus a short text rendering. The
+reads go through a workspace that sees only what agents may see (mcp/visibility.py), so a
+confidential issue or an internal note never reaches an answer without the config's opt-in.
+Lists are cut at GRAPH_LIST entries; the text says when one was.
+"""
+
+import asyncio
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from gitlab_knowledge import kinds
+from gitlab_knowledge.errors import KnowledgeError, UsageError
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT
+from gitlab_knowledge.mcp.digest import when
+
+if TYPE_CHECKING:  # tools.py lists these tools: a runtime import would go round in a circle
+    from gitlab_knowledge.mcp.tools import Context
+
+GROUP_TITLES = {"closes": "Closes", "closed_by": "Closed by", "mentions": "Mentions",
+                "mentioned_in": "Mentioned in", "related": "Related"}
+_DATE = r"^\d{4}-\d{2}-\d{2}$"
+
+
+def _text(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "minLength": 1, "description": description, **extra}
+
+
+RELATED_INPUT = {
+    "type": "object", "additionalProperties": False, "required": ["ref"],
+    "properties": {
+        "ref": _text("#IID, !IID, group/project#IID, group/project!IID or an issue/MR URL."),
+        "project": _text("group/project, when a short reference is ambiguous."),
+    },
+}
+HISTORY_INPUT = {
+    "type": "object", "additionalProperties": False, "required": ["path"],
+    "properties": {
+        "path": _text("A file or directory of the repository, e.g. services/auth/jwt.py or services/auth."),
+        "project": _text("Only this project (group/project)."),
+        "limit": {"type": "integer", "minimum": 1, "maximum": HISTORY_LIMIT, "default": HISTORY_LIMIT,
+                  "description": "The newest N merge requests."},
+    },
+}
+ME_INPUT = {
+    "type": "object", "additionalProperties": False, "properties": {
+        "user": _text("A GitLab username (default: the token's user, as the last sync recorded it)."),
+        "since": _text("Changes since this day (YYYY-MM-DD, UTC; default: 7 days ago).", pattern=_DATE),
+        "project": _text("Only this project (group/project)."),
+    },
+}
+
+
+def for_agent(exc: KnowledgeError) -> UsageError:
+    """A CLI message with an agent's words: it passes arguments, not flags."""
+    message = exc.message.replace("--user USERNAME", "user (a GitLab username)")
+    message = re.sub(r"\badd --(project|user)\b", r"pass \1", message)
+    return UsageError(re.sub(r"--(project|user|since|limit)\b", r"\1", message))
+
+
+def _cap(values: list[Any]) -> list[Any]:
+    return values[:GRAPH_LIST]
+
+
+def _more(values: list[Any]) -> str:
+    return f" (first {GRAPH_LIST} of {len(values)})" if len(values) > GRAPH_LIST else ""
+
+
+def _item(entry: dict[str, Any]) -> str:
+    title = entry["title"] if entry.get("title") is not None else "(not in the store)"
+    state = f" ({entry['state']})" if entry.get("state") else ""
+    return f"{entry['reference']} {title}{state}"
+
+
+# -- related ------------------------------------------------------------------------------------
+
+
+async def related(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    from gitlab_knowledge.graph import queries
+
+    ref, project = str(args["ref"]).strip(), args.get("project") or None
+    try:
+        out = await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)
+    except UsageError as exc:
+        if not ctx.include_confidential:
+            await asyncio.to_thread(_refuse_confidential, ctx, ref, project)
+        raise for_agent(exc) from None
+    full = {g: len(v) for g, v in out["links"].items()}
+    out["links"] = {g: _cap(v) for g, v in out["links"].items()}
+    lines = [f"# {_item(out['item'])}", out["item"]["url"] or ""]
+    for group, title in GROUP_TITLES.items():
+        links = out["links"][group]
+        if links:
+            more = f" (first {GRAPH_LIST} of {full[group]})" if full[group] > len(links) else ""
+            lines += ["", f"## {title} ({len(links)}){more}"]
+            lines += [f"- {_item(link)}{' · external' if link['external'] else ''} · via {', '.join(link['via'])}"
+                      for link in links]
+    if not any(full.values()):
+        lines += ["", "No links in the store: nothing it names and nothing naming it."]
+    return "\n".join(lines) + "\n", out
+
+
+def _refuse_confidential(ctx: "Context", ref: str, project: str | None) -> None:
+    """The reference names a confidential issue the views hid: say so, as get_issue does."""
+    from gitlab_knowledge.graph.queries import resolve_item
+
+    with ctx.workspace().read() as con:
+        try:
+            kind, item = resolve_item(con, ref, project)
+        except KnowledgeError:
+            return
+        confidential = kind is kinds.ISSUE and con.execute(
+            "SELECT coalesce(confidential, false) FROM issues WHERE id = ?", [item["id"]]).fetchone()[0]
+    if confidential:
+        raise UsageError(f"{kind.ref(item['iid'], item['project'])} is confidential and the MCP server leaves "
+                         "confidential issues out: set [mcp] include_confidential = true in the config to let "
+                         "agents read them")
+
+
+# -- file history -------------------------------------------------------------------------------
+
+
+async def file_history(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    from gitlab_knowledge.graph import queries
+
+    limit = args.get("limit", HISTORY_LIMIT)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= HISTORY_LIMIT:
+        raise UsageError(f"limit must be a whole number from 1 to {HISTORY_LIMIT}, got {limit!r}")
+    try:
+        out = await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
+                                      args.get("project") or None, limit)
+    except UsageError as exc:
+        raise for_agent(exc) from None
+    mrs = out["merge_requests"]
+    more = f", the newest {len(mrs)} shown" if out["total"] > len(mrs) else ""
+    lines = [f"# History of `{out['path']}`: {out['total']} merge request(s){more}"]
+    lines += [f"followed a rename: `{r['from']}` → `{r['to']}` by {r['by']}" for r in out["renames"]]
+    for mr in mrs:
+        stamp = f"merged {when(mr['merged_at'])}" if mr["merged_at"] else f"updated {when(mr['updated_at'])}"
+        lines += ["", f"## {_item(mr)} · @{mr['author'] or '?'} · {stamp}"]
+        if mr["url"]:
+            lines.append(mr["url"])
+        for f in mr["files"]:
+            change = f"renamed from `{f['old_path']}` to" if f["change"] == "renamed" else (f["change"] or "reviewed")
+            lines.append(f"- {change} `{f['path']}`")
+        lines += [f"- closes {_item(issue)}" for issue in mr["closes"]]
+        for t in mr["threads"]:
+            state = "resolved" if t["resolved"] else ("unresolved" if t["resolvable"] else "comment")
+            line = f":{t['line']}" if t["line"] else ""
+            lines.append(f"- thread ({state}) @{t['author'] or '?'} on `{t['path'] or ''}{line}`: {t['excerpt']}")
+    if not mrs:
+        lines += ["", "No merge request in the store touched it (file lists come with a sync; review comments "
+                      "on the path count too)."]
+    return "\n".join(lines) + "\n", out
+
+
+# -- me -----------------------------------------------------------------------------------------
+
+
+def _since(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        raise UsageError(f"since must be a day like 2024-03-15, got {value!r}") from None
+
+
+async def me(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    from gitlab_knowledge.graph import queries
+
+    since = _since(args.get("since"))
+    try:
+        out = await asyncio.to_thread(queries.me, ctx.workspace(visible_only=True), args.get("user") or None,
+                                      since, args.get("project") or None)
+    except UsageError as exc:
+        raise for_agent(exc) from None
+    changes = out["changes"]
+    sections = [
+        ("Issues assigned", out["assigned_issues"], _item),
+        ("Review requested", out["review_requested"], _item),
+        ("Open merge requests authored", out["authored_open_mrs"],
+         lambda e: _item(e) + (f" · {e['unresolved_threads']} unresolved thread(s)" if e["unresolved_threads"] else "")),
+        ("Unresolved threads mentioning them", out["mentions"],
+         lambda m: f"{m['item']['reference']} @{m['author'] or '?'}: {m['excerpt']}"),
+        (f"New comments on their items since {when(out['since'])}", changes["notes"],
+         lambda n: f"{when(n['created_at'])} {n['item']['reference']} @{n['author'] or '?'}: {n['excerpt']}"),
+        ("Closed or merged since then", changes["state_changes"],
+         lambda s: f"{when(s['at'])} {s['change']} {_item(s['item'])}"),
+    ]
+    who = " (the token's user)" if out["user_from"] == "token" else ""
+    lines = [f"# @{out['user']}{who}" + (f" in {out['project']}" if out["project"] else "")]
+    for title, entries, line in sections:
+        lines += ["", f"## {title} ({len(entries)}){_more(entries)}"]
+        lines += [f"- {line(e)}" for e in _cap(entries)]
+    for key in ("assigned_issues", "review_requested", "authored_open_mrs", "mentions"):
+        out[key] = _cap(out[key])
+    out["changes"] = {key: _cap(value) for key, value in changes.items()}
+    return "\n".join(lines) + "\n", out

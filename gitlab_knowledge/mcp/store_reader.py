@@ -1,0 +1,177 @@
+"""How the server reads DuckDB: one resident DuckDB instance, the store attached for each read.
+
+Opening a DuckDB file costs ~9 ms, and nearly all of it is creating the database instance: an
+empty in-memory database costs the same. So the server keeps one in-memory instance for its
+lifetime and, for each read, ATTACHes the store READ_ONLY (~1 ms) and DETACHes it afterwards,
+which closes the file and releases its lock. Between calls the server holds nothing: a sync in
+another process opens the store for writing at once, and while a sync writes, a read waits the
+same bounded time and says "busy" in the same words as `store.db.read_connection`. Every read
+sees the file as it is now.
+
+Reads may overlap (the tools run on worker threads): the first attaches, the last detaches, and
+each gets its own cursor. A read may look through a `Lens` (mcp/visibility.py): views in a schema
+of the resident instance that shadow store tables by name, over tables derived from the store.
+Those tables are rebuilt only when the store's files changed since (their stamp), which can only
+happen while nothing is attached, since no sync writes while a read holds the file.
+"""
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.errors import StoreBusyError, StoreError
+from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.workspace import Workspace
+
+ALIAS = "gk_store"
+_LOCK_WORDS = ("could not set lock on file", "conflicting lock is held")
+_PID = re.compile(r"PID (\d+)")
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return any(words in text for words in _LOCK_WORDS)
+
+
+def store_stamp(path: Path) -> Any:
+    """What changes whenever DuckDB writes the store: the file's and its WAL's mtime, size, inode."""
+    stamp = []
+    for file in (path, path.with_name(path.name + ".wal")):
+        try:
+            st = file.stat()
+        except FileNotFoundError:
+            stamp.append(None)
+            continue
+        stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(stamp)
+
+
+@dataclass(frozen=True)
+class Lens:
+    """Views named like store tables, in `schema` of the resident instance (`memory.<schema>`),
+    put first on a read's search path. `statements` create the schema's tables and views; they
+    run again whenever the store changed since they last ran."""
+
+    schema: str
+    statements: tuple[str, ...]
+
+
+class StoreReader:
+    """Read-only access to one store file for the life of a server process."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._guard = threading.Lock()  # attach, detach, lenses and cursors: one thread at a time
+        self._instance: duckdb.DuckDBPyConnection | None = None
+        self._readers = 0
+        self._stamp: Any = None  # the store's files as the current attachment found them
+        self._lenses: dict[str, Any] = {}  # schema → the stamp its tables were built from
+        self._schema_checked = False
+
+    @contextlib.contextmanager
+    def read(self, wait: float, lens: Lens | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to the store, as `read_connection` gives one (through `lens`)."""
+        if not self._schema_checked:
+            # The first read goes through read_connection: it reports a missing store, migrates an
+            # older one (a brief write open) and refuses a newer one, as every command does.
+            with read_connection(self.path, wait):
+                pass
+            self._schema_checked = True
+        elif not self.path.exists():
+            raise StoreError(f"no data yet at {self.path}: run `python -m gitlab_knowledge sync` first")
+        cursor = self._enter(wait, lens)
+        try:
+            cursor.execute(f"USE {ALIAS}")
+            if lens is not None:
+                cursor.execute(f"SET search_path = 'memory.{lens.schema},{ALIAS}.main'")
+            yield cursor
+        finally:
+            cursor.close()
+            self._leave()
+
+    def close(self) -> None:
+        with self._guard:
+            instance, self._instance = self._instance, None
+            self._readers = 0
+            self._lenses.clear()
+        if instance is not None:
+            instance.close()
+
+    def _enter(self, wait: float, lens: Lens | None) -> duckdb.DuckDBPyConnection:
+        with self._guard:
+            if self._instance is None:
+                self._instance = duckdb.connect(":memory:")
+                self._lenses.clear()
+            if self._readers == 0:
+                self._attach(self._instance, wait)
+                # Taken while attached: no writer can change the files until the detach.
+                self._stamp = store_stamp(self.path)
+            self._readers += 1
+            try:
+                if lens is not None and self._lenses.get(lens.schema) != self._stamp:
+                    self._lenses.pop(lens.schema, None)
+                    self._instance.execute(f"CREATE SCHEMA IF NOT EXISTS memory.{lens.schema}")
+                    for statement in lens.statements:
+                        self._instance.execute(statement)
+                    self._lenses[lens.schema] = self._stamp
+                return self._instance.cursor()
+            except BaseException:
+                self._readers -= 1
+                self._detach_if_unused()
+                raise
+
+    def _leave(self) -> None:
+        with self._guard:
+            self._readers -= 1
+            self._detach_if_unused()
+
+    def _detach_if_unused(self) -> None:
+        if self._readers > 0 or self._instance is None:
+            return
+        try:
+            self._instance.execute(f"DETACH {ALIAS}")
+        except duckdb.Error:
+            # Never keep the file (and its lock) past the call: closing the instance drops it.
+            self._instance.close()
+            self._instance = None
+
+    def _attach(self, instance: duckdb.DuckDBPyConnection, wait: float) -> None:
+        quoted = "'" + str(self.path).replace("'", "''") + "'"
+        deadline = time.monotonic() + wait
+        delay = 0.02
+        while True:
+            try:
+                instance.execute(f"ATTACH {quoted} AS {ALIAS} (READ_ONLY)")
+                return
+            except duckdb.Error as exc:
+                if not _is_lock_error(exc):
+                    raise StoreError(f"cannot open the store {self.path}: {str(exc).splitlines()[0]}") from None
+                if time.monotonic() >= deadline:
+                    holder = _PID.search(str(exc))
+                    who = f" (held by PID {holder.group(1)})" if holder else ""
+                    raise StoreBusyError(
+                        f"the store {self.path.name} is busy: another process is writing it{who}, most likely "
+                        f"a sync; waited {wait:g}s, try again when it finishes") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+@dataclass(frozen=True)
+class ServerWorkspace(Workspace):
+    """The CLI's workspace whose `read()` goes through the server's StoreReader: the same
+    functions as the commands run on it, their store reads skip the instance start, and a `lens`
+    (mcp/visibility.py) hides from them what agents may not see."""
+
+    reader: StoreReader | None = field(default=None, compare=False, repr=False)
+    lens: Lens | None = None
+
+    def read(self, wait: float | None = None) -> "contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]":
+        reader = self.reader if self.reader is not None else StoreReader(self.config.duckdb_path)
+        return reader.read(self.config.sync.lock_wait_seconds if wait is None else wait, self.lens)

@@ -1,0 +1,217 @@
+"""The knowledge-graph tools (related, file_history, me) and the links and files of get_issue /
+get_merge_request, through `python -m gitlab_knowledge.mcp` driven by the SDK's client over stdio,
+against a copy of the synced sample: each answer is the CLI function's own document, validated by
+the CLI's schema, and confidential issues and internal notes stay out unless the config opts in."""
+
+import asyncio
+import shutil
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import tomli_w
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from gitlab_knowledge.config import load_config
+from gitlab_knowledge.graph import queries
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST
+from gitlab_knowledge.mcp.tools import schema
+from gitlab_knowledge.sandbox import DEFAULT_TOKEN
+from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_tests.conftest import REPO, subprocess_env
+
+GRAPH_TOOLS = {"related": "related.json", "file_history": "history.json", "me": "me.json"}
+# The sample's confidential issues, and the opening of every internal note in it.
+CONFIDENTIAL = {"acme/platform#215", "acme/platform#226", "acme/platform#243", "acme/web-app#69"}
+INTERNAL = "Internal:"
+SINCE = "2024-10-01"
+
+
+@pytest.fixture(scope="module")
+def configs(sample: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One store copy, two configs: the default one and one opting in to everything."""
+    base = tmp_path_factory.mktemp("mcp-graph")
+    shutil.copytree(sample.config.data_dir, base / "data", ignore=shutil.ignore_patterns("*.sock"))
+    out = {}
+    for name, mcp in (("default", {}), ("opted_in", {"include_confidential": True, "include_internal": True})):
+        path = base / f"{name}.toml"
+        path.write_text(tomli_w.dumps({"projects": ["acme/platform", "acme/web-app"],
+                                       "gitlab": {"url": "http://127.0.0.1:9"},
+                                       "storage": {"data_dir": str(base / "data")}, "mcp": mcp}))
+        out[name] = path
+    return out
+
+
+def session(config_path: Path, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
+    """The listed tools and each call's result, from one server process over stdio."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gitlab_knowledge.mcp", "--config",
+                                                                 str(config_path)], env=subprocess_env(), cwd=str(REPO))
+
+    async def go() -> tuple[list[Any], list[Any]]:
+        async with Client(params) as client:
+            listed = (await client.list_tools()).tools
+            return listed, [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    return asyncio.run(go())
+
+
+def answer(result: Any, output_schema: dict[str, Any]) -> dict[str, Any]:
+    assert not result.is_error, result.content[0].text
+    assert result.content[0].text.strip()
+    jsonschema.validate(result.structured_content, output_schema, format_checker=jsonschema.FormatChecker())
+    return result.structured_content
+
+
+def failure(result: Any) -> str:
+    assert result.is_error
+    text = result.content[0].text
+    assert "\n" not in text and DEFAULT_TOKEN not in text
+    return text
+
+
+def references(value: Any) -> set[str]:
+    """Every `reference` anywhere in a document."""
+    if isinstance(value, dict):
+        own = {value["reference"]} if isinstance(value.get("reference"), str) else set()
+        return own.union(*(references(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(references(v) for v in value)) if value else set()
+    return set()
+
+
+def excerpts(value: Any) -> list[str]:
+    """Every note `excerpt` anywhere in a document."""
+    if isinstance(value, dict):
+        own = [value["excerpt"]] if isinstance(value.get("excerpt"), str) else []
+        return own + [e for v in value.values() for e in excerpts(v)]
+    return [e for v in value for e in excerpts(v)] if isinstance(value, list) else []
+
+
+CALLS = [
+    ("related", {"ref": "acme/platform!847"}),
+    ("related", {"ref": "acme/platform!827"}),
+    ("related", {"ref": "acme/platform#234"}),
+    ("file_history", {"path": "services/auth/jwt.py", "project": "acme/platform"}),
+    ("file_history", {"path": "./services/", "limit": 3}),
+    ("me", {"user": "johndoe", "since": SINCE}),
+    ("me", {"user": "sam.okafor", "since": SINCE, "project": "acme/platform"}),
+    ("get_merge_request", {"iid": 847, "project": "acme/platform"}),
+    ("get_issue", {"iid": 234, "project": "acme/platform"}),
+    ("me", {"user": "johndoe", "since": "2000-01-01"}),  # 120 new comments: more than a list holds
+]
+ERRORS = [
+    ("related", {"ref": "acme/platform#215"}),
+    ("related", {"ref": "acme/platform#99999"}),
+    ("related", {"ref": "not a reference"}),
+    ("file_history", {"path": "/"}),
+    ("file_history", {"path": "src", "limit": 51}),
+    ("file_history", {"path": "src", "project": "acme/nope"}),
+    ("me", {}),
+    ("me", {"user": "johndoe", "since": "2024-13-45"}),
+    ("me", {"user": "johndoe", "since": "yesterday"}),
+]
+
+
+@pytest.fixture(scope="module")
+def default(configs: dict[str, Path]) -> tuple[list[Any], list[Any]]:
+    return session(configs["default"], CALLS + ERRORS)
+
+
+@pytest.fixture(scope="module")
+def opted_in(configs: dict[str, Path]) -> tuple[list[Any], list[Any]]:
+    return session(configs["opted_in"], CALLS + [ERRORS[0]])
+
+
+def test_the_graph_tools_are_listed_with_the_cli_schemas(default: tuple[list[Any], list[Any]]) -> None:
+    listed = {t.name: t for t in default[0]}
+    assert set(GRAPH_TOOLS) <= set(listed)
+    for name, file in GRAPH_TOOLS.items():
+        tool = listed[name]
+        jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+        assert tool.output_schema == schema(f"cli/schemas/{file}")
+        assert tool.annotations.read_only_hint and tool.description
+
+
+def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[Any]],
+                                                configs: dict[str, Path]) -> None:
+    """Nothing hidden: each tool returns exactly what the CLI function returns."""
+    workspace = Workspace(load_config(configs["opted_in"]))
+    since = datetime.fromisoformat(SINCE)
+    expected = [
+        queries.related(workspace, "acme/platform!847"),
+        queries.related(workspace, "acme/platform!827"),
+        queries.related(workspace, "acme/platform#234"),
+        queries.history(workspace, "services/auth/jwt.py", "acme/platform"),
+        queries.history(workspace, "./services/", None, 3),
+        queries.me(workspace, "johndoe", since),
+        queries.me(workspace, "sam.okafor", since, "acme/platform"),
+    ]
+    results = opted_in[1]
+    for (name, _), result, want in zip(CALLS, results, expected, strict=False):
+        assert answer(result, schema(f"cli/schemas/{GRAPH_TOOLS[name]}")) == want
+    # The sample's links and renames are there to be hidden or followed.
+    assert "acme/platform#243" in references(results[0].structured_content["links"]["mentioned_in"])
+    assert "acme/platform#215" in references(results[1].structured_content["links"]["closes"])
+    history = results[3].structured_content
+    assert {"from": "services/auth/tokens.py", "to": "services/auth/jwt.py"}.items() <= history["renames"][0].items()
+    assert results[4].structured_content["total"] > 3 == len(results[4].structured_content["merge_requests"])
+    assert any(e.startswith(INTERNAL) for e in excerpts(results[5].structured_content))
+    secret = answer(opted_in[1][len(CALLS)], schema("cli/schemas/related.json"))
+    assert secret["item"]["reference"] == "acme/platform#215"
+    # A list past GRAPH_LIST keeps its newest entries, and the text says how many there were.
+    everything = queries.me(workspace, "johndoe", datetime.fromisoformat("2000-01-01"))
+    capped = answer(results[9], schema("cli/schemas/me.json"))
+    assert len(everything["changes"]["notes"]) > GRAPH_LIST
+    assert capped["changes"]["notes"] == everything["changes"]["notes"][:GRAPH_LIST]
+    assert f"(first {GRAPH_LIST} of {len(everything['changes']['notes'])})" in results[9].content[0].text
+
+
+def test_confidential_issues_and_internal_notes_stay_out_by_default(default: tuple[list[Any], list[Any]],
+                                                                     opted_in: tuple[list[Any], list[Any]]) -> None:
+    for (name, _), hidden, shown in zip(CALLS, default[1][:len(CALLS)], opted_in[1][:len(CALLS)], strict=True):
+        output = schema(f"cli/schemas/{GRAPH_TOOLS[name]}") if name in GRAPH_TOOLS else schema("item.schema.json")
+        hidden_doc, shown_doc = answer(hidden, output), answer(shown, output)
+        assert not references(hidden_doc) & CONFIDENTIAL, name
+        assert not any(e.startswith(INTERNAL) for e in excerpts(hidden_doc)), name
+        assert INTERNAL not in hidden.content[0].text and "SSRF" not in hidden.content[0].text
+        # What is left is what the opted-in answer holds, less the hidden items.
+        assert references(hidden_doc) == references(shown_doc) - CONFIDENTIAL, name
+    related_847 = default[1][0].structured_content
+    assert related_847["links"]["mentioned_in"] and related_847["links"]["closes"] == \
+        opted_in[1][0].structured_content["links"]["closes"]
+    assert "acme/platform#215" not in references(default[1][1].structured_content)
+
+
+def test_items_carry_their_links_and_an_mrs_files(default: tuple[list[Any], list[Any]],
+                                                  configs: dict[str, Path]) -> None:
+    mr = answer(default[1][7], schema("item.schema.json"))
+    issue = answer(default[1][8], schema("item.schema.json"))
+    full = queries.related(Workspace(load_config(configs["default"])), "acme/platform#234")["links"]
+    assert issue["links"] == {g: [{k: x[k] for k in ("reference", "type", "title", "state")} for x in links]
+                              for g, links in full.items()}
+    assert issue["counts"]["links"] == sum(len(v) for v in full.values()) > 0
+    assert "acme/platform!847" in references(issue["links"]["closed_by"] + issue["links"]["mentioned_in"])
+    assert "files" not in issue and "files_over_limit" not in issue["omitted"]
+    assert mr["counts"]["files"] == len(mr["files"]) == 23 and mr["omitted"]["files_over_limit"] == 0
+    assert all(set(f) == {"old_path", "new_path", "new_file", "renamed_file", "deleted_file"} for f in mr["files"])
+    assert "## Files changed (23)" in default[1][7].content[0].text
+    assert f"`{mr['files'][0]['new_path']}`" in default[1][7].content[0].text
+    assert "## Links" in default[1][8].content[0].text
+
+
+def test_tool_errors_are_one_line_saying_what_to_do(default: tuple[list[Any], list[Any]]) -> None:
+    messages = [failure(result) for result in default[1][len(CALLS):]]
+    confidential, unknown, garbled, empty, over, project, nobody, bad_day, not_a_day = messages
+    assert "confidential" in confidential and "include_confidential" in confidential
+    assert "#99999" in unknown
+    assert "related expects" in garbled
+    assert "path" in empty
+    assert "limit" in over and "50" in over
+    assert "acme/nope" in project
+    assert "pass user" in nobody and "--user" not in nobody
+    assert "since" in bad_day
+    assert "since" in not_a_day and "input schema" in not_a_day
