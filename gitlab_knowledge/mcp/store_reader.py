@@ -16,9 +16,7 @@ happen while nothing is attached, since no sync writes while a read holds the fi
 """
 
 import contextlib
-import re
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,20 +24,11 @@ from typing import Any
 
 import duckdb
 
-from gitlab_knowledge.errors import StoreBusyError, StoreError
-from gitlab_knowledge.store.db import read_connection
+from gitlab_knowledge.errors import StoreError
+from gitlab_knowledge.store.db import read_connection, waiting_out_writers
 from gitlab_knowledge.workspace import Workspace
 
 ALIAS = "gk_store"
-_LOCK_WORDS = ("could not set lock on file", "conflicting lock is held")
-_PID = re.compile(r"PID (\d+)")
-
-
-def _is_lock_error(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return any(words in text for words in _LOCK_WORDS)
-
-
 def store_stamp(path: Path) -> Any:
     """What changes whenever DuckDB writes the store: the file's and its WAL's mtime, size, inode."""
     stamp = []
@@ -144,23 +133,7 @@ class StoreReader:
 
     def _attach(self, instance: duckdb.DuckDBPyConnection, wait: float) -> None:
         quoted = "'" + str(self.path).replace("'", "''") + "'"
-        deadline = time.monotonic() + wait
-        delay = 0.02
-        while True:
-            try:
-                instance.execute(f"ATTACH {quoted} AS {ALIAS} (READ_ONLY)")
-                return
-            except duckdb.Error as exc:
-                if not _is_lock_error(exc):
-                    raise StoreError(f"cannot open the store {self.path}: {str(exc).splitlines()[0]}") from None
-                if time.monotonic() >= deadline:
-                    holder = _PID.search(str(exc))
-                    who = f" (held by PID {holder.group(1)})" if holder else ""
-                    raise StoreBusyError(
-                        f"the store {self.path.name} is busy: another process is writing it{who}, most likely "
-                        f"a sync; waited {wait:g}s, try again when it finishes") from None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+        waiting_out_writers(self.path, wait, lambda: instance.execute(f"ATTACH {quoted} AS {ALIAS} (READ_ONLY)"))
 
 
 @dataclass(frozen=True)

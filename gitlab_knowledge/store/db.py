@@ -15,8 +15,9 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
@@ -34,13 +35,19 @@ def _is_lock_error(exc: Exception) -> bool:
     return bool(_LOCK_PATTERN.search(str(exc)))
 
 
-def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
+T = TypeVar("T")
+
+
+def waiting_out_writers(path: Path, wait: float, attempt: Callable[[], T]) -> T:
+    """`attempt()` (an open or an ATTACH of the store at `path`), retried while another process
+    holds the file's lock, for up to `wait` seconds. Running out of time, or any other failure, is
+    one line saying what to do."""
     deadline = time.monotonic() + wait
     delay = 0.02
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:
+            return attempt()
+        except duckdb.Error as exc:
             if not _is_lock_error(exc):
                 raise StoreError(f"cannot open the store {path}: {str(exc).splitlines()[0]}") from None
             if time.monotonic() >= deadline:
@@ -49,10 +56,12 @@ def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection
                 raise StoreBusyError(
                     f"the store {path.name} is busy: another process is writing it{who}, "
                     f"most likely a sync; waited {wait:.0f}s, try again when it finishes") from None
-        except duckdb.Error as exc:
-            raise StoreError(f"cannot open the store {path}: {str(exc).splitlines()[0]}") from None
         time.sleep(delay)
         delay = min(delay * 2, 0.25)
+
+
+def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
+    return waiting_out_writers(path, wait, lambda: duckdb.connect(str(path), read_only=read_only))
 
 
 @contextlib.contextmanager
