@@ -14,8 +14,9 @@
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -97,86 +98,144 @@ def plan(con: Any, store: VectorStore, project: str, everything: bool) -> tuple[
     return embed, comparison.ids(EntryState.METADATA_CHANGED), comparison.orphaned, len(docs)
 
 
+@dataclass
+class Plan:
+    """What one model's vector table needs for one project (`plan`, as a value)."""
+
+    to_embed: list[str]
+    meta_only: list[str]
+    stale: list[str]
+    documents: int
+
+    @property
+    def wanted(self) -> list[str]:
+        """The documents to copy out of DuckDB: those to embed and those whose metadata changed."""
+        return self.to_embed + self.meta_only
+
+
+@dataclass
+class Embedded:
+    """What embedding some documents produced besides the vector rows (which went to `write`)."""
+
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # unchanged text: metadata to rewrite
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    succeeded: list[str] = field(default_factory=list)
+    dims: int | None = None
+
+    def add(self, other: "Embedded") -> None:
+        self.metadata.update(other.metadata)
+        self.failures += other.failures
+        self.succeeded += other.succeeded
+        self.dims = self.dims or other.dims
+
+
+def plan_documents(workspace: Workspace, store: VectorStore, project: str, everything: bool, staged: Path) -> Plan:
+    """Step 1 (read-only): decide what the vector table needs, and copy the wanted documents to
+    the Parquet file `staged` in one short DuckDB read."""
+    with workspace.read(wait=120.0) as con:
+        plan_ = Plan(*plan(con, store, project, everything))
+        if plan_.wanted:
+            stage_documents(con, plan_.wanted, staged)
+    return plan_
+
+
+def embed_staged(staged: Path, embed_ids: Container[str], provider: EmbeddingProvider, project: str,
+                 stats: EmbedStats, write: Callable[[list[dict[str, Any]], int], None], *, dims: int | None,
+                 batch_size: int, progress: SyncProgress, sleep: Callable[[float], None] = time.sleep) -> Embedded:
+    """Step 2 (writes no store): embed the staged documents in `embed_ids`, handing their vector
+    rows to `write(rows, dims)` every FLUSH_CHUNKS rows; the other staged documents only had their
+    metadata change. The single-step refresh writes straight to LanceDB, a fan-out chunk to its
+    staging file."""
+    out = Embedded(dims=dims)
+    pending: list[dict[str, Any]] = []
+    unavailable_streak = 0
+    for docs in iter_documents(staged, batch_size):
+        for doc in docs:
+            if doc["id"] not in embed_ids:
+                out.metadata[doc["id"]] = metadata_of(doc)
+        docs = [d for d in docs if d["id"] in embed_ids]
+        if not docs:
+            continue
+        if unavailable_streak >= MAX_CONSECUTIVE_UNAVAILABLE:
+            out.failures += _failed(docs, project, stats.errors[-1], 0)
+            progress.advance(project, "embeddings", len(docs))
+            continue
+        chunks, error, attempts, unavailable = _embed_with_retry(provider, docs, stats, sleep)
+        if chunks is not None:
+            out.dims = out.dims or provider.dims
+            problem = vectors_problem(chunks, len(docs), out.dims)
+            if problem is not None:
+                chunks, error, unavailable = None, f"{provider.provider}/{provider.model} {problem}", False
+        if chunks is None:
+            hung = unavailable and error.startswith("unavailable (hung)")
+            unavailable_streak = (MAX_CONSECUTIVE_UNAVAILABLE if hung
+                                  else unavailable_streak + 1 if unavailable else 0)
+            out.failures += _failed(docs, project, error, attempts)
+            stats.errors.append(error)
+            log.warning("embedding batch of %d documents failed: %s", len(docs), error)
+        else:
+            unavailable_streak = 0
+            now = utcnow()
+            for doc, doc_chunks in zip(docs, chunks, strict=True):
+                pending += chunk_rows(doc, doc_chunks, provider.provider, provider.model, now)
+                out.succeeded.append(doc["id"])
+            stats.embedded += len(docs)
+            stats.chunks += sum(len(c) for c in chunks)
+        if len(pending) >= FLUSH_CHUNKS:
+            write(pending, out.dims or provider.dims)
+            pending = []
+        progress.advance(project, "embeddings", len(docs))
+    if pending:
+        write(pending, out.dims or provider.dims)
+    return out
+
+
+def commit(store: VectorStore, embedded: Embedded, stats: EmbedStats) -> None:
+    """Step 3 (inside the LanceDB pool, after the vector rows are written): rewrite changed
+    metadata, record and clear failures, compact."""
+    stats.metadata_updated = store.update_metadata(embedded.metadata)
+    store.clear_failures(embedded.succeeded)
+    store.record_failures(embedded.failures)
+    stats.failed = len(embedded.failures)
+    if stats.embedded or stats.metadata_updated:
+        store.optimize()
+
+
+def delete_stale(store: VectorStore, plan_: Plan, stats: EmbedStats) -> None:
+    """Remove the vectors of documents that are gone (inside the LanceDB pool); compact when that
+    is all there is to do."""
+    if plan_.stale:
+        store.delete_docs(plan_.stale)
+        stats.deleted = len(plan_.stale)
+        if not plan_.wanted:
+            store.optimize()
+
+
 def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider | None = None,
             everything: bool = False, progress: SyncProgress | None = None, batch_size: int | None = None,
             sleep: Callable[[float], None] = time.sleep) -> EmbedStats:
     """The embeddings layer's entry point: embed one project's new and changed documents with
-    `provider` (default: the workspace's configured embedder)."""
+    `provider` (default: the workspace's configured embedder), in this process: plan, embed
+    (writing each batch's vectors as it goes), commit. embeddings/fanout.py runs the same three
+    steps with the embedding split over workers."""
     started = time.monotonic()
-    config = workspace.config
     provider = provider or workspace.embedder()
     progress = progress or workspace.progress or NullProgress()
     store = workspace.vectors(provider.provider, provider.model)
     stats = EmbedStats(provider=provider.provider, model=provider.model)
-    batch_size = batch_size or config.embedding.batch_size
+    batch_size = batch_size or workspace.config.embedding.batch_size
     dims = store.dims()  # an existing table's dimension wins: vectors of another size cannot join it
     with workspace.scratch("gk-embed-") as tmp:
         staged = tmp / "documents.parquet"
-        with workspace.read(wait=120.0) as con:
-            to_embed, meta_only, stale, stats.documents = plan(con, store, project, everything)
-            wanted = to_embed + meta_only
-            if wanted:
-                stage_documents(con, wanted, staged)
-        stats.to_embed = len(to_embed)
-        stats.unchanged = stats.documents - len(to_embed) - len(meta_only)
-        if stale:
-            store.delete_docs(stale)
-            stats.deleted = len(stale)
-        if not wanted:
-            if stale:
-                store.optimize()
-            stats.duration_s = time.monotonic() - started
-            return stats
-        embed_set = set(to_embed)
-        metadata: dict[str, dict[str, Any]] = {}
-        progress.resource_started(project, "embeddings", len(to_embed))
-        pending: list[dict[str, Any]] = []
-        failures: list[dict[str, Any]] = []
-        succeeded: list[str] = []
-        unavailable_streak = 0
-        for docs in iter_documents(staged, batch_size):
-            for doc in docs:
-                if doc["id"] not in embed_set:
-                    metadata[doc["id"]] = metadata_of(doc)
-            docs = [d for d in docs if d["id"] in embed_set]
-            if not docs:
-                continue
-            if unavailable_streak >= MAX_CONSECUTIVE_UNAVAILABLE:
-                failures += _failed(docs, project, stats.errors[-1], 0)
-                progress.advance(project, "embeddings", len(docs))
-                continue
-            chunks, error, attempts, unavailable = _embed_with_retry(provider, docs, stats, sleep)
-            if chunks is not None:
-                dims = dims or provider.dims
-                problem = vectors_problem(chunks, len(docs), dims)
-                if problem is not None:
-                    chunks, error, unavailable = None, f"{provider.provider}/{provider.model} {problem}", False
-            if chunks is None:
-                hung = unavailable and error.startswith("unavailable (hung)")
-                unavailable_streak = (MAX_CONSECUTIVE_UNAVAILABLE if hung
-                                      else unavailable_streak + 1 if unavailable else 0)
-                failures += _failed(docs, project, error, attempts)
-                stats.errors.append(error)
-                log.warning("embedding batch of %d documents failed: %s", len(docs), error)
-            else:
-                unavailable_streak = 0
-                now = utcnow()
-                for doc, doc_chunks in zip(docs, chunks, strict=True):
-                    pending += chunk_rows(doc, doc_chunks, provider.provider, provider.model, now)
-                    succeeded.append(doc["id"])
-                stats.embedded += len(docs)
-                stats.chunks += sum(len(c) for c in chunks)
-            if len(pending) >= FLUSH_CHUNKS:
-                store.replace_docs(pending, dims)
-                pending = []
-            progress.advance(project, "embeddings", len(docs))
-        store.replace_docs(pending, dims or provider.dims)
-        stats.metadata_updated = store.update_metadata(metadata)
-        store.clear_failures(succeeded)
-        store.record_failures(failures)
-        stats.failed = len(failures)
-        if stats.embedded or stats.metadata_updated:
-            store.optimize()
+        plan_ = plan_documents(workspace, store, project, everything, staged)
+        stats.documents, stats.to_embed = plan_.documents, len(plan_.to_embed)
+        stats.unchanged = plan_.documents - len(plan_.wanted)
+        delete_stale(store, plan_, stats)
+        if plan_.wanted:
+            progress.resource_started(project, "embeddings", len(plan_.to_embed))
+            embedded = embed_staged(staged, set(plan_.to_embed), provider, project, stats, store.replace_docs,
+                                    dims=dims, batch_size=batch_size, progress=progress, sleep=sleep)
+            commit(store, embedded, stats)
     stats.duration_s = time.monotonic() - started
     return stats
 

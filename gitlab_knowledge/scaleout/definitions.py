@@ -1,0 +1,59 @@
+"""The distributed deployment's Dagster definitions: the repository's own (defs.build_defs), with
+every step run by Celery workers and the embedding fanned out over them.
+
+    dagster-webserver -w gitlab_knowledge/scaleout/workspace.yaml   (and dagster-daemon run)
+    dagster-celery worker start -A dagster_celery.app -y gitlab_knowledge/scaleout/celery.yaml
+
+What changes from `gitlab_knowledge.defs`: the executor (celery_executor, broker and result backend
+from $DAGSTER_CELERY_BROKER_URL and $DAGSTER_CELERY_BACKEND_URL) and `document_embeddings`, which
+becomes the fan-out graph of scaleout/embedding.py under the same key. Everything else (the other
+assets, whatever the lead adds to the graph, the checks, pools, sensors and schedules) is taken from
+`build_defs` as it is, so the two deployments cannot drift apart.
+"""
+
+import warnings
+from typing import Any
+
+import dagster as dg
+from dagster_celery import celery_executor
+
+from gitlab_knowledge.defs import build_defs
+from gitlab_knowledge.defs.jobs import EMBED_JOB, QUIET_LOGS, SYNC_JOB
+from gitlab_knowledge.defs.resources import workspace_resource
+from gitlab_knowledge.scaleout.embedding import ASSET_KEY, document_embeddings
+
+BROKER_ENV = "DAGSTER_CELERY_BROKER_URL"
+BACKEND_ENV = "DAGSTER_CELERY_BACKEND_URL"
+
+distributed_executor = celery_executor.configured(
+    {"broker": {"env": BROKER_ENV}, "backend": {"env": BACKEND_ENV}}, name="celery")
+
+
+def fanout_config(chunk_documents: int) -> dict[str, Any]:
+    """Run config that sets the fan-out's chunk size (documents per embedding step)."""
+    return {"ops": {ASSET_KEY: {"ops": {"plan_embedding_chunks": {"config": {"chunk_documents": chunk_documents}}}}}}
+
+
+def build_scaleout_defs(workspace: Any = workspace_resource) -> dg.Definitions:
+    base = build_defs(workspace)
+    key = dg.AssetKey(ASSET_KEY)
+    assets = [a for a in base.assets if not (isinstance(a, dg.AssetsDefinition) and key in a.keys)]
+    sync_job = dg.define_asset_job(SYNC_JOB, selection=dg.AssetSelection.all(), executor_def=distributed_executor,
+                                   config=QUIET_LOGS,
+                                   description="Sync one GitLab project through every layer, steps on Celery workers.")
+    embed_job = dg.define_asset_job(EMBED_JOB, selection=dg.AssetSelection.assets(ASSET_KEY),
+                                    executor_def=distributed_executor, config=QUIET_LOGS,
+                                    description="(Re-)embed one project's documents, fanned out over the workers.")
+    replaced = {SYNC_JOB: sync_job, EMBED_JOB: embed_job}
+    jobs = [replaced.get(j.name, j) for j in base.jobs]
+    with warnings.catch_warnings():  # with_updated_job copies the sensor's beta `owners` parameter
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        sensors = [s.with_updated_job(replaced[s.job_name]) if s.has_jobs and s.job_name in replaced else s
+                   for s in base.sensors]
+    schedules = [s.with_updated_job(replaced[s.job_name]) if s.job_name in replaced else s for s in base.schedules]
+    return dg.Definitions(assets=[*assets, document_embeddings], asset_checks=base.asset_checks, jobs=jobs,
+                          sensors=sensors, schedules=schedules, resources=base.resources,
+                          executor=distributed_executor)
+
+
+defs = build_scaleout_defs()
