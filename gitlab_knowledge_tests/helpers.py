@@ -111,28 +111,31 @@ def change_gitlab(sb: Any, rng: Any, attempt: int) -> None:
     sb.state.create_issue(project, f"Issue created before attempt {attempt}", description="websocket reconnects")
 
 
-def run_checks(config_path: Any) -> dict[str, Any]:
-    """Every asset check through Dagster, in-process: the per-project checks once per project
-    partition, the store-wide ones once. Per check name, a failing evaluation wins over passing
-    ones (which project failed is in its metadata's scope)."""
+def run_checks(config_path: Any, only: set[str] | None = None) -> dict[str, Any]:
+    """Every asset check (or those named in `only`) through Dagster, in-process: the per-project
+    checks once per project partition, the store-wide ones once. Per check name, a failing
+    evaluation wins over passing ones (which project failed is in its metadata's scope)."""
     import dagster as dg
 
     from gitlab_knowledge.config import load_config
     from gitlab_knowledge.defs import defs
     from gitlab_knowledge.defs.partitions import PARTITIONS_NAME
 
-    partitioned = [c.check_key for c in defs.asset_checks if c.partitions_def is not None]
+    chosen = [c for c in defs.asset_checks if only is None or c.check_key.name in only]
+    partitioned = [c.check_key for c in chosen if c.partitions_def is not None]
+    store_wide = [c.check_key for c in chosen if c.partitions_def is None]
     jobs = [dg.define_asset_job("project_checks", selection=dg.AssetSelection.checks(*partitioned),
                                 executor_def=dg.in_process_executor),
-            dg.define_asset_job("store_checks", selection=dg.AssetSelection.all_asset_checks()
-                                - dg.AssetSelection.checks(*partitioned), executor_def=dg.in_process_executor)]
+            dg.define_asset_job("store_checks", selection=dg.AssetSelection.checks(*store_wide),
+                                executor_def=dg.in_process_executor)]
     merged = dg.Definitions.merge(defs, dg.Definitions(jobs=jobs))
     run_config = {"resources": {"workspace": {"config": {"config_path": str(config_path)}}}}
     projects = list(load_config(config_path).projects)
     evaluations: dict[str, Any] = {}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(PARTITIONS_NAME, projects)
-        runs = [("project_checks", p) for p in projects] + [("store_checks", None)]
+        runs = ([("project_checks", p) for p in projects] if partitioned else []) + \
+            ([("store_checks", None)] if store_wide else [])
         for job_name, partition in runs:
             result = merged.resolve_job_def(job_name).execute_in_process(
                 instance=instance, raise_on_error=False, run_config=run_config,

@@ -14,6 +14,10 @@ It proves:
   project submitted through the other webserver waits for the first; no two DuckDB-writing steps,
   and no two LanceDB commits, of different runs ever overlap;
 - the embedding ran as several chunk steps, on both workers.
+
+It takes 1.5–2.5 minutes and five extra processes, so it is marked slow: the default suite (which
+must stay within its time budget on 2 cores) skips it, and `.ci/run` runs it once on its own
+after the suite.
 """
 
 import contextlib
@@ -117,6 +121,7 @@ def _failures(instance: dg.DagsterInstance, run_id: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_the_whole_job_on_postgres_and_celery_workers_equals_the_in_process_run(four_projects, tmp_path, monkeypatch):
     started = time.monotonic()
     with SandboxGitLab(dataset=four_projects) as sb:
