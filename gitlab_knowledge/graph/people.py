@@ -13,6 +13,7 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
+from gitlab_knowledge.sync.identity import recorded_username
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
@@ -73,12 +74,11 @@ def _item_of(kind: kinds.Kind) -> str:
 
 
 def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:
-    # The configured GitLab's row only: a user recorded for another URL may be someone else.
-    row = con.execute("SELECT username FROM gitlab_identity WHERE gitlab_url = ?", [gitlab_url]).fetchone()
-    if row is None:
+    username = recorded_username(con, gitlab_url)
+    if username is None:
         raise UsageError("no GitLab user is recorded in the store yet: run a sync "
                          "(`python -m gitlab_knowledge sync`) or pass --user USERNAME")
-    return row[0]
+    return username
 
 
 def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,

@@ -16,6 +16,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import NoteNotStored, resolve
+from gitlab_knowledge.graph.paths import repo_path
 from gitlab_knowledge.store.queries import check_project
 from gitlab_knowledge.workspace import Workspace
 
@@ -214,11 +215,8 @@ class _Target:
 
 
 def _clean_path(path: str) -> str:
-    text = path.strip()
-    while text.startswith("./"):
-        text = text[2:]
-    text = text.strip("/")
-    if not text:
+    text = repo_path(path)
+    if text is None:
         raise UsageError(f"history expects a file or directory path of the repository, e.g. src/app.py, got {path!r}")
     return text
 

@@ -27,7 +27,13 @@ from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.store.normalize import LAYER as NORMALIZED
-from gitlab_knowledge.store.normalize import canonical_path, get_watermark, project_id_for, set_watermark
+from gitlab_knowledge.store.normalize import (
+    canonical_path,
+    get_watermark,
+    next_batch_end,
+    project_id_for,
+    set_watermark,
+)
 from gitlab_knowledge.sync.files import RESOURCE as FILES
 from gitlab_knowledge.workspace import Workspace
 
@@ -65,23 +71,18 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
             if project_id is None:
                 return
             low = get_watermark(con, project_id, LAYER)
-            ceiling = get_watermark(con, project_id, NORMALIZED)
-            high_row = con.execute("""
-                SELECT change_seq FROM raw_payloads WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
-                ORDER BY change_seq LIMIT 1 OFFSET ?
-            """, [project_id, low, ceiling, batch_rows - 1]).fetchone() or con.execute("""
-                SELECT max(change_seq) FROM raw_payloads WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
-            """, [project_id, low, ceiling]).fetchone()
-            high = high_row[0] if high_row else None
+            # Links are read from normalized rows: never ahead of the normalized layer.
+            high = next_batch_end(con, project_id, low, batch_rows, ceiling=get_watermark(con, project_id, NORMALIZED))
             with transaction(con):
                 if high is None:
+                    # Once per run, after the last batch: the same global pass after each batch
+                    # would redo what the next one redoes.
                     _resolve_targets(con)
                     stats.external = int(con.execute(
                         "SELECT count(*) FROM item_references WHERE project_id = ? AND external", [project_id]).fetchone()[0])
                     return
-                _rebuild_range(con, project_id, gitlab_url, low, int(high), stats)
-                _resolve_targets(con)
-                set_watermark(con, project_id, LAYER, int(high), dagster_run_id)
+                _rebuild_range(con, project_id, gitlab_url, low, high, stats)
+                set_watermark(con, project_id, LAYER, high, dagster_run_id)
             stats.batches += 1
 
 

@@ -45,6 +45,7 @@ from typing import Any, Self
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.graph.paths import repo_path
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # Both indexes keep timestamps as 64-bit nanoseconds: 1677-09-21 to 2262-04-11.
@@ -152,15 +153,6 @@ _TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} o
 DOC_ID = "doc_id"  # the document id in both indexes (not a metadata column: each index's own)
 
 
-def _repo_path(text: str) -> str | None:
-    """A repository path as GitLab writes it: no leading `./` or `/`, no trailing `/` (a directory
-    is matched as a prefix either way). None when nothing is left."""
-    path = text.strip()
-    while path.startswith("./"):
-        path = path[2:]
-    path = path.strip("/")
-    return path if path and path != "." else None
-
 # In the search command's flag order, which is also the order of describe().
 FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("types", "--type", Match.ANY_OF, "source_type", help=f"{_TYPE_WORDS} (repeatable)", metavar="TYPE",
@@ -175,7 +167,7 @@ FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("project", "--project", Match.EXACT, "project", metavar="PATH", describe="project"),
     FilterSpec("state", "--state", Match.EXACT, "state", help="opened, closed, merged, ...", metavar="STATE",
                describe="state"),
-    FilterSpec("path", "--path", Match.GRAPH, DOC_ID, metavar="PATH", describe="path", clean=_repo_path,
+    FilterSpec("path", "--path", Match.GRAPH, DOC_ID, metavar="PATH", describe="path", clean=repo_path,
                expects="a file or directory path in the repository, e.g. services/auth",
                help="merge requests that changed this file or directory, and threads on its diff lines"),
     FilterSpec("participant", "--participant", Match.GRAPH, DOC_ID, metavar="USER", describe="participant",

@@ -100,6 +100,20 @@ def set_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str, w
                 [project_id, layer, watermark, utcnow(), dagster_run_id])
 
 
+def next_batch_end(con: duckdb.DuckDBPyConnection, project_id: int, low: int, batch_rows: int,
+                   ceiling: int | None = None) -> int | None:
+    """The change_seq that ends the next batch of at most `batch_rows` raw rows of the project
+    after `low` (and at or before `ceiling`); None when there is none."""
+    bound, params = ("", []) if ceiling is None else (" AND change_seq <= ?", [ceiling])
+    row = con.execute(f"""
+        SELECT change_seq FROM raw_payloads WHERE project_id = ? AND change_seq > ?{bound}
+        ORDER BY change_seq LIMIT 1 OFFSET ?
+    """, [project_id, low, *params, batch_rows - 1]).fetchone() or con.execute(
+        f"SELECT max(change_seq) FROM raw_payloads WHERE project_id = ? AND change_seq > ?{bound}",
+        [project_id, low, *params]).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
 def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | None = None,
             batch_rows: int = BATCH_ROWS) -> NormalizeStats:
     """The normalized layer's entry point: bring one project's tables up to date with its raw payloads."""
@@ -115,19 +129,12 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
             if project_id is None:
                 return stats
             low = get_watermark(con, project_id, LAYER)
-            high_row = con.execute("""
-                SELECT change_seq FROM raw_payloads WHERE project_id = ? AND change_seq > ?
-                ORDER BY change_seq LIMIT 1 OFFSET ?
-            """, [project_id, low, batch_rows - 1]).fetchone()
-            if high_row is None:
-                high_row = con.execute("SELECT max(change_seq) FROM raw_payloads WHERE project_id = ? AND change_seq > ?",
-                                       [project_id, low]).fetchone()
-            high = high_row[0] if high_row else None
+            high = next_batch_end(con, project_id, low, batch_rows)
             if high is None:
                 return stats
             with transaction(con):
-                _normalize_range(con, project_id, low, int(high), stats)
-                set_watermark(con, project_id, LAYER, int(high), dagster_run_id)
+                _normalize_range(con, project_id, low, high, stats)
+                set_watermark(con, project_id, LAYER, high, dagster_run_id)
             stats.batches += 1
 
 

@@ -8,26 +8,30 @@ own user (a project or group access token without `read_user`) leaves the record
 
 import logging
 from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import duckdb
 
 from gitlab_knowledge.errors import AuthError, GitLabError
-from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
+
+if TYPE_CHECKING:  # `me` reads the record without loading the HTTP client
+    from gitlab_knowledge.gitlab.client import GitLabClient
 
 REFRESH_AFTER = timedelta(hours=1)
 log = logging.getLogger(__name__)
 
 
-def recorded(workspace: Workspace) -> dict[str, str | None] | None:
-    """The token's user as last recorded for the configured GitLab: username and name."""
-    with workspace.read() as con:
-        row = con.execute("SELECT username, name FROM gitlab_identity WHERE gitlab_url = ?",
-                          [workspace.config.gitlab.url]).fetchone()
-    return {"username": row[0], "name": row[1]} if row else None
+def recorded_username(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str | None:
+    """The token's user as last recorded for this GitLab (a user recorded for another URL may be
+    someone else)."""
+    row = con.execute("SELECT username FROM gitlab_identity WHERE gitlab_url = ?", [gitlab_url]).fetchone()
+    return row[0] if row else None
 
 
-async def refresh_identity(workspace: Workspace, client: GitLabClient) -> None:
+async def refresh_identity(workspace: Workspace, client: "GitLabClient") -> None:
     url = workspace.config.gitlab.url
     with workspace.write() as con:
         row = con.execute("SELECT recorded_at FROM gitlab_identity WHERE gitlab_url = ?", [url]).fetchone()
