@@ -39,7 +39,7 @@ def _stamp(value: Any) -> str:
 
 def to_dataset(beir_dir: Path, out: Path, project: str) -> list[dict[str, Any]]:
     """Write the sandbox dataset at `out` and return the eval cases (references into `project`)."""
-    from gitlab_knowledge.sandbox.dataset import write_jsonl, write_meta
+    from gitlab_knowledge_sandbox.dataset import write_jsonl, write_meta
 
     corpus = _jsonl(beir_dir / "corpus.jsonl")
     queries = _jsonl(beir_dir / "queries.jsonl")
@@ -85,9 +85,9 @@ def run(beir_dir: Path, work: Path, modes: Sequence[str], models: Sequence[str |
 
     from gitlab_knowledge.config import parse_config
     from gitlab_knowledge.defs.runner import run_sync
-    from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab
     from gitlab_knowledge.search.evaluate import evaluate, load_cases
     from gitlab_knowledge.workspace import Workspace
+    from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
 
     project = f"eval/{beir_dir.name}"
     dataset = work / "dataset"

@@ -106,7 +106,7 @@ def test_a_thin_thread_that_says_more_of_the_query_than_its_item_keeps_its_place
 
 
 def test_a_beir_set_becomes_a_sandbox_dataset_and_eval_cases(tmp_path):
-    from gitlab_knowledge.sandbox.dataset import load_dataset
+    from gitlab_knowledge_sandbox.dataset import load_dataset
 
     cases = to_dataset(MINI, tmp_path / "ds", "eval/mini")
     data = load_dataset(tmp_path / "ds")
