@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+from benchmarks.beir import to_dataset
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.lexical.analysis import code_identifiers, is_code_identifier
 from gitlab_knowledge.search import relevance
-from gitlab_knowledge.search.beir import to_dataset
 from gitlab_knowledge.search.evaluate import Case, judge, load_cases, ndcg, score_case
 from gitlab_knowledge_tests.conftest import REPO
 
