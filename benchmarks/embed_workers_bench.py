@@ -33,8 +33,8 @@ from gitlab_knowledge.config import Config, parse_config
 from gitlab_knowledge.embeddings import fanout
 from gitlab_knowledge.embeddings import refresh as embeddings
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab, generate_dataset
 from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab, generate_dataset
 
 MODEL = (EmbeddedProvider.provider, EmbeddedProvider.MODEL)
 ONE_MILLION = 1_000_000

@@ -48,7 +48,7 @@ def build_store(workdir: Path, issues: int, mrs: int) -> Path:
     from benchmarks import sync_bench
     from benchmarks.__main__ import build_layers, projects_of
     from gitlab_knowledge.config import parse_config
-    from gitlab_knowledge.sandbox import generate_dataset
+    from gitlab_knowledge_sandbox import generate_dataset
 
     dataset, data = workdir / "dataset", workdir / "data"
     summary = generate_dataset(dataset, projects=2, issues=issues, mrs=mrs, seed=0)

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from gitlab_knowledge.config import parse_config
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN
 
 
 def start_sandbox(dataset: Path, latency_ms: float) -> tuple[subprocess.Popen, str]:
     """A sandbox GitLab in its own process (the sync must not share a GIL with it)."""
-    proc = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge.sandbox", "serve", "--data", str(dataset),
+    proc = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge_sandbox", "serve", "--data", str(dataset),
                              "--port", "0", "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     url = line.split(" at ", 1)[1].split(" ", 1)[0]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gitlab_knowledge.config import Config, parse_config
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab, generate_dataset
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab, generate_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "GITLAB_TOKEN"

@@ -7,5 +7,6 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test]'
+# The product, and the sandbox GitLab the demo and the tests serve from (its own package).
+.venv/bin/python -m pip install --quiet -e '.[test]' -e ./sandbox
 exec .venv/bin/python -m gitlab_knowledge demo "$@"

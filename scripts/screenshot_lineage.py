@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO))
 
 from gitlab_knowledge.cli.dagster_server import WORKSPACE, DagsterServer  # noqa: E402
 from gitlab_knowledge.defs.runner import instance_yaml, run_sync  # noqa: E402
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab  # noqa: E402
 from gitlab_knowledge.workspace import Workspace  # noqa: E402
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab  # noqa: E402
 
 
 def free_port() -> int:

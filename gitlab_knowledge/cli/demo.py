@@ -7,6 +7,7 @@ be launched and watched from the browser.
 """
 
 import argparse
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -15,8 +16,10 @@ import tomli_w
 
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, load_config
+from gitlab_knowledge.errors import UsageError
 
 DEMO_TOKEN_ENV = "GITLAB_KNOWLEDGE_DEMO_TOKEN"
+SANDBOX_PACKAGE = "gitlab_knowledge_sandbox"
 EXAMPLES = (
     ("why did we choose redis", {}),
     ("AUTH_TOKEN_TTL", {}),
@@ -41,13 +44,22 @@ def write_demo_config(directory: Path, url: str, projects: list[str]) -> Path:
     return path
 
 
+def require_sandbox() -> None:
+    """The sandbox GitLab is its own package (`sandbox/` in the repository), kept out of the product
+    wheel: `scripts/demo.sh` and `.ci/run` install both, the product installed alone has none."""
+    if importlib.util.find_spec(SANDBOX_PACKAGE) is None:
+        raise UsageError(f"the demo needs the sandbox GitLab ({SANDBOX_PACKAGE}), which is not installed: "
+                         "run `pip install -e ./sandbox` from the repository root")
+
+
 def run(args: argparse.Namespace, _config: Config | None) -> int:
+    require_sandbox()
     from gitlab_knowledge.defs.runner import run_sync
-    from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
     from gitlab_knowledge.search.engine import Searcher
     from gitlab_knowledge.search.filters import Filters
     from gitlab_knowledge.search.output import render_human
     from gitlab_knowledge.workspace import Workspace
+    from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 
     os.environ[DEMO_TOKEN_ENV] = DEFAULT_TOKEN
     directory = demo_dir(Path.cwd())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.sandbox import SandboxGitLab
+from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import store_config, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import layer_counts, snapshot
 from gitlab_knowledge_tests.support.tmpfs import mounted_tmpfs

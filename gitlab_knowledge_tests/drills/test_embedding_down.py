@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from gitlab_knowledge.sandbox import SandboxGitLab
+from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from gitlab_knowledge.gitlab.client import GitLabClient
-from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge.timeutil import parse_time
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import store_config
 from gitlab_knowledge_tests.helpers import rows, scalar, snapshot, sync
 

@@ -12,9 +12,9 @@ import pytest
 
 from gitlab_knowledge.errors import GitLabError
 from gitlab_knowledge.gitlab import client as client_module
-from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge.sync import engine
 from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.helpers import scalar, snapshot, sync
 from gitlab_knowledge_tests.support.hostile_proxy import HostileProxy, Rule
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import (
     kill_at_random_points,

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.errors import StoreError
-from gitlab_knowledge.sandbox import SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge.search.engine import Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import run_checks
 from gitlab_knowledge_tests.support.dagster_dev import DagsterDev

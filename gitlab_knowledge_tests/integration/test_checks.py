@@ -25,7 +25,7 @@ CHECK_NAMES = {c.check_key.name for c in ALL_CHECKS}
 def consistent(small_dataset, tmp_path_factory):
     import os
 
-    from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab
+    from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
 
     os.environ.setdefault("GITLAB_TOKEN", DEFAULT_TOKEN)
     base = tmp_path_factory.mktemp("consistent")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 
 BAD_TOKEN = "glpat-THIS-IS-A-WRONG-TOKEN-123"

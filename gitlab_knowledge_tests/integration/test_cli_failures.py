@@ -15,7 +15,7 @@ from contextlib import redirect_stderr, redirect_stdout
 
 from gitlab_knowledge.cli import main as cli_main
 from gitlab_knowledge.defs.runner import instance_yaml
-from gitlab_knowledge.sandbox import SandboxGitLab
+from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.tmpfs import mounted_tmpfs
 

@@ -18,8 +18,8 @@ import jsonschema
 import pytest
 import tomli_w
 
-from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge.store.db import read_connection, write_connection
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import project_paths, subprocess_env, write_config_file
 
 BAD_TOKEN = "glpat-THIS-IS-A-WRONG-TOKEN-123"

@@ -16,7 +16,7 @@ import pytest
 import tomli_w
 
 from gitlab_knowledge.config import parse_config
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import TOKEN_ENV, subprocess_env
 from gitlab_knowledge_tests.helpers import SYNC_LAYERS, run_layers
 from gitlab_knowledge_tests.integration.test_cli_schemas import validate

@@ -21,8 +21,8 @@ from gitlab_knowledge.config import Config, parse_config
 from gitlab_knowledge.mcp.resident import Resident
 from gitlab_knowledge.mcp.server import build_server
 from gitlab_knowledge.mcp.tools import schema
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 
 MR = {"project": "acme/platform", "mr": 847}
 EXTRA_THREADS = 110  # with the sample's 22 notes: 132 notes, 122 threads (3 pages of 50)

@@ -20,8 +20,8 @@ from gitlab_knowledge.config import load_config
 from gitlab_knowledge.graph import queries
 from gitlab_knowledge.mcp.bounds import GRAPH_LIST
 from gitlab_knowledge.mcp.tools import schema
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN
 from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 
 GRAPH_TOOLS = {"related": "related.json", "file_history": "history.json", "me": "me.json"}

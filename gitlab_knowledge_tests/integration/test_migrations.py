@@ -10,10 +10,10 @@ import duckdb
 import pytest
 
 from gitlab_knowledge.errors import StoreError
-from gitlab_knowledge.sandbox import SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge.store import bulk, migrations
 from gitlab_knowledge.store.db import forget_schema_cache, read_connection, write_connection
 from gitlab_knowledge.store.schema import BASELINE_DDL
+from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "store-v1"
 COUNTS: dict[str, int] = json.loads((FIXTURE / "counts.json").read_text())

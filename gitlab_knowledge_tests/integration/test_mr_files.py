@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from gitlab_knowledge.sandbox import SAMPLE_DATASET, SandboxGitLab
+from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.helpers import rows, scalar, sync, sync_all
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gitlab-api" / "merge_requests"

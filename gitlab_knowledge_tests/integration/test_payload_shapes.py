@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from gitlab_knowledge.config import Config, parse_config
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab
 from gitlab_knowledge.sync.stats import RawStats
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
 from gitlab_knowledge_tests.conftest import TOKEN_ENV
 from gitlab_knowledge_tests.helpers import rows, run_layers, sync
 

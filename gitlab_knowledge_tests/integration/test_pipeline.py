@@ -9,7 +9,7 @@ from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
 from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.errors import EmbeddingUnavailable
 from gitlab_knowledge.lexical.index import LexicalIndex
-from gitlab_knowledge.sandbox import SandboxGitLab
+from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.helpers import index_all, rows, run_layers, scalar, sync, sync_all, workspace
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 

@@ -154,7 +154,7 @@ def test_eval_and_similar_commands(sample, tmp_path):
 def test_a_beir_subset_through_the_whole_pipeline(tmp_path):
     """Sandbox GitLab → the sync job → eval, on 41 SeaMonkey reports: each query's duplicate is
     found, its own report never counts."""
-    from gitlab_knowledge.search.beir import run
+    from benchmarks.beir import run
 
     report = run(REPO / "gitlab_knowledge_tests" / "fixtures" / "seamonkey-mini", tmp_path, MODES, per_query=True)
     jsonschema.Draft202012Validator(EVAL_SCHEMA).validate(report)

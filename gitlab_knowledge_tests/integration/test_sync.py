@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from gitlab_knowledge.errors import GitLabError, StoreError, SyncInProgressError
-from gitlab_knowledge.sandbox import SandboxGitLab
 from gitlab_knowledge.store.db import transaction, write_connection
 from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.helpers import rows, scalar, snapshot, sync, sync_all, workspace
 
 
@@ -179,7 +179,7 @@ def test_full_sync_removes_a_deleted_issue_and_its_threads(sandbox, make_config)
 def test_items_with_equal_timestamps_across_page_boundaries_are_all_synced(tmp_path, make_config):
     """GitLab orders equal updated_at arbitrarily (the sandbox: id descending) and the tie run here
     is longer than a page, so neither id order nor offset paging alone would be correct."""
-    from gitlab_knowledge.sandbox import generate_dataset
+    from gitlab_knowledge_sandbox import generate_dataset
 
     generate_dataset(tmp_path / "ds", projects=1, issues=260, mrs=5, seed=3, threads_per_parent_mean=0.5)
     with SandboxGitLab(dataset=tmp_path / "ds") as sb:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gitlab_knowledge.sandbox import SandboxGitLab
+from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 
 

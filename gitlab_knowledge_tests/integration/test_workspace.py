@@ -16,12 +16,12 @@ from gitlab_knowledge.embeddings.refresh import EmbedStats
 from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.lexical.index import LexicalIndex
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET
-from gitlab_knowledge.sandbox.api import Api, ApiRequest
-from gitlab_knowledge.sandbox.dataset import load_dataset
-from gitlab_knowledge.sandbox.state import SandboxState
 from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET
+from gitlab_knowledge_sandbox.api import Api, ApiRequest
+from gitlab_knowledge_sandbox.dataset import load_dataset
+from gitlab_knowledge_sandbox.state import SandboxState
 from gitlab_knowledge_tests.helpers import scalar
 
 

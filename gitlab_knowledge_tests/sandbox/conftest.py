@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, Dataset, SandboxGitLab
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, Dataset, SandboxGitLab
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 USER = {

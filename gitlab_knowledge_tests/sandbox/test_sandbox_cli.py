@@ -1,4 +1,4 @@
-"""`python -m gitlab_knowledge.sandbox serve|generate` as real subprocesses."""
+"""`python -m gitlab_knowledge_sandbox serve|generate` as real subprocesses."""
 
 import os
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, Dataset, load_dataset, write_dataset
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, Dataset, load_dataset, write_dataset
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVE_LINE = re.compile(r"Sandbox GitLab at (http://127\.0\.0\.1:\d+) \(dataset: (.+), (\d+) projects, "
@@ -19,7 +19,7 @@ SERVE_LINE = re.compile(r"Sandbox GitLab at (http://127\.0\.0\.1:\d+) \(dataset:
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge.sandbox", *args], cwd=REPO_ROOT, env=_env(),
+    return subprocess.run([sys.executable, "-m", "gitlab_knowledge_sandbox", *args], cwd=REPO_ROOT, env=_env(),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -49,7 +49,7 @@ def dataset_dir(tiny_dataset: Dataset, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_serve_prints_url_serves_and_exits_cleanly(dataset_dir: Path, signum: int) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gitlab_knowledge.sandbox", "serve", "--data", str(dataset_dir), "--port", "0"],
+        [sys.executable, "-m", "gitlab_knowledge_sandbox", "serve", "--data", str(dataset_dir), "--port", "0"],
         cwd=REPO_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -72,7 +72,7 @@ def test_serve_prints_url_serves_and_exits_cleanly(dataset_dir: Path, signum: in
 
 def test_serve_options(dataset_dir: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gitlab_knowledge.sandbox", "serve", "--data", str(dataset_dir), "--token", "t0k",
+        [sys.executable, "-m", "gitlab_knowledge_sandbox", "serve", "--data", str(dataset_dir), "--token", "t0k",
          "--faults", "503:count=1", "--rate-limit", "100", "--latency-ms", "1"],
         cwd=REPO_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -5,7 +5,7 @@ from typing import Any
 
 import httpx
 
-from gitlab_knowledge.sandbox import SandboxClock, SandboxGitLab
+from gitlab_knowledge_sandbox import SandboxClock, SandboxGitLab
 
 
 def test_stats_route_counts_api_requests_by_route(sandbox: SandboxGitLab, client: httpx.Client) -> None:

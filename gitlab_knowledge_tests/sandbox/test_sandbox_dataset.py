@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gitlab_knowledge.sandbox import (
+from gitlab_knowledge_sandbox import (
     SAMPLE_DATASET,
     Dataset,
     DatasetError,
@@ -14,7 +14,7 @@ from gitlab_knowledge.sandbox import (
     load_dataset,
     write_dataset,
 )
-from gitlab_knowledge.sandbox.dataset import FORMAT
+from gitlab_knowledge_sandbox.dataset import FORMAT
 
 
 def without_path(data: Dataset) -> dict[str, Any]:
@@ -112,4 +112,4 @@ def test_items_without_timestamps_are_rejected_when_served(tmp_path: Path) -> No
 
 def test_sample_dataset_path_points_inside_the_package() -> None:
     assert SAMPLE_DATASET.name == "sample"
-    assert SAMPLE_DATASET.parent.name == "sandbox"
+    assert SAMPLE_DATASET.parent.name == "gitlab_knowledge_sandbox"

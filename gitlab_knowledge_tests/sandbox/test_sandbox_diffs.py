@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gitlab_knowledge.sandbox import (
+from gitlab_knowledge_sandbox import (
     SAMPLE_DATASET,
     Dataset,
     DatasetError,
@@ -19,7 +19,7 @@ from gitlab_knowledge.sandbox import (
     load_dataset,
     write_dataset,
 )
-from gitlab_knowledge.sandbox.__main__ import build_parser
+from gitlab_knowledge_sandbox.__main__ import build_parser
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gitlab-api" / "merge_requests" / \
     "merge_request_diffs_list.json"

@@ -7,9 +7,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gitlab_knowledge.sandbox import FaultSpecError, SandboxGitLab
-from gitlab_knowledge.sandbox.faults import FaultInjector, parse_faults
-from gitlab_knowledge.sandbox.ratelimit import RateLimiter
+from gitlab_knowledge_sandbox import FaultSpecError, SandboxGitLab
+from gitlab_knowledge_sandbox.faults import FaultInjector, parse_faults
+from gitlab_knowledge_sandbox.ratelimit import RateLimiter
 
 # -- grammar ---------------------------------------------------------------------------------
 

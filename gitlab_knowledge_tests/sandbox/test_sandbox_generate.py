@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gitlab_knowledge.sandbox import Dataset, generate_dataset, load_dataset
-from gitlab_knowledge.sandbox.clock import ts_key
+from gitlab_knowledge_sandbox import Dataset, generate_dataset, load_dataset
+from gitlab_knowledge_sandbox.clock import ts_key
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gitlab_knowledge.sandbox import DEFAULT_TOKEN, Dataset, SandboxGitLab
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, Dataset, SandboxGitLab
 
 
 def iids(response: httpx.Response) -> list[int]:

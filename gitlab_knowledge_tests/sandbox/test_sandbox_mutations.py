@@ -5,7 +5,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gitlab_knowledge.sandbox import Dataset, SandboxGitLab
+from gitlab_knowledge_sandbox import Dataset, SandboxGitLab
 
 NOW_ISO = "2026-01-01T12:00:00.000Z"
 

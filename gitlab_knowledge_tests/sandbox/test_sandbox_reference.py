@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gitlab_knowledge.sandbox import Dataset
+from gitlab_knowledge_sandbox import Dataset
 
 REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "gitlab-api"
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "gitlab-api"

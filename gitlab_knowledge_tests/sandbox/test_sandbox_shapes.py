@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gitlab_knowledge.sandbox import SandboxGitLab
-from gitlab_knowledge.sandbox.dataset import DatasetError, load_dataset
-from gitlab_knowledge.sandbox.state import SandboxState
+from gitlab_knowledge_sandbox import SandboxGitLab
+from gitlab_knowledge_sandbox.dataset import DatasetError, load_dataset
+from gitlab_knowledge_sandbox.state import SandboxState
 
 SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "payload-shapes"
 

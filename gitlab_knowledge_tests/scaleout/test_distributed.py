@@ -37,7 +37,6 @@ from gitlab_knowledge.config import load_config
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.lexical.index import LexicalIndex
-from gitlab_knowledge.sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge.scaleout.definitions import fanout_config
 from gitlab_knowledge.scaleout.services import (
     INSTANCE_YAML,
@@ -47,6 +46,7 @@ from gitlab_knowledge.scaleout.services import (
     LocalRedis,
     free_port,
 )
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import project_paths, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import rows, run_checks, run_layers, snapshot
 from gitlab_knowledge_tests.scaleout.test_fanout import assert_same_vectors

@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+from benchmarks.beir import to_dataset
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.lexical.analysis import code_identifiers, is_code_identifier
 from gitlab_knowledge.search import relevance
-from gitlab_knowledge.search.beir import to_dataset
 from gitlab_knowledge.search.evaluate import Case, judge, load_cases, ndcg, score_case
 from gitlab_knowledge_tests.conftest import REPO
 
@@ -106,7 +106,7 @@ def test_a_thin_thread_that_says_more_of_the_query_than_its_item_keeps_its_place
 
 
 def test_a_beir_set_becomes_a_sandbox_dataset_and_eval_cases(tmp_path):
-    from gitlab_knowledge.sandbox.dataset import load_dataset
+    from gitlab_knowledge_sandbox.dataset import load_dataset
 
     cases = to_dataset(MINI, tmp_path / "ds", "eval/mini")
     data = load_dataset(tmp_path / "ds")

@@ -14,7 +14,7 @@ from .dataset import DatasetError, Json
 from .errors import NotFound
 
 if TYPE_CHECKING:
-    from .state import Collection, Project
+    from .projects import Collection, Project
 
 # `find_by!` raising RecordNotFound: GitLab's generic body, not "404 Merge Request Not Found".
 MR_NOT_FOUND = "404 Not found"

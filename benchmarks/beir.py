@@ -1,7 +1,7 @@
 """A BEIR retrieval set through the whole pipeline: its corpus served as one project's issues by the
 sandbox GitLab, synced by the Dagster job, then measured with `eval`.
 
-    python -m gitlab_knowledge.search.beir DIR --work WORKDIR [--mode M]... [--limit-queries N] [--json]
+    python -m benchmarks.beir DIR --work WORKDIR [--mode M]... [--limit-queries N] [--json]
 
 BEIR layout: `corpus.jsonl` ({"_id", "title", "text"}), `queries.jsonl` ({"_id", "text"}),
 `qrels/test.tsv` (query-id, corpus-id, score; score > 0 is relevant). Corpus line N becomes issue
@@ -39,7 +39,7 @@ def _stamp(value: Any) -> str:
 
 def to_dataset(beir_dir: Path, out: Path, project: str) -> list[dict[str, Any]]:
     """Write the sandbox dataset at `out` and return the eval cases (references into `project`)."""
-    from gitlab_knowledge.sandbox.dataset import write_jsonl, write_meta
+    from gitlab_knowledge_sandbox.dataset import write_jsonl, write_meta
 
     corpus = _jsonl(beir_dir / "corpus.jsonl")
     queries = _jsonl(beir_dir / "queries.jsonl")
@@ -85,9 +85,9 @@ def run(beir_dir: Path, work: Path, modes: Sequence[str], models: Sequence[str |
 
     from gitlab_knowledge.config import parse_config
     from gitlab_knowledge.defs.runner import run_sync
-    from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SandboxGitLab
     from gitlab_knowledge.search.evaluate import evaluate, load_cases
     from gitlab_knowledge.workspace import Workspace
+    from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
 
     project = f"eval/{beir_dir.name}"
     dataset = work / "dataset"
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gitlab_knowledge.argparsing import OneLineParser, bounded_int
     from gitlab_knowledge.search.evaluate import render_table
 
-    p = OneLineParser(prog="python -m gitlab_knowledge.search.beir", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m benchmarks.beir", description=__doc__.splitlines()[0])
     p.add_argument("dir", type=Path, help="a BEIR directory (corpus.jsonl, queries.jsonl, qrels/test.tsv)")
     p.add_argument("--work", type=Path, required=True, help="where the dataset and the store go (kept)")
     p.add_argument("--mode", action="append", choices=("lexical", "semantic", "hybrid"))

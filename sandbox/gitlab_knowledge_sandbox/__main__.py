@@ -1,4 +1,4 @@
-"""CLI: `python -m gitlab_knowledge.sandbox serve|generate ...`."""
+"""CLI: `python -m gitlab_knowledge_sandbox serve|generate ...`."""
 
 import argparse
 import signal
@@ -57,7 +57,7 @@ def _count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m gitlab_knowledge.sandbox", description="Sandbox GitLab (REST API v4 look-alike).")
+    parser = _Parser(prog="python -m gitlab_knowledge_sandbox", description="Sandbox GitLab (REST API v4 look-alike).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     serve = sub.add_parser("serve", help="serve a dataset on 127.0.0.1")

@@ -15,7 +15,7 @@ from .params import as_bool
 from .shapes import new_discussion, new_note, normalize_position, noteable_type_of
 
 if TYPE_CHECKING:
-    from .state import Project
+    from .projects import Project
 
 TOUCH_INTERVAL_US = 60 * 1_000_000
 

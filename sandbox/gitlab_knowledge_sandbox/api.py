@@ -10,7 +10,8 @@ from .dataset import Json
 from .diffs import NO_ROUTE_BODY
 from .errors import BadRequest, SandboxError
 from .pagination import DEFAULT_PER_PAGE, page_params, paginate
-from .state import KINDS, ListFilters, SandboxState
+from .projects import KINDS
+from .state import ListFilters, SandboxState
 
 API_PREFIX = "/api/v4"
 MUTATING = ("POST", "PUT", "DELETE", "PATCH")
