@@ -8,7 +8,7 @@
   a sleep of the one request that saw the 429, and it has its own bound apart from `max_retries`.
 - 5xx, timeouts, dropped connections and bodies that are not JSON (a truncated page): tenacity
   retries with exponential backoff and full jitter, bounded by `max_retries`; then a one-line
-  `GitLabError`. The jitter is drawn from the client's `rng` (tenacity's `wait_random_exponential`
+  `GitLabError` (the policy and the waits: gitlab/retry.py). The jitter is drawn from the client's `rng` (tenacity's `wait_random_exponential`
   uses the global `random`, which a test cannot seed) and slept with the client's `sleep`.
 - Pagination follows `Link: rel="next"` (GitLab: "use these links instead of generating your own
   URLs", parsed by httpx's `Response.links`), falling back to `x-next-page`; the link is rebased
@@ -22,7 +22,6 @@
 """
 
 import asyncio
-import email.utils
 import json
 import logging
 import random
@@ -30,17 +29,24 @@ import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, NoReturn
+from datetime import datetime
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from gitlab_knowledge.config import GitLabSettings
 from gitlab_knowledge.errors import AuthError, ConfigError, GitLabError, NotFoundError
 from gitlab_knowledge.gitlab.paging import Page, claims_more, int_header, says_last
 from gitlab_knowledge.gitlab.ratelimit import RateLimiter
+from gitlab_knowledge.gitlab.retry import (
+    Transient,
+    asked_wait,
+    full_jitter,
+    parse_server_time,
+    quota_wait,
+    retrying,
+)
 from gitlab_knowledge.redact import redact, register_secret
 
 USER_AGENT = "gitlab-knowledge/0.1"
@@ -76,21 +82,6 @@ class ClientStats:
 def encode_project(project: str | int) -> str:
     """A project id or `group/sub/project` path as GitLab's `:id` path segment."""
     return str(project) if isinstance(project, int) else quote(project, safe="")
-
-
-def parse_server_time(headers: httpx.Headers) -> datetime | None:
-    value = headers.get("date")
-    if not value:
-        return None
-    try:
-        parsed = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-class _Transient(Exception):
-    """A failure another attempt may cure; its text names it in the stats and the final error."""
 
 
 class GitLabClient:
@@ -171,45 +162,15 @@ class GitLabClient:
         shown = parts.path[len(self._base_path):] if parts.path.startswith(self._base_path) else parts.path
         return f"{method} {shown}" + (f"?{parts.query}" if parts.query else "")
 
-    def _throttle_wait(self, response: httpx.Response, attempt: int) -> float:
-        headers = response.headers
-        retry_after = headers.get("retry-after")
-        if retry_after:
-            try:
-                return max(0.0, float(retry_after))
-            except ValueError:
-                try:
-                    when = email.utils.parsedate_to_datetime(retry_after)
-                    now = parse_server_time(headers) or datetime.now(UTC)
-                    return max(0.0, (when - now).total_seconds())
-                except (TypeError, ValueError):
-                    pass
-        reset = headers.get("ratelimit-reset")
-        if reset:
-            try:
-                now_ts = (parse_server_time(headers) or datetime.now(UTC)).timestamp()
-                return max(0.0, float(reset) - now_ts)
-            except ValueError:
-                pass
-        return self._backoff(attempt)
-
     def _backoff(self, attempt: int) -> float:
-        # Full jitter (AWS architecture blog): uniform over [0, min(cap, base·2^attempt)].
-        return self._rng.uniform(0, min(self._backoff_cap, self._backoff_base * (2 ** attempt)))
+        return full_jitter(self._rng, attempt, self._backoff_base, self._backoff_cap)
 
     def _honour_quota(self, headers: httpx.Headers) -> None:
-        remaining = headers.get("ratelimit-remaining")
-        reset = headers.get("ratelimit-reset")
-        if remaining == "0" and reset:
-            try:
-                now_ts = (parse_server_time(headers) or datetime.now(UTC)).timestamp()
-                wait = min(float(reset) - now_ts, MAX_THROTTLE_WAIT)
-            except (ValueError, OverflowError):
-                return
-            # Concurrent answers carry the same reset: only the one that moves the pause speaks.
-            if self._limiter.pause(wait) > 1.0 and wait >= NOTICE_WAIT_S:
-                self.notify(f"GitLab says this token's request quota is used up (RateLimit-Remaining: 0): "
-                            f"waiting {wait:.0f}s for it to reset")
+        wait = quota_wait(headers, MAX_THROTTLE_WAIT)
+        # Concurrent answers carry the same reset: only the one that moves the pause speaks.
+        if wait is not None and self._limiter.pause(wait) > 1.0 and wait >= NOTICE_WAIT_S:
+            self.notify(f"GitLab says this token's request quota is used up (RateLimit-Remaining: 0): "
+                        f"waiting {wait:.0f}s for it to reset")
 
     async def request(self, method: str, path: str, params: dict[str, Any] | None = None,
                       json_body: Any = None) -> tuple[Any, httpx.Response]:
@@ -228,18 +189,8 @@ class GitLabClient:
                 throttles += 1
                 self._throttled(response, throttles, what)
 
-        # One AsyncRetrying per call: tenacity keeps its iteration state on the instance, and
-        # concurrent requests would otherwise share it.
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(_Transient),
-            stop=stop_after_attempt(self.settings.max_retries + 1),
-            wait=lambda state: self._backoff(state.attempt_number),
-            sleep=self._sleep,
-            after=self._count_failure,
-            before_sleep=self._count_retry,
-            retry_error_callback=lambda state: self._give_up(state, what),
-        )
-        return await retrying(attempt)
+        return await retrying(attempts=self.settings.max_retries + 1, wait=self._backoff, sleep=self._sleep,
+                              stats=self.stats, what=what)(attempt)
 
     async def _send(self, method: str, url: str, json_body: Any) -> httpx.Response:
         self.stats.limiter_wait += await self._limiter.acquire()
@@ -253,16 +204,16 @@ class GitLabClient:
                 finally:
                     await response.aclose()
             except httpx.TimeoutException:
-                raise _Transient("timeout") from None
+                raise Transient("timeout") from None
             except httpx.TransportError as exc:
                 if "CERTIFICATE_VERIFY_FAILED" in str(exc):
                     # Not transient: retrying cannot make an untrusted certificate trusted.
                     raise GitLabError(
                         f"the TLS certificate of {self.settings.display_url} is not trusted: set gitlab.ca_bundle to "
                         "the PEM file of the CA that signed it") from None
-                raise _Transient(f"connection error ({type(exc).__name__})") from None
+                raise Transient(f"connection error ({type(exc).__name__})") from None
             except httpx.DecodingError:
-                raise _Transient("undecodable response body") from None
+                raise Transient("undecodable response body") from None
             self._honour_quota(response.headers)
             return response
 
@@ -282,7 +233,9 @@ class GitLabClient:
     def _throttled(self, response: httpx.Response, throttles: int, what: str) -> None:
         """Account for a 429 and pause every request for its wait, or give up on it."""
         self.stats.throttled += 1
-        wait = self._throttle_wait(response, throttles)
+        wait = asked_wait(response.headers)
+        if wait is None:  # GitLab named no wait
+            wait = self._backoff(throttles)
         if throttles > MAX_THROTTLE_RETRIES or wait > MAX_THROTTLE_WAIT:
             raise GitLabError(
                 f"GitLab kept rate-limiting {what} (429 x{throttles}, asked to wait {wait:.0f}s); "
@@ -300,7 +253,7 @@ class GitLabClient:
             raise GitLabError(f"GitLab redirected {what} to {redact(target)} ({status}): check gitlab.url "
                               f"(scheme, host, no trailing path) in the config", status=status)
         if status in RETRYABLE_STATUS:
-            raise _Transient(f"HTTP {status}")
+            raise Transient(f"HTTP {status}")
         if status >= 400:
             self._raise_for_status(response, what)
         if status == 204 or not response.content:
@@ -308,21 +261,7 @@ class GitLabClient:
         try:
             return response.json(), response
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _Transient("truncated or non-JSON response body") from None
-
-    @staticmethod
-    def _failure(state: RetryCallState) -> str:
-        return str(state.outcome.exception()) if state.outcome else "unknown failure"
-
-    def _count_failure(self, state: RetryCallState) -> None:
-        self.stats.failures[self._failure(state).split(" (")[0]] += 1
-
-    def _count_retry(self, state: RetryCallState) -> None:
-        self.stats.retries += 1
-
-    def _give_up(self, state: RetryCallState, what: str) -> NoReturn:
-        raise GitLabError(redact(
-            f"GitLab request {what} failed after {state.attempt_number} attempts: {self._failure(state)}"))
+            raise Transient("truncated or non-JSON response body") from None
 
     def _raise_for_status(self, response: httpx.Response, what: str) -> None:
         status = response.status_code

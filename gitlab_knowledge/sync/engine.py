@@ -23,23 +23,25 @@ The rules (docs/ARCHITECTURE.md, "Sync"):
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import GitLabError, KnowledgeError, NotFoundError, first_error
+from gitlab_knowledge.errors import KnowledgeError, NotFoundError, first_error
 from gitlab_knowledge.gitlab.client import GitLabClient, Page
-from gitlab_knowledge.store import payloads, raw
+from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.sync import files, runs
+from gitlab_knowledge.sync import files, listing, runs, writes
 from gitlab_knowledge.sync.identity import refresh_identity
+from gitlab_knowledge.sync.parents import Parent, fetch_threads
+from gitlab_knowledge.sync.pipeline import PagePipeline
 from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
 from gitlab_knowledge.sync.stats import RawStats, ResourceStats, SyncResult
-from gitlab_knowledge.timeutil import naive_utc, parse_time, utcnow
+from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -53,20 +55,6 @@ def refresh(workspace: Workspace, project: str, *, full: bool = False, force: bo
     """The raw layer's entry point: fetch what changed in GitLab for one project."""
     return ProjectSync(workspace, project, full=full, force=force, dagster_run_id=dagster_run_id,
                        progress=progress).run()
-
-
-@dataclass
-class _Parent:
-    kind: str
-    gitlab_id: int
-    iid: int
-    item: dict[str, Any] | None  # None: a recheck, the stored item payload stays
-    threads: list[dict[str, Any]] | None = None  # None: the parent vanished (404)
-    fetched_at: datetime | None = None
-    recheck: bool = False  # fetched for the ThrottledTouch recheck, not because the list showed a change
-    kept: set[str] = field(default_factory=set)  # rejected threads: their stored versions stay
-    keep_all: bool = False  # a rejected thread without a usable id: no stored thread goes
-    files: list[dict[str, Any]] | None = None  # an MR's changed files (sync/files.py); None: not fetched
 
 
 class ProjectSync:
@@ -151,118 +139,70 @@ class ProjectSync:
     # -- one resource -----------------------------------------------------------------------
 
     async def _sync_resource(self, client: GitLabClient, resource: str, kind: str, stats: ResourceStats) -> None:
-        path = f"/projects/{self._project_id}/{resource}"
         with self.workspace.write() as con:
-            cursor = con.execute(
-                "SELECT updated_at_cursor, tie_breaker_id FROM sync_cursors WHERE project_id = ? AND resource_type = ?",
-                [self._project_id, kind]).fetchone()
-            known = dict(con.execute(
-                "SELECT CAST(gitlab_key AS BIGINT), payload_hash FROM raw_payloads "
-                "WHERE project_id = ? AND resource_type = ? AND deleted_at IS NULL",
-                [self._project_id, kind]).fetchall())
-        anchor = cursor[0] if cursor and not self.full else None
-        best = (parse_time(cursor[0]), int(cursor[1])) if cursor and cursor[0] else None
-        done: dict[int, str] = {}  # id -> hash examined during this run
-        refetched: set[int] = set()  # parents whose threads this run fetched (or knew to be none)
-        seen: set[int] = set()
-        read: set[str] = set()  # page URLs of this listing, to catch a loop
+            state = listing.load_state(con, self._project_id, kind, self.full)
+        page = await self._read_listing(client, resource, kind, stats, state)
+        if self.full:
+            # Removal follows from a complete listing only: GitLab must have marked its end.
+            client.check_complete(page)
+            await self._reconcile(kind, resource, state.seen, stats)
+        else:
+            await self._recheck(client, kind, resource, state.refetched, stats)
+
+    async def _read_listing(self, client: GitLabClient, resource: str, kind: str, stats: ResourceStats,
+                            state: listing.ListingState) -> Page:
+        """Every page of the listing through the two-stage pipeline (sync/pipeline.py); returns
+        the last page read."""
+        path, per_page = f"/projects/{self._project_id}/{resource}", self.config.gitlab.per_page
+
+        def request(url: str | None) -> asyncio.Task[Page]:
+            return asyncio.create_task(listing.list_page(client, path, per_page, url, state.anchor))
+
+        pipeline = PagePipeline(request(None))
         first = True
-        # A two-stage pipeline, because at a rate limit every moment the client asks for nothing
-        # is lost: the next list page is requested as soon as this one arrives (its anchor depends
-        # on this page alone), and page k commits on a worker thread while page k+1's threads are
-        # fetched. Commits stay strictly in page order, one at a time, so the store and the cursor
-        # move exactly as in a sequential sync, and a kill -9 finds the same states.
-        listing: asyncio.Task[Page] | None = asyncio.create_task(self._list_page(client, path, None, anchor))
-        committing: asyncio.Future[None] | None = None
-        pending: tuple[list[_Parent], int] = ([], 0)  # the committing page's parents and item count
-
-        async def settle() -> None:
-            await committing
-            parents, count = pending
-            for p in parents:
-                refetched.add(p.gitlab_id)
-                if p.threads is not None:
-                    known[p.gitlab_id] = done[p.gitlab_id]
-            self.progress.advance(self.project_path, resource, count)
-
         try:
-            while listing is not None:
-                page, listing = await listing, None
-                client.record_page(page, read)
+            while pipeline.listing is not None:
+                page = await pipeline.next_page()
+                client.record_page(page, state.read)
                 stats.list_calls += 1
                 if first:
                     self.progress.resource_started(self.project_path, resource, page.total)
                     first = False
                 if not page.items:
                     break
-                # A rejected item is still listed: --full must not take it for deleted.
-                seen.update(it["id"] for it in page.items if isinstance(it, dict) and isinstance(it.get("id"), int))
-                items = payloads.screen_items(kinds.kind(kind).display.lower(), page.items,
-                                              lambda line: self._reject(stats, line))
+                items = listing.screen_page(state, page, kind, lambda line: self._reject(stats, line))
                 if not items:
                     # Every item of the page was rejected: nothing to anchor on, take GitLab's next page.
                     if page.next_url:
-                        listing = asyncio.create_task(self._list_page(client, path, page.next_url, anchor))
+                        pipeline.request(request(page.next_url))
                     continue
-                items = sorted(items,
-                               key=lambda it: (parse_time(it.get("updated_at")) or datetime.min, int(it["id"])))
                 stats.listed += len(items)
-                seen.update(int(it["id"]) for it in items)
-                wanted = []
-                for it in items:
-                    digest = raw.payload_hash(raw.canonical_json(it))
-                    if done.get(int(it["id"])) == digest:
-                        continue
-                    if self.full or known.get(int(it["id"])) != digest:
-                        wanted.append(it)
-                    done[int(it["id"])] = digest
-                last = items[-1]
                 if page.next_url:
-                    if anchor is not None and parse_time(last["updated_at"]) == parse_time(anchor):
-                        url = page.next_url  # a run of equal timestamps longer than a page
-                    else:
-                        anchor, url = last["updated_at"], None
-                    listing = asyncio.create_task(self._list_page(client, path, url, anchor))
-                parents = await self._fetch_parents(client, kind, wanted, page)
-                last_key = (parse_time(last["updated_at"]), int(last["id"]))
-                new_cursor = last if best is None or last_key > best else None
-                if new_cursor is not None:
-                    best = last_key
-                if committing is not None:
-                    await settle()
-                committing = asyncio.ensure_future(asyncio.to_thread(
-                    self._commit_parents, kind, resource, parents, stats, new_cursor))
-                pending = (parents, len(items))
-            if committing is not None:
-                await settle()
-                committing = None
+                    pipeline.request(request(listing.follow(state, page, items[-1])))
+                await self._take_page(client, resource, kind, stats, state, page, items, pipeline)
+            await pipeline.settle()
         finally:
-            if listing is not None:
-                listing.cancel()
-                await asyncio.wait([listing])
-            if committing is not None:
-                # A commit on its thread cannot be cancelled; whatever brought us here propagates
-                # once it has finished, and its own failure, if any, is not left unretrieved.
-                await asyncio.wait([committing])
-                if not committing.cancelled():
-                    committing.exception()
-        if self.full:
-            # Removal follows from a complete listing only: GitLab must have marked its end.
-            client.check_complete(page)
-            await self._reconcile(kind, resource, seen, stats)
-        else:
-            await self._recheck(client, kind, resource, refetched, stats)
+            await pipeline.close()
+        return page
 
-    async def _list_page(self, client: GitLabClient, path: str, url: str | None, anchor: str | None) -> Page:
-        if url:
-            return await client.get_page(url)
-        params = {"order_by": "updated_at", "sort": "asc", "per_page": self.config.gitlab.per_page,
-                  "updated_after": anchor}
-        return await client.get_page(path, params)
+    async def _take_page(self, client: GitLabClient, resource: str, kind: str, stats: ResourceStats,
+                         state: listing.ListingState, page: Page, items: list[dict[str, Any]],
+                         pipeline: PagePipeline) -> None:
+        """Fetch the page's changed items and queue their commit, with the cursor if it moves."""
+        wanted = listing.changed(state, items, self.full)
+        parents = await self._fetch_parents(client, kind, wanted, page)
+        cursor_item = listing.moves_cursor(state, items[-1])
+
+        def settled() -> None:
+            listing.committed(state, parents)
+            self.progress.advance(self.project_path, resource, len(items))
+
+        await pipeline.commit(
+            functools.partial(self._commit_parents, kind, resource, parents, stats, cursor_item), settled)
 
     async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]],
-                             page: Page) -> list[_Parent]:
-        parents = [_Parent(kind, int(it["id"]), int(it["iid"]), it) for it in items]
+                             page: Page) -> list[Parent]:
+        parents = [Parent(kind, int(it["id"]), int(it["iid"]), it) for it in items]
         with_notes = [p for p in parents if int(p.item.get("user_notes_count") or 0) > 0]
         if kind == kinds.MERGE_REQUEST.name:
             try:
@@ -279,43 +219,11 @@ class ProjectSync:
                 p.threads, p.fetched_at = [], naive_utc(page.server_time) or utcnow()
         return parents
 
-    async def _fetch_threads(self, client: GitLabClient, parents: Sequence[_Parent]) -> None:
-        if not parents:
-            return
-        resource = {k.name: k.api_path for k in kinds.ITEM_KINDS}
+    async def _fetch_threads(self, client: GitLabClient, parents: Sequence[Parent]) -> None:
+        await fetch_threads(client, self._project_id, parents,
+                            lambda resource, line: self._reject(self.result.resources[resource], line))
 
-        async def one(p: _Parent) -> None:
-            item = f"/projects/{self._project_id}/{resource[p.kind]}/{p.iid}"
-            try:
-                threads, server_time = await client.get_all(f"{item}/discussions")
-            except NotFoundError as exc:
-                # Deleted between the list call and this one, or a 404 from something in between:
-                # only the item's own 404 is evidence enough to remove it.
-                try:
-                    await client.get(item)
-                except NotFoundError:
-                    p.threads = None
-                    p.fetched_at = utcnow()
-                    return
-                raise GitLabError(f"{exc}, yet GitLab still serves {kinds.kind(p.kind).ref(p.iid)} itself: "
-                                  "nothing was removed; try again later", status=404) from None
-            name = f"{kinds.kind(p.kind).display.lower()} iid {p.iid}"
-            ok, p.kept, p.keep_all = payloads.screen_threads(
-                name, threads if isinstance(threads, list) else [threads],
-                lambda line: self._reject(self.result.resources[resource[p.kind]], line))
-            # Every thread is kept, system-only ones too: GitLab writes its links between items
-            # there ("mentioned in merge request !847"); the normalized layer keeps them apart.
-            p.threads = ok
-            p.fetched_at = naive_utc(server_time) or utcnow()
-
-        try:
-            async with asyncio.TaskGroup() as group:
-                for p in parents:
-                    group.create_task(one(p))
-        except BaseExceptionGroup as eg:
-            raise first_error(eg) from None
-
-    async def _fetch_files(self, parents: Sequence[_Parent]) -> None:
+    async def _fetch_files(self, parents: Sequence[Parent]) -> None:
         for p, got in zip(parents, await self._files.fetch_all([p.iid for p in parents]), strict=True):
             p.files = got
             if got is None:
@@ -330,7 +238,7 @@ class ProjectSync:
         if items:
             self.progress.message(f"{self.project_path}: fetching the file lists of {len(items)} merge requests")
         for start in range(0, len(items), RECHECK_BATCH):
-            batch = [_Parent(kinds.MERGE_REQUEST.name, int(it["id"]), int(it["iid"]), it)
+            batch = [Parent(kinds.MERGE_REQUEST.name, int(it["id"]), int(it["iid"]), it)
                      for it in items[start:start + RECHECK_BATCH]]
             await self._fetch_files(batch)
             rows = [files.raw_row(p.item, p.files) for p in batch if p.files is not None]
@@ -355,44 +263,9 @@ class ProjectSync:
             runs.heartbeat(con, self.result.sync_run_id, self._project_id)
             return out
 
-    def _commit_parents(self, kind: str, resource: str, parents: Sequence[_Parent], stats: ResourceStats,
+    def _commit_parents(self, kind: str, resource: str, parents: Sequence[Parent], stats: ResourceStats,
                         cursor_item: dict[str, Any] | None) -> None:
-        alive = [p for p in parents if p.threads is not None]
-        gone = [p.gitlab_id for p in parents if p.threads is None]
-
-        def work(con: Any, prov: raw.Provenance) -> None:
-            items = [raw.RawRow.for_item(kind, p.item, p.fetched_at) for p in alive if p.item is not None]
-            counts = raw.upsert_rows(con, items, prov)
-            file_rows = [files.raw_row(p.item, p.files) for p in alive if p.item is not None and p.files is not None]
-            raw.upsert_rows(con, file_rows, prov)
-            stats.file_fetches += len(file_rows)
-            rechecked = [p for p in alive if p.recheck]
-            unchanged = [p for p in rechecked if p.item is None]
-            if unchanged:
-                con.executemany(
-                    "UPDATE raw_payloads SET discussions_fetched_at = ? WHERE resource_type = ? AND gitlab_key = ?",
-                    [[p.fetched_at, kind, str(p.gitlab_id)] for p in unchanged])
-            threads = raw.replace_discussions(
-                con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads, p.kept, p.keep_all) for p in alive], prov)
-            deleted = raw.tombstone_parents(con, kind, gone)
-            if cursor_item is not None:
-                con.execute("""
-                    INSERT OR REPLACE INTO sync_cursors
-                        (project_id, resource_type, updated_at_cursor, tie_breaker_id, moved_at, sync_run_id)
-                    VALUES (?, ?, ?, ?, ?, ?)
-                """, [self._project_id, kind, cursor_item["updated_at"], int(cursor_item["id"]), utcnow(),
-                      self.result.sync_run_id])
-            stats.fetched += len(items)
-            stats.new += counts.new
-            stats.updated += counts.updated
-            stats.deleted += deleted
-            stats.discussion_fetches += sum(1 for p in alive if p.recheck or int(p.item.get("user_notes_count") or 0) > 0)
-            stats.rechecked += len(rechecked)
-            stats.threads_new += threads.new
-            stats.threads_updated += threads.updated
-            stats.threads_deleted += threads.deleted
-
-        self._commit(work)
+        self._commit(lambda con, prov: writes.write_parents(con, prov, kind, parents, stats, cursor_item))
 
     async def _recheck(self, client: GitLabClient, kind: str, resource: str, done: set[int],
                        stats: ResourceStats) -> None:
@@ -403,7 +276,7 @@ class ProjectSync:
             self.progress.message(f"{self.project_path}: rechecking {len(candidates)} {resource} "
                                   "updated within GitLab's 60 s note throttle")
         for start in range(0, len(candidates), RECHECK_BATCH):
-            batch = [_Parent(kind, gid, iid, None, recheck=True) for gid, iid in candidates[start:start + RECHECK_BATCH]]
+            batch = [Parent(kind, gid, iid, None, recheck=True) for gid, iid in candidates[start:start + RECHECK_BATCH]]
             await self._fetch_threads(client, batch)
             with self.workspace.write() as con:
                 stored = raw.stored_thread_signatures(con, kind, [p.gitlab_id for p in batch])
@@ -418,11 +291,7 @@ class ProjectSync:
             self._commit_parents(kind, resource, batch, stats, None)
 
     async def _reconcile(self, kind: str, resource: str, seen: set[int], stats: ResourceStats) -> None:
-        def work(con: Any, prov: raw.Provenance) -> int:
-            missing = sorted(raw.live_parent_ids(con, self._project_id, kind) - seen)
-            return raw.tombstone_parents(con, kind, missing)
-
-        removed = self._commit(work)
+        removed = self._commit(lambda con, prov: writes.remove_unlisted(con, self._project_id, kind, seen))
         stats.deleted += removed
         if removed:
             self.progress.message(f"{self.project_path}: {removed} {resource} no longer in GitLab, removed")
