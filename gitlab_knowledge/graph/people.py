@@ -218,10 +218,10 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
             "reviewed_mrs": _entries(
                 con, kinds.MERGE_REQUEST,
                 f"NOT {_is('t.author_username')} AND ({_in('t.reviewers')} OR EXISTS (SELECT 1 FROM notes n WHERE "
-                f"n.noteable_type = 'MergeRequest' AND n.noteable_id = t.id AND {_is('n.author_username')}))"
+                f"n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND n.noteable_id = t.id AND {_is('n.author_username')}))"
                 + updated[0], [u] * 5 + updated[1], pid,
                 extra=f", {_in('t.reviewers')} AS review_requested, (SELECT count(*) FROM notes n WHERE "
-                      f"n.noteable_type = 'MergeRequest' AND n.noteable_id = t.id AND {_is('n.author_username')}) "
+                      f"n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND n.noteable_id = t.id AND {_is('n.author_username')}) "
                       "AS notes"),
             "assigned": [e for kind in kinds.ITEM_KINDS
                          for e in _entries(con, kind, _in("t.assignees") + updated[0], mine, pid)],
@@ -267,11 +267,11 @@ def _top_paths(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, created:
     found = rows(con, f"""
         SELECT path, count(*) AS n FROM (
             SELECT DISTINCT f.merge_request_id, COALESCE(f.new_path, f.old_path) AS path
-            FROM mr_files f JOIN merge_requests t ON t.id = f.merge_request_id
+            FROM mr_files f JOIN {kinds.MERGE_REQUEST.table} t ON t.id = f.merge_request_id
             WHERE {_is('t.author_username')}{created[0]}{scope}
             UNION ALL
             SELECT n.id, COALESCE(np.new_path, np.old_path) FROM note_positions np JOIN notes n ON n.id = np.note_id
-            JOIN merge_requests t ON n.noteable_type = 'MergeRequest' AND t.id = n.noteable_id
+            JOIN {kinds.MERGE_REQUEST.table} t ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND t.id = n.noteable_id
             WHERE {_is('n.author_username')}{noted}{scope})
         WHERE path IS NOT NULL GROUP BY path ORDER BY n DESC, path LIMIT {TOP}""",
                  [u, *created[1], *scoped, u, *([start] if start else []), *scoped])

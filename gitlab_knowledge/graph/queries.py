@@ -54,7 +54,7 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = No
 
 def item_url(config: Config, path: str, kind: kinds.Kind, iid: int) -> str:
     """The web address of an item the store does not hold, as GitLab would write it."""
-    return f"{config.gitlab.display_url.rstrip('/')}/{path}/-/{kind.api_path}/{iid}"
+    return kind.url(config.gitlab.display_url, path, iid)
 
 
 def public_item(kind: kinds.Kind, row: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +264,7 @@ def _touches(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, hit
         SELECT m.id AS merge_request_id, COALESCE(m.merged_at, m.updated_at) AS touched_at, n.discussion_id,
                np.new_path, np.old_path, np.new_line, np.old_line
         FROM note_positions np JOIN notes n ON n.id = np.note_id
-        JOIN merge_requests m ON n.noteable_type = 'MergeRequest' AND m.id = n.noteable_id
+        JOIN {kinds.MERGE_REQUEST.table} m ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND m.id = n.noteable_id
         WHERE ({new_sql} OR {old_sql}){scope} ORDER BY n.discussion_id, n.position""",
                  [*new_params, *old_params, *scope_params])
     for r in notes:
