@@ -123,7 +123,7 @@ def _mentions(con: duckdb.DuckDBPyConnection, user: str, pid: int | None) -> lis
             out[r["discussion_id"]] = {"item": public_item(kind, r), "discussion_id": r["discussion_id"],
                                        "note_id": r["note_id"], "author": r["note_author"],
                                        "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                                       "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None}
+                                       "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None}
     return sorted(out.values(), key=lambda m: (m["created_at"] or "", m["note_id"]), reverse=True)
 
 
@@ -150,7 +150,7 @@ def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime,
                   AND NOT {_is('n.author_username')}{scope}""", [*who, start, u, *scoped]):
             notes.append({"item": public_item(kind, r), "note_id": r["note_id"], "author": r["note_author"],
                           "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                          "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None})
+                          "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None})
         merged = ", t.merged_at" if kind is kinds.MERGE_REQUEST else ", NULL AS merged_at"
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
@@ -291,7 +291,7 @@ def _activity(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: da
                 LIMIT {limit}""", [u, *([start] if start else []), *scoped]):
             out.append({"at": iso(r["at"]), "action": "commented", "item": public_item(kind, r),
                         "excerpt": excerpt(r["body"]),
-                        "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None})
+                        "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None})
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
                 WHERE {_is('t.author_username')}{since_item}{scope} ORDER BY t.created_at DESC, t.id DESC
