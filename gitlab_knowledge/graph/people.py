@@ -176,15 +176,15 @@ def _known(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> str | Non
     scoped = [pid] if pid is not None else []
     named = con.execute(f"""
         SELECT author_name FROM (
-            SELECT author_name, author_username FROM issues WHERE true{scope}
-            UNION ALL SELECT author_name, author_username FROM merge_requests WHERE true{scope}
+            SELECT author_name, author_username FROM {kinds.ISSUE.table} WHERE true{scope}
+            UNION ALL SELECT author_name, author_username FROM {kinds.MERGE_REQUEST.table} WHERE true{scope}
             UNION ALL SELECT author_name, author_username FROM notes WHERE true{scope})
         WHERE {_is('author_username')} ORDER BY author_name IS NULL LIMIT 1""", [*scoped * 3, u]).fetchone()
     if named is not None:
         return named[0] or ""
     listed = con.execute(f"""
-        SELECT 1 FROM issues WHERE {_in('assignees')}{scope}
-        UNION ALL SELECT 1 FROM merge_requests WHERE ({_in('assignees')} OR {_in('reviewers')}){scope}
+        SELECT 1 FROM {kinds.ISSUE.table} WHERE {_in('assignees')}{scope}
+        UNION ALL SELECT 1 FROM {kinds.MERGE_REQUEST.table} WHERE ({_in('assignees')} OR {_in('reviewers')}){scope}
         LIMIT 1""", [u, *scoped, u, u, *scoped]).fetchone()
     return "" if listed else None
 

@@ -93,12 +93,12 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
         raise UsageError(exc.message.replace("explain expects", f"{command} expects", 1)) from None
     name, _, key = doc_id.partition(":")
     if name == kinds.DISCUSSION:
-        thread = con.execute("SELECT noteable_type, issue_id, merge_request_id FROM discussions WHERE id = ?",
-                             [key]).fetchone()
+        thread = con.execute(f"SELECT noteable_type, {', '.join(k.thread_column for k in kinds.ITEM_KINDS)} "
+                             "FROM discussions WHERE id = ?", [key]).fetchone()
         if thread is None:
             raise UsageError(f"no thread {key} in the store")
         kind = kinds.by_noteable_type(thread[0])
-        key = str(thread[1] if kind is kinds.ISSUE else thread[2])
+        key = str(thread[1 + kinds.ITEM_KINDS.index(kind)])
     else:
         kind = kinds.kind(name)
     item = stored_item(con, kind, "t.id = ?", [int(key)])

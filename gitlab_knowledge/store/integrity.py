@@ -67,7 +67,8 @@ def no_orphans(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcom
         WHERE d.id IS NULL{scope_n}
         UNION ALL
         SELECT 'discussion:' || d.id FROM discussions d
-        LEFT JOIN issues i ON i.id = d.issue_id LEFT JOIN merge_requests m ON m.id = d.merge_request_id
+        LEFT JOIN {kinds.ISSUE.table} i ON i.id = d.{kinds.ISSUE.thread_column}
+        LEFT JOIN {kinds.MERGE_REQUEST.table} m ON m.id = d.{kinds.MERGE_REQUEST.thread_column}
         WHERE i.id IS NULL AND m.id IS NULL{scope_d}"""
     return _count(con, sql, params * 2, "every note belongs to a thread and every thread to an issue or MR", "ref")
 

@@ -77,11 +77,11 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
                   AND (discussions_fetched_at IS NULL
                        OR discussions_fetched_at <= updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND)
             """, [pid, kinds.ISSUE.name, kinds.MERGE_REQUEST.name]).fetchall()
-            raw_seq, normalized_seq, = con.execute("""
+            raw_seq, normalized_seq, = con.execute(f"""
                 SELECT (SELECT coalesce(max(change_seq), 0) FROM raw_payloads WHERE project_id = $1),
                        (SELECT coalesce(max(change_seq), 0) FROM (
-                            SELECT change_seq FROM issues WHERE project_id = $1
-                            UNION ALL SELECT change_seq FROM merge_requests WHERE project_id = $1))
+                            SELECT change_seq FROM {kinds.ISSUE.table} WHERE project_id = $1
+                            UNION ALL SELECT change_seq FROM {kinds.MERGE_REQUEST.table} WHERE project_id = $1))
             """, [pid]).fetchone()
             marks = dict(con.execute("SELECT layer, watermark FROM layer_state WHERE project_id = ?", [pid]).fetchall())
             behind = []
