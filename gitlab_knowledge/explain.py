@@ -18,12 +18,7 @@ from gitlab_knowledge.freshness import EntryState, document_hashes, state_of
 from gitlab_knowledge.store.normalize import get_watermark, project_id_for
 from gitlab_knowledge.workspace import Workspace
 
-# GitLab before 12.x wrote web_urls without the `/-/` scope (`…/gitlab-ee/merge_requests/14656`);
-# stored payloads and search results still carry them, so both forms name an item.
-_URL = re.compile(r"^/(?P<project>[^/]+(?:/[^/]+)*?)(?:/-)?/(?P<kind>issues|merge_requests)/(?P<iid>\d+)"
-                  r"(?:/[a-z_]+)?/?(?:#note_(?P<note>\d+))?$")
-_REF = re.compile(r"^(?P<project>[\w.\-]+(?:/[\w.\-]+)+)?(?P<sigil>[#!])(?P<iid>\d+)$")
-_DOC = re.compile(r"^(issue|merge_request|discussion):\S+$")
+_DOC = re.compile(r"^(" + "|".join(map(re.escape, kinds.SOURCE_TYPES)) + r"):\S+$")
 
 
 @dataclass
@@ -61,22 +56,19 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
             raise UsageError(f"no document {ref} in the store")
         return ref
     parts = urlsplit(ref)
-    # A GitLab URL: its path names the project; the host is whatever the instance is called.
-    url = _URL.search(parts.path + (f"#{parts.fragment}" if parts.fragment else "")) if parts.scheme else None
-    if url:
-        kind, iid, project, note = kinds.by_api_path(url["kind"]), int(url["iid"]), url["project"], url["note"]
-        if note:
-            found = con.execute("SELECT 'discussion:' || discussion_id FROM notes WHERE id = ?", [int(note)]).fetchone()
-            if not found:
-                raise NoteNotStored(f"no note {note} in the store", project, kind, iid, int(note))
-            return found[0]
-    else:
-        match = _REF.match(ref)
-        if not match:
-            raise UsageError(f"explain expects #IID, !IID, group/project#IID, a GitLab URL or a document id "
-                             f"(issue:…, merge_request:…, discussion:…), got {ref!r}")
-        kind, iid = kinds.by_sigil(match["sigil"]), int(match["iid"])
-        project = match["project"] or project
+    # A GitLab URL (with or without the `/-/` scope GitLab before 12.x left out of the web_urls that
+    # stored payloads still carry): its path names the project; the host is whatever the instance is called.
+    parsed = kinds.parse_reference(ref)
+    url = parsed is not None and "://" in ref
+    if parsed is None:
+        raise UsageError(f"explain expects #IID, !IID, group/project#IID, a GitLab URL or a document id "
+                         f"(issue:…, merge_request:…, discussion:…), got {ref!r}")
+    kind, iid, project, note = parsed.kind, parsed.iid, parsed.project or project, parsed.note
+    if note is not None:
+        found = con.execute("SELECT 'discussion:' || discussion_id FROM notes WHERE id = ?", [note]).fetchone()
+        if not found:
+            raise NoteNotStored(f"no note {note} in the store", parsed.project or "", kind, iid, note)
+        return found[0]
     # A path as typed or as an older URL has it: GitLab resolves paths case-insensitively and
     # through renames, so the project is found by the id that path resolved to.
     project_id = project_id_for(con, project) if project else None
@@ -236,13 +228,13 @@ def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:
     note = asyncio.run(fetch())
     if note is None or note.get("system"):
         raise UsageError(f"no note {missing.note} in the store, and GitLab has no such user note on "
-                         f"{missing.project}{missing.kind.sigil}{missing.iid}")
+                         f"{missing.kind.ref(missing.iid, missing.project)}")
     out = Explanation(f"note:{missing.note}", verdict="stale")
     author = (note.get("author") or {}).get("username") or "?"
     out.chain["gitlab"] = {"exists": True, "note_id": missing.note, "author": author,
                            "created_at": note.get("created_at"), "updated_at": note.get("updated_at")}
     out.reasons.append(f"GitLab has note {missing.note} (by @{author}, {note.get('created_at')}) on "
-                       f"{missing.project}{missing.kind.sigil}{missing.iid} that the store lacks: the next sync "
+                       f"{missing.kind.ref(missing.iid, missing.project)} that the store lacks: the next sync "
                        "fetches it (a note inside GitLab's 60 s touch window waits for the thread recheck)")
     return out
 

@@ -7,9 +7,18 @@ reads (`Issue`, `MR`) and what they type on the command line (`issue`, `mr`, `mr
 takes these names from here, so a name means one thing everywhere: the `name` of a kind is what the
 store writes in `raw_payloads.resource_type`, `sync_cursors.resource_type`, `documents.source_type`
 and `documents.parent_type`.
+
+Reference syntax lives here and nowhere else: the short forms (`#12`, `!34`, `group/sub/project#12`),
+issue and merge request URLs (with or without `/-/`, under a path prefix, with a `#note_N`
+fragment), how they are parsed (`parse_reference`, `parse_url`, `find_references`,
+`reference_at`) and how they are printed (`Kind.ref`, `Kind.url`, `Reference`, `note_url`).
 """
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
+from urllib.parse import urlsplit
 
 DISCUSSION = "discussion"
 PROJECT = "project"
@@ -31,6 +40,10 @@ class Kind:
     def ref(self, iid: int | str, project: str | None = None) -> str:
         """GitLab's short reference: `#12`, or `group/project!34` with a project."""
         return f"{project or ''}{self.sigil}{iid}"
+
+    def url(self, base_url: str, project: str, iid: int | str) -> str:
+        """The item's web address as GitLab writes it: `<base>/group/project/-/issues/12`."""
+        return f"{base_url.rstrip('/')}/{project}/-/{self.api_path}/{iid}"
 
 
 ISSUE = Kind(name="issue", api_path="issues", table="issues", labels_table="issue_labels",
@@ -70,3 +83,143 @@ def by_api_path(path: str) -> Kind:
 def from_cli(word: str) -> Kind | None:
     """What a person typed (`mr`, `issues`, `Merge_Requests`), or None if it names no kind."""
     return _BY_CLI.get(word.strip().lower())
+
+
+def note_url(item_url: str, note_id: int | str) -> str:
+    """The web address of one note (or the thread it starts) on an item."""
+    return f"{item_url}#note_{note_id}"
+
+
+# -- Reference syntax -------------------------------------------------------------------------------
+
+# GitLab stores iids as 32-bit signed integers; a larger number cannot name an item.
+MAX_IID = 2**31 - 1
+_MAX_NOTE = 2**63 - 1  # note ids are 64-bit
+
+# One namespace or project path segment, as GitLab allows it: letters, digits, "_", "-" and ".",
+# not starting with "-" or "." and not ending with ".".
+_SEG = r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
+_PATH = _SEG + r"(?:/" + _SEG + r")+"  # group/project, group/sub/project
+_SIGIL = "[" + "".join(re.escape(k.sigil) for k in ITEM_KINDS) + "]"
+_API_PATH = "|".join(re.escape(k.api_path) for k in ITEM_KINDS)
+# ASCII digits only: `\d` would take other scripts' digits, which int() reads but GitLab never writes.
+_IID = r"[0-9]+"
+# A reference must not run on into a word character, and "@" after it means an email address.
+_END = r"(?![\w@])"
+
+# In free text, as GitLab reads it. The local form (`#12`, `!34`) needs a non-word character or the
+# start of the text before the sigil; "&" (HTML entities like `&#123;`) and "\" (an escaped `\#12`)
+# are excluded as well. The cross-project form (`group/sub/project#12`) is ambiguous with file
+# paths such as `docs/notes.md#12`; it is accepted (a caller drops unknown projects) but only when
+# the path starts a word: at the start of the text or after whitespace, an opening bracket, a
+# quote, emphasis or a list separator. A path glued to other text (`./docs/notes.md#12`,
+# `see:a/b#1`) is never a reference, and never a local one either.
+_IN_TEXT_RE = re.compile(
+    r"(?:(?<![^\s(\[{<>*\"',;])(?P<path>" + _PATH + r")|(?<![\w&\\]))"
+    r"(?P<sigil>" + _SIGIL + r")(?P<iid>" + _IID + r")" + _END
+)
+# At a given position, where a single segment may name a project: GitLab's system notes write a
+# project in the same namespace that way (`project!12`).
+_AT_RE = re.compile(r"(?:(?P<path>" + _SEG + r"(?:/" + _SEG + r")*))?(?P<sigil>" + _SIGIL + r")(?P<iid>" + _IID
+                    + r")" + _END)
+# A whole string that is one short reference.
+_SHORT_RE = re.compile(r"(?:(?P<path>" + _PATH + r"))?(?P<sigil>" + _SIGIL + r")(?P<iid>" + _IID + r")")
+# What follows the iid in an item's URL (`/diffs`, `?tab=...`, `#note_1`), and the note fragment.
+_URL_TAIL = r"(?P<tail>[/?#].*)?"
+_NOTE_RE = re.compile(r"note_(?P<note>[0-9]+)")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An issue or merge request, and maybe one note on it, as a reference or URL names it."""
+
+    kind: Kind
+    iid: int
+    project: str | None = None  # path_with_namespace as written; None: the reader's own project
+    note: int | None = None  # a URL's `#note_N`
+
+    def __str__(self) -> str:
+        return self.kind.ref(self.iid, self.project)
+
+    def url(self, base_url: str) -> str:
+        """The web address on the GitLab at `base_url` (a reference without a project has none)."""
+        if self.project is None:
+            raise ValueError(f"{self} names no project, so it has no URL")
+        item = self.kind.url(base_url, self.project, self.iid)
+        return item if self.note is None else note_url(item, self.note)
+
+
+def _reference(match: re.Match[str]) -> Reference | None:
+    iid = int(match["iid"])
+    if not 1 <= iid <= MAX_IID:
+        return None
+    return Reference(by_sigil(match["sigil"]), iid, match["path"] or None)
+
+
+def find_references(text: str) -> Iterator[tuple[Reference, int, int]]:
+    """Every short reference in free text, with its span (start, end), in order. URLs and code are
+    not looked at specially: a caller that must not read them blanks them first."""
+    for match in _IN_TEXT_RE.finditer(text):
+        ref = _reference(match)
+        if ref is not None:
+            yield ref, match.start(), match.end()
+
+
+def reference_at(text: str, position: int) -> tuple[Reference, int] | None:
+    """The short reference starting exactly at `position` (a single path segment allowed), and
+    where it ends; None if none starts there."""
+    match = _AT_RE.match(text, position)
+    ref = _reference(match) if match else None
+    return (ref, match.end()) if ref is not None and match is not None else None
+
+
+def parse_reference(text: str, gitlab_url: str | None = None) -> Reference | None:
+    """The reference the whole of `text` is: `#12`, `!34`, `group/project#12` or an item's URL (see
+    `parse_url` for `gitlab_url`); None if it is anything else."""
+    text = text.strip()
+    if "://" in text:
+        return parse_url(text, gitlab_url)
+    match = _SHORT_RE.fullmatch(text)
+    return _reference(match) if match else None
+
+
+def parse_url(url: str, gitlab_url: str | None = None) -> Reference | None:
+    """The issue or merge request a whole URL points at, with or without the `/-/` that newer
+    GitLab puts before `issues`, with anything after the iid (`/diffs`, `?tab=...`, `#note_1`: the
+    note is kept). With `gitlab_url` (the configured base URL, maybe with a path prefix such as
+    `https://example.com/gitlab`; an empty one matches nothing) only that GitLab's URLs count and
+    the prefix is not part of the project; without it any http(s) host does and the whole path
+    before the kind is the project. Either scheme names the same item."""
+    pattern = _url_re(gitlab_url)
+    match = pattern.fullmatch(url) if pattern is not None else None
+    if match is None:
+        return None
+    iid = int(match["iid"])
+    if not 1 <= iid <= MAX_IID:
+        return None
+    _, _, fragment = (match["tail"] or "").partition("#")
+    note = _NOTE_RE.fullmatch(fragment)
+    note_id = int(note["note"]) if note and int(note["note"]) <= _MAX_NOTE else None
+    return Reference(by_api_path(match["kind"]), iid, match["path"], note_id)
+
+
+@lru_cache(maxsize=16)
+def _url_re(gitlab_url: str | None) -> re.Pattern[str] | None:
+    if gitlab_url is None:
+        # Any host; a project may be a single segment (an older or relative-root URL).
+        return re.compile(r"(?i:https?)://[^/?#\s]+/(?P<path>" + _SEG + r"(?:/" + _SEG + r")*?)(?:/-)?"
+                          r"/(?P<kind>" + _API_PATH + r")/(?P<iid>" + _IID + r")" + _URL_TAIL)
+    configured = gitlab_url.strip()
+    if not configured:
+        return None
+    parts = urlsplit(configured if "://" in configured else f"https://{configured}")
+    if not parts.hostname:
+        return None
+    host = re.escape(parts.hostname)
+    # A default port may be written or left out; any other port must be as configured.
+    port = r"(?::(?:80|443))?" if parts.port in (None, 80, 443) else f":{parts.port}"
+    prefix = re.escape(parts.path.rstrip("/"))
+    return re.compile(
+        rf"(?i:https?://{host}{port}{prefix})/(?P<path>{_SEG}(?:/{_SEG})+?)(?:/-)?"
+        r"/(?P<kind>" + _API_PATH + r")/(?P<iid>" + _IID + r")" + _URL_TAIL
+    )

@@ -183,7 +183,7 @@ def thread_document(kind: str, parent: dict[str, Any], thread: dict[str, Any], n
         title=parent.get("title"), author_username=first.get("author_username"),
         labels=list(parent.get("labels") or []), state=parent.get("state"),
         created_at=first.get("created_at"), updated_at=max(stamps) if stamps else first.get("created_at"),
-        url=f"{url}#note_{first['id']}" if url else None, confidential=bool(parent.get("confidential")),
+        url=kinds.note_url(url, first['id']) if url else None, confidential=bool(parent.get("confidential")),
         internal=any(bool(n.get("internal")) for n in notes), content_text=text, truncated=truncated,
         raw_payload_ids=[i for i in (parent_raw_id, thread.get("raw_payload_id")) if i is not None],
         sync_run_id=sync_run_id,

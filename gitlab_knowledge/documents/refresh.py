@@ -62,13 +62,13 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
             if project_id is None:
                 return stats
             low = get_watermark(con, project_id, LAYER)
-            batch = con.execute("""
+            batch = con.execute(f"""
                 SELECT kind, id, change_seq FROM (
-                    SELECT 'issue' AS kind, id, change_seq FROM issues WHERE project_id = ? AND change_seq > ?
+                    SELECT ? AS kind, id, change_seq FROM {kinds.ISSUE.table} WHERE project_id = ? AND change_seq > ?
                     UNION ALL
-                    SELECT 'merge_request', id, change_seq FROM merge_requests WHERE project_id = ? AND change_seq > ?
+                    SELECT ?, id, change_seq FROM {kinds.MERGE_REQUEST.table} WHERE project_id = ? AND change_seq > ?
                 ) ORDER BY change_seq LIMIT ?
-            """, [project_id, low, project_id, low, batch_parents]).fetchall()
+            """, [kinds.ISSUE.name, project_id, low, kinds.MERGE_REQUEST.name, project_id, low, batch_parents]).fetchall()
             with transaction(con):
                 if batch:
                     by_kind: dict[str, list[int]] = defaultdict(list)
@@ -183,15 +183,15 @@ def _closed_issues(con: duckdb.DuckDBPyConnection, project_id: int,
     Only the MR's own words count: a link from the issue's side changes the issue, not the MR,
     so the MR's document would not be rebuilt when it appears."""
     out: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
-    for mr_id, path, iid, own, title in con.execute("""
+    for mr_id, path, iid, own, title in con.execute(f"""
         SELECT DISTINCT r.source_id, r.target_path, r.target_iid, r.target_project_id = ?, i.title
         FROM item_references r
-        LEFT JOIN issues i ON i.project_id = r.target_project_id AND i.iid = r.target_iid
-        WHERE r.source_type = 'merge_request' AND r.kind = 'closes'
+        LEFT JOIN {kinds.ISSUE.table} i ON i.project_id = r.target_project_id AND i.iid = r.target_iid
+        WHERE r.source_type = ? AND r.kind = 'closes'
           AND r.source_id IN (SELECT unnest(?::BIGINT[]))
         ORDER BY r.source_id, r.target_project_id = ? DESC, r.target_path, r.target_iid
-    """, [project_id, mr_ids, project_id]).fetchall():
-        out[int(mr_id)].append((f"#{iid}" if own else f"{path}#{iid}", title))
+    """, [project_id, kinds.MERGE_REQUEST.name, mr_ids, project_id]).fetchall():
+        out[int(mr_id)].append((kinds.ISSUE.ref(iid, None if own else path), title))
     return out
 
 
@@ -202,12 +202,12 @@ def _delete(con: duckdb.DuckDBPyConnection, doc_ids: list[str]) -> None:
 
 
 def _delete_orphans(con: duckdb.DuckDBPyConnection, project_id: int) -> int:
-    orphans = [r[0] for r in con.execute("""
+    orphans = [r[0] for r in con.execute(f"""
         SELECT d.id FROM documents d
         WHERE d.project_id = ? AND NOT EXISTS (
-            SELECT 1 FROM issues i WHERE d.parent_type = 'issue' AND i.id = d.parent_id
+            SELECT 1 FROM {kinds.ISSUE.table} i WHERE d.parent_type = ? AND i.id = d.parent_id
             UNION ALL
-            SELECT 1 FROM merge_requests m WHERE d.parent_type = 'merge_request' AND m.id = d.parent_id)
-    """, [project_id]).fetchall()]
+            SELECT 1 FROM {kinds.MERGE_REQUEST.table} m WHERE d.parent_type = ? AND m.id = d.parent_id)
+    """, [project_id, kinds.ISSUE.name, kinds.MERGE_REQUEST.name]).fetchall()]
     _delete(con, orphans)
     return len(orphans)

@@ -123,7 +123,7 @@ def _mentions(con: duckdb.DuckDBPyConnection, user: str, pid: int | None) -> lis
             out[r["discussion_id"]] = {"item": public_item(kind, r), "discussion_id": r["discussion_id"],
                                        "note_id": r["note_id"], "author": r["note_author"],
                                        "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                                       "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None}
+                                       "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None}
     return sorted(out.values(), key=lambda m: (m["created_at"] or "", m["note_id"]), reverse=True)
 
 
@@ -150,7 +150,7 @@ def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime,
                   AND NOT {_is('n.author_username')}{scope}""", [*who, start, u, *scoped]):
             notes.append({"item": public_item(kind, r), "note_id": r["note_id"], "author": r["note_author"],
                           "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                          "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None})
+                          "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None})
         merged = ", t.merged_at" if kind is kinds.MERGE_REQUEST else ", NULL AS merged_at"
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
@@ -176,15 +176,15 @@ def _known(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> str | Non
     scoped = [pid] if pid is not None else []
     named = con.execute(f"""
         SELECT author_name FROM (
-            SELECT author_name, author_username FROM issues WHERE true{scope}
-            UNION ALL SELECT author_name, author_username FROM merge_requests WHERE true{scope}
+            SELECT author_name, author_username FROM {kinds.ISSUE.table} WHERE true{scope}
+            UNION ALL SELECT author_name, author_username FROM {kinds.MERGE_REQUEST.table} WHERE true{scope}
             UNION ALL SELECT author_name, author_username FROM notes WHERE true{scope})
         WHERE {_is('author_username')} ORDER BY author_name IS NULL LIMIT 1""", [*scoped * 3, u]).fetchone()
     if named is not None:
         return named[0] or ""
     listed = con.execute(f"""
-        SELECT 1 FROM issues WHERE {_in('assignees')}{scope}
-        UNION ALL SELECT 1 FROM merge_requests WHERE ({_in('assignees')} OR {_in('reviewers')}){scope}
+        SELECT 1 FROM {kinds.ISSUE.table} WHERE {_in('assignees')}{scope}
+        UNION ALL SELECT 1 FROM {kinds.MERGE_REQUEST.table} WHERE ({_in('assignees')} OR {_in('reviewers')}){scope}
         LIMIT 1""", [u, *scoped, u, u, *scoped]).fetchone()
     return "" if listed else None
 
@@ -218,10 +218,10 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
             "reviewed_mrs": _entries(
                 con, kinds.MERGE_REQUEST,
                 f"NOT {_is('t.author_username')} AND ({_in('t.reviewers')} OR EXISTS (SELECT 1 FROM notes n WHERE "
-                f"n.noteable_type = 'MergeRequest' AND n.noteable_id = t.id AND {_is('n.author_username')}))"
+                f"n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND n.noteable_id = t.id AND {_is('n.author_username')}))"
                 + updated[0], [u] * 5 + updated[1], pid,
                 extra=f", {_in('t.reviewers')} AS review_requested, (SELECT count(*) FROM notes n WHERE "
-                      f"n.noteable_type = 'MergeRequest' AND n.noteable_id = t.id AND {_is('n.author_username')}) "
+                      f"n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND n.noteable_id = t.id AND {_is('n.author_username')}) "
                       "AS notes"),
             "assigned": [e for kind in kinds.ITEM_KINDS
                          for e in _entries(con, kind, _in("t.assignees") + updated[0], mine, pid)],
@@ -267,11 +267,11 @@ def _top_paths(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, created:
     found = rows(con, f"""
         SELECT path, count(*) AS n FROM (
             SELECT DISTINCT f.merge_request_id, COALESCE(f.new_path, f.old_path) AS path
-            FROM mr_files f JOIN merge_requests t ON t.id = f.merge_request_id
+            FROM mr_files f JOIN {kinds.MERGE_REQUEST.table} t ON t.id = f.merge_request_id
             WHERE {_is('t.author_username')}{created[0]}{scope}
             UNION ALL
             SELECT n.id, COALESCE(np.new_path, np.old_path) FROM note_positions np JOIN notes n ON n.id = np.note_id
-            JOIN merge_requests t ON n.noteable_type = 'MergeRequest' AND t.id = n.noteable_id
+            JOIN {kinds.MERGE_REQUEST.table} t ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND t.id = n.noteable_id
             WHERE {_is('n.author_username')}{noted}{scope})
         WHERE path IS NOT NULL GROUP BY path ORDER BY n DESC, path LIMIT {TOP}""",
                  [u, *created[1], *scoped, u, *([start] if start else []), *scoped])
@@ -291,7 +291,7 @@ def _activity(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: da
                 LIMIT {limit}""", [u, *([start] if start else []), *scoped]):
             out.append({"at": iso(r["at"]), "action": "commented", "item": public_item(kind, r),
                         "excerpt": excerpt(r["body"]),
-                        "url": f"{r['web_url']}#note_{r['note_id']}" if r["web_url"] else None})
+                        "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None})
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
                 WHERE {_is('t.author_username')}{since_item}{scope} ORDER BY t.created_at DESC, t.id DESC

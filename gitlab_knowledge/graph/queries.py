@@ -54,7 +54,7 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = No
 
 def item_url(config: Config, path: str, kind: kinds.Kind, iid: int) -> str:
     """The web address of an item the store does not hold, as GitLab would write it."""
-    return f"{config.gitlab.display_url.rstrip('/')}/{path}/-/{kind.api_path}/{iid}"
+    return kind.url(config.gitlab.display_url, path, iid)
 
 
 def public_item(kind: kinds.Kind, row: dict[str, Any]) -> dict[str, Any]:
@@ -93,12 +93,12 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
         raise UsageError(exc.message.replace("explain expects", f"{command} expects", 1)) from None
     name, _, key = doc_id.partition(":")
     if name == kinds.DISCUSSION:
-        thread = con.execute("SELECT noteable_type, issue_id, merge_request_id FROM discussions WHERE id = ?",
-                             [key]).fetchone()
+        thread = con.execute(f"SELECT noteable_type, {', '.join(k.thread_column for k in kinds.ITEM_KINDS)} "
+                             "FROM discussions WHERE id = ?", [key]).fetchone()
         if thread is None:
             raise UsageError(f"no thread {key} in the store")
         kind = kinds.by_noteable_type(thread[0])
-        key = str(thread[1] if kind is kinds.ISSUE else thread[2])
+        key = str(thread[1 + kinds.ITEM_KINDS.index(kind)])
     else:
         kind = kinds.kind(name)
     item = stored_item(con, kind, "t.id = ?", [int(key)])
@@ -264,7 +264,7 @@ def _touches(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, hit
         SELECT m.id AS merge_request_id, COALESCE(m.merged_at, m.updated_at) AS touched_at, n.discussion_id,
                np.new_path, np.old_path, np.new_line, np.old_line
         FROM note_positions np JOIN notes n ON n.id = np.note_id
-        JOIN merge_requests m ON n.noteable_type = 'MergeRequest' AND m.id = n.noteable_id
+        JOIN {kinds.MERGE_REQUEST.table} m ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND m.id = n.noteable_id
         WHERE ({new_sql} OR {old_sql}){scope} ORDER BY n.discussion_id, n.position""",
                  [*new_params, *old_params, *scope_params])
     for r in notes:

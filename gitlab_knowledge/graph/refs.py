@@ -7,17 +7,16 @@ request) and the wording of its system notes ("mentioned in merge request !34", 
 
 Everything here is pure text processing: no I/O and no lookups. A target path is returned as
 written (only the source's own project is normalized to its spelling); the caller matches paths
-case-insensitively and drops targets it does not know.
+case-insensitively and drops targets it does not know. The syntax of a reference comes from
+`kinds`; this module knows where GitLab reads references and what a link means.
 """
 
 import re
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-ISSUE = "issue"
-MERGE_REQUEST = "merge_request"
+from gitlab_knowledge import kinds
 
 CLOSES = "closes"
 CLOSED_BY = "closed_by"
@@ -25,11 +24,8 @@ MENTIONS = "mentions"
 MENTIONED_IN = "mentioned_in"
 RELATED = "related"
 
-SOURCE_TYPES = frozenset({ISSUE, MERGE_REQUEST})
+SOURCE_TYPES = frozenset(k.name for k in kinds.ITEM_KINDS)
 FOUND_IN = frozenset({"title", "description", "note", "system_note"})
-
-# GitLab stores iids as 32-bit signed integers; a larger number cannot name an item.
-MAX_IID = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -41,27 +37,10 @@ class Ref:
     text: str  # the words that made the link, e.g. "Closes #234", "!847"
 
 
-# One namespace or project path segment, as GitLab allows it: letters, digits, "_", "-" and ".",
-# not starting with "-" or "." and not ending with ".".
-_SEG = r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?"
-
 # Replaces code, URLs and other text that must never yield a reference. It keeps every offset
 # unchanged (so a match's span slices the original text) and, being neither a word character nor
 # whitespace, it cannot join the words on either side into a reference or a closing phrase.
 _BLANK = "\x00"
-
-# A plain reference. The local form (`#12`, `!34`) needs a non-word character or the start of the
-# text before the sigil, as in GitLab; "&" (HTML entities like `&#123;`) and "\" (an escaped `\#12`)
-# are excluded as well. The cross-project form (`group/sub/project#12`) is ambiguous with file
-# paths such as `docs/notes.md#12`; we accept that ambiguity (the caller drops unknown projects)
-# but only take it when the path starts a word: at the start of the text or after whitespace,
-# an opening bracket, a quote, emphasis or a list separator. A path glued to other text
-# (`./docs/notes.md#12`, `see:a/b#1`) is never a reference, and never a local one either.
-# Either form must not run on into a word character, and "@" after it means an email address.
-_PLAIN_RE = re.compile(
-    r"(?:(?<![^\s(\[{<>*\"',;])(?P<path>" + _SEG + r"(?:/" + _SEG + r")+)|(?<![\w&\\]))"
-    r"(?P<sigil>[#!])(?P<iid>[0-9]+)(?![\w@])"
-)
 
 # Any URL, and the bare `www.` form that Markdown also links. All of them are blanked before plain
 # references are looked for, so neither a path nor a `#5` fragment of a URL becomes a reference.
@@ -84,35 +63,30 @@ _FENCE_RE = re.compile(r"[ \t]*(?:>[ \t]*)*(?P<fence>`{3,}|~{3,})(?P<info>.*)")
 _BACKTICKS_RE = re.compile(r"`+")
 _BLANK_LINE_RE = re.compile(r"\n[ \t]*(?=\n)")
 
-# System notes: a phrase, then the reference(s). A reference there may be `project!12` with a
-# single segment: GitLab writes a project in the same namespace that way.
-_SYS_REF_RE = re.compile(
-    r"(?:(?P<path>" + _SEG + r"(?:/" + _SEG + r")*))?(?P<sigil>[#!])(?P<iid>[0-9]+)(?![\w@])"
-)
+# System notes: a phrase, then the reference(s) (`kinds.reference_at`: `project!12` with a single
+# segment is a project in the same namespace).
 _SYS_LIST_SEP_RE = re.compile(r",? and |, ")
 # (phrase, kind, target type, several references allowed, phrase that must follow the reference)
 _SYS_PATTERNS: tuple[tuple[re.Pattern[str], str, str, bool, re.Pattern[str] | None], ...] = (
-    (re.compile(r"\s*mentioned in merge request ", re.I), MENTIONED_IN, MERGE_REQUEST, False, None),
-    (re.compile(r"\s*mentioned in issue ", re.I), MENTIONED_IN, ISSUE, False, None),
-    (re.compile(r"\s*closed via merge request ", re.I), CLOSED_BY, MERGE_REQUEST, False, None),
+    (re.compile(r"\s*mentioned in merge request ", re.I), MENTIONED_IN, kinds.MERGE_REQUEST.name, False, None),
+    (re.compile(r"\s*mentioned in issue ", re.I), MENTIONED_IN, kinds.ISSUE.name, False, None),
+    (re.compile(r"\s*closed via merge request ", re.I), CLOSED_BY, kinds.MERGE_REQUEST.name, False, None),
     (
         re.compile(r"\s*marked this (?:issue|incident|task|work item) as related to ", re.I),
         RELATED,
-        ISSUE,
+        kinds.ISSUE.name,
         True,
         None,
     ),
-    (re.compile(r"\s*marked this issue as a duplicate of ", re.I), RELATED, ISSUE, False, None),
+    (re.compile(r"\s*marked this issue as a duplicate of ", re.I), RELATED, kinds.ISSUE.name, False, None),
     (
         re.compile(r"\s*marked ", re.I),
         RELATED,
-        ISSUE,
+        kinds.ISSUE.name,
         False,
         re.compile(r" as a duplicate of this issue", re.I),
     ),
 )
-
-_SIGIL_TYPE = {"#": ISSUE, "!": MERGE_REQUEST}
 
 
 @dataclass(frozen=True)
@@ -144,32 +118,29 @@ def extract(
         return _system_note(text, project_path)
 
     scan = _blank_code(text)
-    url_re = _gitlab_url_re(gitlab_url)
     tokens: list[_Token] = []
     chars = list(scan)
     for match in _URL_RE.finditer(scan):
         url = match.group().rstrip(_URL_TRAILING)
         end = match.start() + len(url)
-        token = _url_token(url, match.start(), end, url_re, project_path)
-        if token is not None:
-            tokens.append(token)
+        ref = kinds.parse_url(url, gitlab_url)
+        if ref is not None:
+            tokens.append(_token(ref, match.start(), end, project_path))
         chars[match.start() : end] = _BLANK * (end - match.start())
     scan = "".join(chars)
-    for match in _PLAIN_RE.finditer(scan):
-        token = _make_token(match, match.group("path") or project_path, project_path)
-        if token is not None:
-            tokens.append(token)
+    for ref, start, end in kinds.find_references(scan):
+        tokens.append(_token(ref, start, end, project_path))
     tokens.sort(key=lambda t: t.start)
 
     found: list[tuple[int, Ref]] = []
     closed: set[tuple[str, int]] = set()
-    if source_type == MERGE_REQUEST and found_in in ("title", "description"):
+    if source_type == kinds.MERGE_REQUEST.name and found_in in ("title", "description"):
         for position, ref in _closings(text, scan, tokens):
             found.append((position, ref))
             closed.add((ref.target_path.casefold(), ref.target_iid))
     for token in tokens:
         # GitLab records a closed issue as closed only, not as mentioned as well.
-        if token.target_type == ISSUE and (token.target_path.casefold(), token.target_iid) in closed:
+        if token.target_type == kinds.ISSUE.name and (token.target_path.casefold(), token.target_iid) in closed:
             continue
         ref = Ref(
             MENTIONS, token.target_type, token.target_path, token.target_iid, text[token.start : token.end]
@@ -190,7 +161,7 @@ def _closings(text: str, scan: str, tokens: list[_Token]) -> list[tuple[int, Ref
         while True:
             word = _CLOSING_ISSUES_WORD_RE.match(scan, position)
             token = by_start.get(word.end() if word else position)
-            if token is None or token.target_type != ISSUE:
+            if token is None or token.target_type != kinds.ISSUE.name:
                 break
             phrase.append(token)
             separator = _CLOSING_SEP_RE.match(scan, token.end)
@@ -199,7 +170,7 @@ def _closings(text: str, scan: str, tokens: list[_Token]) -> list[tuple[int, Ref
             # Every issue of one phrase cites the whole phrase: "Closes #1, #2 and g/p#3".
             words = text[keyword.start() : phrase[-1].end]
             for token in phrase:
-                result.append((token.start, Ref(CLOSES, ISSUE, token.target_path, token.target_iid, words)))
+                result.append((token.start, Ref(CLOSES, kinds.ISSUE.name, token.target_path, token.target_iid, words)))
     return result
 
 
@@ -213,14 +184,12 @@ def _system_note(text: str, project_path: str) -> list[Ref]:
         position = head.end()
         tokens: list[_Token] = []
         while True:
-            match = _SYS_REF_RE.match(text, position)
-            if match is None or _SIGIL_TYPE[match.group("sigil")] != target_type:
+            found = kinds.reference_at(text, position)
+            if found is None or found[0].kind.name != target_type:
                 break
-            token = _make_token(match, _sys_path(match.group("path"), project_path), project_path)
-            if token is None:
-                break
-            tokens.append(token)
-            position = match.end()
+            ref, end = found
+            tokens.append(_token(ref, position, end, project_path, _sys_path(ref.project, project_path)))
+            position = end
             separator = _SYS_LIST_SEP_RE.match(text, position) if several else None
             if separator is None:
                 break
@@ -249,50 +218,15 @@ def _sys_path(path: str | None, project_path: str) -> str:
     return f"{namespace}/{path}" if namespace else path
 
 
-def _make_token(match: re.Match[str], path: str, project_path: str) -> _Token | None:
-    iid = int(match.group("iid"))
-    if not 1 <= iid <= MAX_IID:
-        return None
-    target_type = _SIGIL_TYPE[match.group("sigil")]
-    return _Token(match.start(), match.end(), target_type, _own_spelling(path, project_path), iid)
+def _token(ref: kinds.Reference, start: int, end: int, project_path: str, path: str | None = None) -> _Token:
+    """`path`: the target's full path when the reference's own needs resolving (system notes)."""
+    target = path or ref.project or project_path
+    return _Token(start, end, ref.kind.name, _own_spelling(target, project_path), ref.iid)
 
 
 def _own_spelling(path: str, project_path: str) -> str:
     # GitLab paths are case-insensitive; the source's own project keeps one spelling.
     return project_path if path.casefold() == project_path.casefold() else path
-
-
-def _gitlab_url_re(gitlab_url: str) -> re.Pattern[str] | None:
-    """Matches a whole URL of an issue or merge request on the configured GitLab, with or without
-    the `/-/` that newer GitLab puts before `issues`, and with anything after the iid
-    (`#note_1`, `?tab=...`, `/diffs`). Either scheme is accepted: http and https name the same item."""
-    configured = gitlab_url.strip()
-    if not configured:
-        return None
-    parts = urlsplit(configured if "://" in configured else f"https://{configured}")
-    if not parts.hostname:
-        return None
-    host = re.escape(parts.hostname)
-    # A default port may be written or left out; any other port must be as configured.
-    port = r"(?::(?:80|443))?" if parts.port in (None, 80, 443) else f":{parts.port}"
-    prefix = re.escape(parts.path.rstrip("/"))
-    return re.compile(
-        rf"(?i:https?://{host}{port}{prefix})/(?P<path>{_SEG}(?:/{_SEG})+?)(?:/-)?"
-        r"/(?P<kind>issues|merge_requests)/(?P<iid>[0-9]+)(?:[/?#].*)?"
-    )
-
-
-def _url_token(
-    url: str, start: int, end: int, url_re: re.Pattern[str] | None, project_path: str
-) -> _Token | None:
-    match = url_re.fullmatch(url) if url_re is not None else None
-    if match is None:
-        return None
-    iid = int(match.group("iid"))
-    if not 1 <= iid <= MAX_IID:
-        return None
-    target_type = ISSUE if match.group("kind") == "issues" else MERGE_REQUEST
-    return _Token(start, end, target_type, _own_spelling(match.group("path"), project_path), iid)
 
 
 def _blank_code(text: str) -> str:

@@ -152,12 +152,6 @@ def code_identifiers(text: str) -> list[str]:
     return out
 
 
-_SIGILS = "".join(re.escape(k.sigil) for k in kinds.ITEM_KINDS)
-REFERENCE = re.compile(r"(?<![\w&])(?:(?P<project>[\w.\-]+(?:/[\w.\-]+)+))?(?P<sigil>[" + _SIGILS
-                       + r"])(?P<iid>\d{1,9})\b")
-
-
 def references(text: str) -> list[tuple[str | None, str, int]]:
     """`#234`, `!847`, `group/project#12` → (project or None, the kind's name: 'issue'|'merge_request', iid)."""
-    return [(m.group("project"), kinds.by_sigil(m.group("sigil")).name, int(m.group("iid")))
-            for m in REFERENCE.finditer(text or "")]
+    return [(ref.project, ref.kind.name, ref.iid) for ref, _start, _end in kinds.find_references(text or "")]

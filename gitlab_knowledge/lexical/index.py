@@ -149,17 +149,16 @@ class LexicalHit:
 
 
 def own_refs(row: dict[str, Any]) -> list[str]:
-    sigil = kinds.kind(row["parent_type"]).sigil
-    return [f"{sigil}{row['parent_iid']}", f"{row['project_path']}{sigil}{row['parent_iid']}"]
+    kind = kinds.kind(row["parent_type"])
+    return [kind.ref(row["parent_iid"]), kind.ref(row["parent_iid"], row["project_path"])]
 
 
 def mentioned_refs(text: str, project: str) -> list[str]:
     out = []
     for ref_project, kind, iid in references(text):
-        sigil = kinds.kind(kind).sigil
-        out.append(f"{ref_project or project}{sigil}{iid}")
+        out.append(kinds.kind(kind).ref(iid, ref_project or project))
         if ref_project is None or ref_project == project:
-            out.append(f"{sigil}{iid}")
+            out.append(kinds.kind(kind).ref(iid))
     return sorted(set(out))
 
 

@@ -92,7 +92,7 @@ def comment(note: dict[str, Any], thread_id: str | None, web_url: str | None,
     position = note.get("position") if isinstance(note.get("position"), dict) else None
     resolvable = bool(note.get("resolvable"))
     note_id = int(note["id"])
-    link = f"{web_url}#note_{note_id}" if web_url else None
+    link = kinds.note_url(web_url, note_id) if web_url else None
     return {
         "source": source,
         "thread_id": thread_id,

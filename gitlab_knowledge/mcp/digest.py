@@ -7,6 +7,7 @@ one, and a link to the note.
 
 from typing import Any
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.timeutil import parse_time
 
 GROUPS = ("Unresolved", "Resolved", "Comments")
@@ -104,5 +105,5 @@ def _comment_line(c: dict[str, Any], web_url: str | None) -> str:
         parts.append("resolved" + (f" by {who(c['resolved_by'])}" if c["resolved_by"] else "")
                      if c["resolved"] else "unresolved")
     if web_url:
-        parts.append(f"[note {c['note_id']}]({web_url}#note_{c['note_id']})")
+        parts.append(f"[note {c['note_id']}]({kinds.note_url(web_url, c['note_id'])})")
     return "- " + " · ".join(parts)

@@ -94,7 +94,7 @@ def shape(kind: kinds.Kind, item: dict[str, Any], include_internal: bool) -> dic
                 over += 1
                 continue
             budget -= 1
-            link = f"{web_url}#note_{note['id']}" if web_url else None
+            link = kinds.note_url(web_url, note['id']) if web_url else None
             notes.append({
                 "id": note["id"], "type": note["type"], "author": note["author"],
                 "body": cut(note["body"] or "", BODY_CHARS, link), "created_at": iso(note["created_at"]),

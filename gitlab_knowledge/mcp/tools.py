@@ -107,7 +107,7 @@ SEARCH_INPUT = {
     "properties": {
         "query": {"type": "string", "minLength": 1, "description": "What to look for: words, a question, an "
                   "identifier, a path, or a reference such as #234, !847 or group/project#12."},
-        "type": {"type": "array", "items": {"enum": ["issue", "merge_request", "discussion"]},
+        "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPES)},
                  "description": "Only these document types (issues, MRs, discussion threads)."},
         "author": _optional_string("Only documents by this username."),
         "label": {"type": "array", "items": {"type": "string"}, "description": "Every label must match."},

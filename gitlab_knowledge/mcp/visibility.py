@@ -12,6 +12,7 @@ the hidden links), built once per version of the store rather than inside every 
 a view: deriving them costs ~10 ms at 100K documents, a hash lookup in them next to nothing.
 """
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.mcp.store_reader import ALIAS, Lens
 
 _STORE = f"{ALIAS}.main"
@@ -26,7 +27,7 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
     confidential = "false" if include_confidential else "coalesce(confidential, false)"
     hidden_note = " OR ".join(
         ([] if include_internal else ["coalesce(internal, false)"])
-        + ([] if include_confidential else [f"(noteable_type = 'Issue' AND noteable_id IN (SELECT id FROM {at}.hidden_issues))"]))
+        + ([] if include_confidential else [f"(noteable_type = '{kinds.ISSUE.noteable_type}' AND noteable_id IN (SELECT id FROM {at}.hidden_issues))"]))
     statements = (
         f"CREATE OR REPLACE TABLE {at}.hidden_issues AS "
         f"SELECT i.id, i.iid, i.project_id, lower(p.path_with_namespace) AS path FROM {_STORE}.issues i "
@@ -43,14 +44,14 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         # internal note is an internal thread, as is every thread of a confidential issue.
         f"CREATE OR REPLACE VIEW {at}.discussions AS SELECT * FROM {_STORE}.discussions "
         f"WHERE id NOT IN (SELECT discussion_id FROM {at}.hidden_notes) "
-        f"AND NOT (noteable_type = 'Issue' AND issue_id IN (SELECT id FROM {at}.hidden_issues))",
+        f"AND NOT (noteable_type = '{kinds.ISSUE.noteable_type}' AND {kinds.ISSUE.thread_column} IN (SELECT id FROM {at}.hidden_issues))",
         # A link written in a hidden note or a confidential issue goes, and so does a link to a
         # confidential issue (rather than showing as an item not in the store). The hidden links
         # are listed by rowid, which holds until the store changes and the list is built again.
         f"CREATE OR REPLACE TABLE {at}.hidden_references AS SELECT r.rowid AS row FROM {_STORE}.item_references r "
         f"WHERE (r.note_id IS NOT NULL AND r.note_id IN (SELECT id FROM {at}.hidden_notes)) "
-        f"OR (r.source_type = 'issue' AND r.source_id IN (SELECT id FROM {at}.hidden_issues)) "
-        f"OR (r.target_type = 'issue' AND EXISTS (SELECT 1 FROM {at}.hidden_issues h WHERE h.iid = r.target_iid "
+        f"OR (r.source_type = '{kinds.ISSUE.name}' AND r.source_id IN (SELECT id FROM {at}.hidden_issues)) "
+        f"OR (r.target_type = '{kinds.ISSUE.name}' AND EXISTS (SELECT 1 FROM {at}.hidden_issues h WHERE h.iid = r.target_iid "
         "AND (h.project_id = r.target_project_id OR (r.target_project_id IS NULL AND h.path = lower(r.target_path)))))",
         f"CREATE OR REPLACE VIEW {at}.item_references AS SELECT * FROM {_STORE}.item_references "
         f"WHERE rowid NOT IN (SELECT row FROM {at}.hidden_references)",

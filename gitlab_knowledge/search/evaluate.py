@@ -100,8 +100,8 @@ def load_cases(path: Path | str) -> list[Case]:
 
 def _item_keys(fields: dict[str, Any]) -> set[str]:
     """The references a document answers to: `#12`, `group/project#12`."""
-    sigil = parent_kind(fields).sigil
-    return {f"{sigil}{fields['iid']}", f"{fields['project']}{sigil}{fields['iid']}"}
+    kind = parent_kind(fields)
+    return {kind.ref(fields["iid"]), kind.ref(fields["iid"], fields["project"])}
 
 
 def judge(results: Sequence[dict[str, Any]], case: Case) -> list[int]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import tantivy
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.search.filters import Filters, FilterSpec, Match
 
 if TYPE_CHECKING:  # a search without graph filters never opens DuckDB: no import for it either
@@ -35,10 +36,10 @@ COMPLEMENT_FROM = 2_000
 _PATH_MATCH = "({c} = $path OR starts_with({c}, $dir))"
 PATH_SQL = f"""
     SELECT d.id FROM documents d
-    WHERE (d.source_type = 'merge_request' AND d.parent_id IN (
+    WHERE (d.source_type = '{kinds.MERGE_REQUEST.name}' AND d.parent_id IN (
               SELECT merge_request_id FROM mr_files
               WHERE {_PATH_MATCH.format(c="new_path")} OR {_PATH_MATCH.format(c="old_path")}))
-       OR (d.source_type = 'discussion' AND d.source_id IN (
+       OR (d.source_type = '{kinds.DISCUSSION}' AND d.source_id IN (
               SELECT n.discussion_id FROM note_positions p JOIN notes n ON n.id = p.note_id
               WHERE {_PATH_MATCH.format(c="p.new_path")} OR {_PATH_MATCH.format(c="p.old_path")}))
 """
@@ -47,13 +48,13 @@ PATH_SQL = f"""
 _HAS_USER = "list_contains(list_transform({c}, lambda u: lower(u)), $user)"
 PARTICIPANT_SQL = f"""
     SELECT d.id FROM documents d
-    WHERE (d.source_type = 'discussion' AND d.source_id IN (
+    WHERE (d.source_type = '{kinds.DISCUSSION}' AND d.source_id IN (
               SELECT discussion_id FROM notes WHERE lower(author_username) = $user))
-       OR (d.source_type = 'issue' AND d.parent_id IN (
-              SELECT id FROM issues
+       OR (d.source_type = '{kinds.ISSUE.name}' AND d.parent_id IN (
+              SELECT id FROM {kinds.ISSUE.table}
               WHERE lower(author_username) = $user OR {_HAS_USER.format(c="assignees")}))
-       OR (d.source_type = 'merge_request' AND d.parent_id IN (
-              SELECT id FROM merge_requests
+       OR (d.source_type = '{kinds.MERGE_REQUEST.name}' AND d.parent_id IN (
+              SELECT id FROM {kinds.MERGE_REQUEST.table}
               WHERE lower(author_username) = $user OR {_HAS_USER.format(c="assignees")}
                  OR {_HAS_USER.format(c="reviewers")}))
 """

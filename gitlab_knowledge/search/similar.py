@@ -10,7 +10,6 @@ its own threads are left out. Unless `--type` says otherwise, only issues and MR
 import dataclasses
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -22,9 +21,7 @@ from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.relevance import item_key
 from gitlab_knowledge.search.snippets import body_of
 
-_URL = re.compile(r"^/(?P<project>[^/]+(?:/[^/]+)*?)(?:/-)?/(?P<kind>issues|merge_requests)/(?P<iid>\d+)/?$")
-_REF = re.compile(r"^(?P<project>[\w.\-]+(?:/[\w.\-]+)+)?(?P<sigil>[#!])(?P<iid>\d+)$")
-_DOC = re.compile(r"^(issue|merge_request):\S+$")
+_DOC = re.compile(r"^(" + "|".join(re.escape(k.name) for k in kinds.ITEM_KINDS) + r"):\S+$")
 FETCH = 100  # results asked of the search before the item's own documents are taken out
 
 
@@ -35,17 +32,11 @@ def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> dict[str, A
     if _DOC.match(ref):
         term = index._term("doc_id", ref)
     else:
-        parts = urlsplit(ref)
-        url = _URL.match(parts.path) if parts.scheme in ("http", "https") else None
-        match = None if url else _REF.match(ref)
-        if url:
-            kind, iid, where = kinds.by_api_path(url["kind"]), int(url["iid"]), url["project"]
-        elif match:
-            kind, iid, where = kinds.by_sigil(match["sigil"]), int(match["iid"]), match["project"] or project
-        else:
+        parsed = kinds.parse_reference(ref)
+        if parsed is None:
             raise UsageError(f"similar expects #IID, !IID, group/project#IID, an issue/MR URL or a document id, "
                              f"got {ref!r}")
-        term = index._term("refs", f"{where}{kind.sigil}{iid}" if where else f"{kind.sigil}{iid}")
+        term = index._term("refs", parsed.kind.ref(parsed.iid, parsed.project or project))
     hits = searcher.search(term, limit=1000, count=False).hits
     docs = [stored_fields(searcher.doc(address)) for _score, address in hits]
     docs = [d for d in docs if d["source_type"] != kinds.DISCUSSION]

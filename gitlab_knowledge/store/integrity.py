@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.timeutil import parse_time, utcnow
 
 
@@ -42,7 +43,7 @@ def items_have_raw_payloads(con: duckdb.DuckDBPyConnection, project_id: int | No
     scope, params = _scope(project_id, "t.project_id")
     sql = " UNION ALL ".join(f"""
         SELECT '{table}:' || t.id AS ref FROM {table} t LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
-        WHERE (r.id IS NULL OR r.deleted_at IS NOT NULL){scope}""" for table in ("issues", "merge_requests"))
+        WHERE (r.id IS NULL OR r.deleted_at IS NOT NULL){scope}""" for table in (k.table for k in kinds.ITEM_KINDS))
     return _count(con, sql, params * 2, "every issue and MR has its live raw payload", "ref")
 
 
@@ -66,7 +67,8 @@ def no_orphans(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcom
         WHERE d.id IS NULL{scope_n}
         UNION ALL
         SELECT 'discussion:' || d.id FROM discussions d
-        LEFT JOIN issues i ON i.id = d.issue_id LEFT JOIN merge_requests m ON m.id = d.merge_request_id
+        LEFT JOIN {kinds.ISSUE.table} i ON i.id = d.{kinds.ISSUE.thread_column}
+        LEFT JOIN {kinds.MERGE_REQUEST.table} m ON m.id = d.{kinds.MERGE_REQUEST.thread_column}
         WHERE i.id IS NULL AND m.id IS NULL{scope_d}"""
     return _count(con, sql, params * 2, "every note belongs to a thread and every thread to an issue or MR", "ref")
 
@@ -136,13 +138,13 @@ def references_resolved(con: duckdb.DuckDBPyConnection, project_id: int | None) 
     """Every link's target is in the store, or in a project this store does not sync (external)."""
     scope, params = _scope(project_id, "r.project_id")
     sql = f"""
-        SELECT r.target_path || CASE r.target_type WHEN 'issue' THEN '#' ELSE '!' END || r.target_iid
+        SELECT r.target_path || CASE r.target_type WHEN '{kinds.ISSUE.name}' THEN '{kinds.ISSUE.sigil}' ELSE '{kinds.MERGE_REQUEST.sigil}' END || r.target_iid
                || ' (' || r.text || ')' AS ref
         FROM item_references r
         WHERE NOT r.external{scope}
-          AND NOT EXISTS (SELECT 1 FROM issues i WHERE r.target_type = 'issue'
+          AND NOT EXISTS (SELECT 1 FROM {kinds.ISSUE.table} i WHERE r.target_type = '{kinds.ISSUE.name}'
                           AND i.project_id = r.target_project_id AND i.iid = r.target_iid)
-          AND NOT EXISTS (SELECT 1 FROM merge_requests m WHERE r.target_type = 'merge_request'
+          AND NOT EXISTS (SELECT 1 FROM {kinds.MERGE_REQUEST.table} m WHERE r.target_type = '{kinds.MERGE_REQUEST.name}'
                           AND m.project_id = r.target_project_id AND m.iid = r.target_iid)"""
     return _count(con, sql, params, "every link's target is in the store or marked external "
                   "(a miss: a typo'd number, or an item the token cannot see)", "ref")

@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.sync.engine import THROTTLE_WINDOW_SECONDS
 from gitlab_knowledge.sync.probe import Probe
 from gitlab_knowledge.timeutil import naive_utc
@@ -72,15 +73,15 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
             pending = con.execute(f"""
                 SELECT gitlab_key, discussions_fetched_at, updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND
                 FROM raw_payloads
-                WHERE project_id = ? AND resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
+                WHERE project_id = ? AND resource_type IN (?, ?) AND deleted_at IS NULL
                   AND (discussions_fetched_at IS NULL
                        OR discussions_fetched_at <= updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND)
-            """, [pid]).fetchall()
-            raw_seq, normalized_seq, = con.execute("""
+            """, [pid, kinds.ISSUE.name, kinds.MERGE_REQUEST.name]).fetchall()
+            raw_seq, normalized_seq, = con.execute(f"""
                 SELECT (SELECT coalesce(max(change_seq), 0) FROM raw_payloads WHERE project_id = $1),
                        (SELECT coalesce(max(change_seq), 0) FROM (
-                            SELECT change_seq FROM issues WHERE project_id = $1
-                            UNION ALL SELECT change_seq FROM merge_requests WHERE project_id = $1))
+                            SELECT change_seq FROM {kinds.ISSUE.table} WHERE project_id = $1
+                            UNION ALL SELECT change_seq FROM {kinds.MERGE_REQUEST.table} WHERE project_id = $1))
             """, [pid]).fetchone()
             marks = dict(con.execute("SELECT layer, watermark FROM layer_state WHERE project_id = ?", [pid]).fetchall())
             behind = []

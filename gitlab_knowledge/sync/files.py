@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import NotFoundError, first_error
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.store import raw
@@ -95,7 +96,7 @@ def _paths_only(diff: dict[str, Any]) -> dict[str, Any]:
 def raw_row(merge_request: dict[str, Any], files: list[dict[str, Any]]) -> raw.RawRow:
     """The raw-layer row of an MR's file list: keyed by the MR's id, dated by its updated_at."""
     return raw.RawRow(resource_type=RESOURCE, gitlab_key=str(merge_request["id"]), json=raw.canonical_json(files),
-                      updated_at=parse_time(merge_request.get("updated_at")), parent_type="merge_request",
+                      updated_at=parse_time(merge_request.get("updated_at")), parent_type=kinds.MERGE_REQUEST.name,
                       parent_id=int(merge_request["id"]), position=0)
 
 
@@ -103,7 +104,7 @@ def missing_file_lists(con: duckdb.DuckDBPyConnection, project_id: int) -> list[
     """The stored payloads of the project's MRs that have no file list, newest first."""
     return [json.loads(text) for (text,) in con.execute(f"""
         SELECT m.json FROM raw_payloads m
-        WHERE m.project_id = ? AND m.resource_type = 'merge_request' AND m.deleted_at IS NULL
+        WHERE m.project_id = ? AND m.resource_type = '{kinds.MERGE_REQUEST.name}' AND m.deleted_at IS NULL
           AND NOT EXISTS (SELECT 1 FROM raw_payloads f WHERE f.resource_type = '{RESOURCE}'
                           AND f.gitlab_key = m.gitlab_key AND f.deleted_at IS NULL)
         ORDER BY m.updated_at DESC

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from gitlab_knowledge.graph.refs import MAX_IID, Ref, extract
+from gitlab_knowledge.graph.refs import Ref, extract
+from gitlab_knowledge.kinds import MAX_IID
 
 PROJECT = "grp/proj"
 URL = "https://gitlab.example.com"
