@@ -38,8 +38,8 @@ from gitlab_knowledge.documents.refresh import DocumentStats
 from gitlab_knowledge.embeddings.refresh import EmbedStats
 from gitlab_knowledge.index_status import dir_size
 from gitlab_knowledge.lexical.refresh import LexicalStats
+from gitlab_knowledge.normalized.refresh import NormalizeStats
 from gitlab_knowledge.store.db import read_connection
-from gitlab_knowledge.store.normalize import NormalizeStats
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SAMPLE_DATASET, generate_dataset
 

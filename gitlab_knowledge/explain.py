@@ -15,7 +15,8 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.freshness import EntryState, document_hashes, state_of
-from gitlab_knowledge.store.normalize import get_watermark, project_id_for
+from gitlab_knowledge.store.projects import project_id_for
+from gitlab_knowledge.store.watermarks import get_watermark
 from gitlab_knowledge.workspace import Workspace
 
 _DOC = re.compile(r"^(" + "|".join(map(re.escape, kinds.SOURCE_TYPES)) + r"):\S+$")

@@ -148,7 +148,7 @@ def removed_projects(workspace: Any, args: argparse.Namespace, *, interactive: b
     """Projects in the store that the configuration no longer names: purged with `--yes` or a yes
     on a terminal, else left (still searchable) with a warning saying how to remove them. Only
     after every configured project synced, so each configured path has resolved to its id."""
-    from gitlab_knowledge.store import purge
+    from gitlab_knowledge import purge
 
     if not workspace.config.duckdb_path.exists():
         return []

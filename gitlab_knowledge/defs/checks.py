@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import dagster as dg
 
+from gitlab_knowledge import layers
 from gitlab_knowledge.defs.assets.documents import search_documents
 from gitlab_knowledge.defs.assets.graph import knowledge_graph
 from gitlab_knowledge.defs.assets.index import document_embeddings, lexical_index
@@ -20,7 +21,7 @@ from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.store import integrity
-from gitlab_knowledge.store.normalize import project_id_for
+from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.workspace import Workspace
 
 FRESHNESS = timedelta(minutes=30)
@@ -28,8 +29,7 @@ FRESHNESS = timedelta(minutes=30)
 # warning would print on every command that loads the definitions.
 warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
                         category=dg.PreviewWarning)
-ASSETS = {"raw": raw_gitlab_payloads, "normalized": normalized_gitlab, "graph": knowledge_graph,
-          "documents": search_documents}
+ASSETS = {a.key.to_user_string(): a for a in (raw_gitlab_payloads, normalized_gitlab, knowledge_graph, search_documents)}
 
 
 def _project(context: dg.AssetCheckExecutionContext) -> str | None:
@@ -60,7 +60,7 @@ def _store_rule(name: str, rule: Callable[..., integrity.Outcome], asset: dg.Ass
     return check
 
 
-STORE_CHECKS = [_store_rule(name, rule, ASSETS[layer]) for name, (rule, layer) in integrity.RULES.items()]
+STORE_CHECKS = [_store_rule(name, rule, ASSETS[layers.layer(layer).asset]) for name, (rule, layer) in integrity.RULES.items()]
 
 
 def _index_status(workspace: Workspace, project: str | None) -> dict:
@@ -119,7 +119,7 @@ def layers_caught_up(context: dg.AssetCheckExecutionContext,
                      workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
     # additional_deps: inside a whole-chain run this waits for the downstream layers; in a run of
     # the raw layer alone it evaluates at once and says which layers are behind.
-    from gitlab_knowledge.sync.due import backlog
+    from gitlab_knowledge.defs.due import backlog
 
     project = _project(context)
     work = backlog(workspace, [project]).get(project) if project else None

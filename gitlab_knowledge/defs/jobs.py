@@ -7,6 +7,8 @@ writers), so a run is one process.
 
 import dagster as dg
 
+from gitlab_knowledge.layers import EMBEDDINGS
+
 SYNC_JOB = "sync_project"
 EMBED_JOB = "embed_project"
 # Runs the daemon launches echo their events on its terminal: INFO, not every DEBUG engine event.
@@ -23,7 +25,7 @@ sync_project_job = dg.define_asset_job(
 
 embed_project_job = dg.define_asset_job(
     EMBED_JOB,
-    selection=dg.AssetSelection.assets("document_embeddings"),
+    selection=dg.AssetSelection.assets(EMBEDDINGS.asset),
     executor_def=dg.in_process_executor,
     config=QUIET_LOGS,
     description="(Re-)embed one project's documents, e.g. `--all` after a model change or a second model's table.",

@@ -23,6 +23,7 @@ from gitlab_knowledge.defs.jobs import EMBED_JOB, SYNC_JOB
 from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError, SyncInProgressError
 from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.layers import EMBEDDINGS, RAW
 from gitlab_knowledge.redact import redact
 from gitlab_knowledge.sync.runs import HOSTNAME, pipeline_lock, process_alive, process_start
 from gitlab_knowledge.workspace import Workspace
@@ -175,8 +176,8 @@ def run_sync(workspace: Workspace, projects: Sequence[str], *, full: bool = Fals
              instance: dg.DagsterInstance | None = None,
              selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
     """Run the sync job (every layer, or the `selection` of asset keys) once per project."""
-    op_config = {"raw_gitlab_payloads": {"full": full, "force": force}}
-    if selection is not None and "raw_gitlab_payloads" not in selection:
+    op_config = {RAW.asset: {"full": full, "force": force}}
+    if selection is not None and RAW.asset not in selection:
         op_config = {}
     return run_job(workspace, SYNC_JOB, projects, op_config, instance=instance, selection=selection)
 
@@ -184,7 +185,7 @@ def run_sync(workspace: Workspace, projects: Sequence[str], *, full: bool = Fals
 def run_embed(workspace: Workspace, projects: Sequence[str], *, everything: bool = False, provider: str | None = None,
               model: str | None = None, instance: dg.DagsterInstance | None = None) -> list[ProjectOutcome]:
     """Run the embeddings asset alone once per project."""
-    op_config = {"document_embeddings": {"everything": everything, "provider": provider or "", "model": model or ""}}
+    op_config = {EMBEDDINGS.asset: {"everything": everything, "provider": provider or "", "model": model or ""}}
     return run_job(workspace, EMBED_JOB, projects, op_config, instance=instance)
 
 

@@ -6,6 +6,7 @@ from gitlab_knowledge.defs.checks import projects_synced_recently
 from gitlab_knowledge.defs.jobs import QUIET_LOGS, sync_project_job
 from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.defs.sensors import PROJECT_TAG, SCHEDULE_STATUS, TRIGGER_TAG
+from gitlab_knowledge.layers import RAW
 from gitlab_knowledge.workspace import Workspace
 
 freshness_job = dg.define_asset_job(
@@ -31,7 +32,7 @@ def weekly_full_reconciliation(context: dg.ScheduleEvaluationContext,
     ensure_partitions(context.instance, config.projects)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return [dg.RunRequest(run_key=f"full|{project}|{day}", partition_key=project,
-                          run_config={"ops": {"raw_gitlab_payloads": {"config": {"full": True}}}, **QUIET_LOGS},
+                          run_config={"ops": {RAW.asset: {"config": {"full": True}}}, **QUIET_LOGS},
                           tags={TRIGGER_TAG: "weekly-full", PROJECT_TAG: project})
             for project in config.projects]
 

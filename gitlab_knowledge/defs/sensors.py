@@ -1,7 +1,7 @@
 """The change sensor: every 10 minutes, probe each project and run the sync for those that changed.
 
 It asks GitLab two cheap questions per project (sync/probe.py) and the store what work is left
-(sync/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
+(defs/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
 of those facts; its run key is built from facts that move whenever a run does work, so work that
 remains always gets a new key while a retried tick over the same state repeats its key (Dagster
 drops the repeat), and a failed sync is retried on the next tick. Projects added to the config become
@@ -60,7 +60,7 @@ def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
 )
 def gitlab_change_sensor(context: dg.SensorEvaluationContext,
                          workspace: dg.ResourceParam[Workspace]) -> dg.SensorResult:
-    from gitlab_knowledge.sync.due import backlog, decide
+    from gitlab_knowledge.defs.due import backlog, decide
     from gitlab_knowledge.sync.probe import probe_projects
 
     config = workspace.config

@@ -15,21 +15,21 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.build import Document, document_version, parent_document, thread_document
 from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layers import DOCUMENTS
 from gitlab_knowledge.store.bulk import insert_rows
-from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.store.normalize import get_watermark, project_id_for, set_watermark
+from gitlab_knowledge.store.projects import project_id_for
+from gitlab_knowledge.store.watermarks import run_batches, set_watermark
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
-LAYER = "documents"
 BATCH_PARENTS = 1000
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class DocumentStats(LayerStats):
-    PREFIX: ClassVar[str] = "documents_"
-    ASSET: ClassVar[str] = "search_documents"
+    PREFIX: ClassVar[str] = DOCUMENTS.prefix
+    ASSET: ClassVar[str] = DOCUMENTS.asset
 
     parents: int = 0
     built: int = 0
@@ -49,38 +49,51 @@ def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | No
 
 
 def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_parents: int,
-             stats: DocumentStats) -> DocumentStats:
+             stats: DocumentStats) -> None:
     with workspace.write() as con:
         project_id = project_id_for(con, project_path)
         if project_id is not None and _outdated(con, project_id):
             # Documents of another builder/chunking version: every parent is rebuilt (after a crash
             # halfway, again from the start, cheaply: the rebuilt ones compare unchanged).
-            set_watermark(con, project_id, LAYER, 0, dagster_run_id)
-    while True:
-        with workspace.write() as con:
-            project_id = project_id_for(con, project_path)
-            if project_id is None:
-                return stats
-            low = get_watermark(con, project_id, LAYER)
-            batch = con.execute(f"""
-                SELECT kind, id, change_seq FROM (
-                    SELECT ? AS kind, id, change_seq FROM {kinds.ISSUE.table} WHERE project_id = ? AND change_seq > ?
-                    UNION ALL
-                    SELECT ?, id, change_seq FROM {kinds.MERGE_REQUEST.table} WHERE project_id = ? AND change_seq > ?
-                ) ORDER BY change_seq LIMIT ?
-            """, [kinds.ISSUE.name, project_id, low, kinds.MERGE_REQUEST.name, project_id, low, batch_parents]).fetchall()
-            with transaction(con):
-                if batch:
-                    by_kind: dict[str, list[int]] = defaultdict(list)
-                    for kind, pid, _seq in batch:
-                        by_kind[kind].append(int(pid))
-                    for kind, ids in by_kind.items():
-                        _rebuild(con, project_id, project_path, kind, ids, dagster_run_id, stats)
-                    set_watermark(con, project_id, LAYER, int(batch[-1][2]), dagster_run_id)
-                else:
-                    stats.deleted += _delete_orphans(con, project_id)
-        if not batch:
-            return stats
+            set_watermark(con, project_id, DOCUMENTS.state, 0, dagster_run_id)
+
+    def rebuild(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int) -> None:
+        for kind, ids in _changed_parents(con, project_id, low, high).items():
+            _rebuild(con, project_id, project_path, kind, ids, dagster_run_id, stats)
+
+    def finish(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
+        stats.deleted += _delete_orphans(con, project_id)
+
+    run_batches(workspace.write, project_path, DOCUMENTS.state,
+                batch_end=lambda con, project_id, low: _batch_end(con, project_id, low, batch_parents),
+                rebuild=rebuild, finish=finish, dagster_run_id=dagster_run_id)
+
+
+# Issues and MRs draw their change_seq from one sequence, so a range of it is a batch of parents.
+_PARENTS_AFTER = f"""
+    SELECT kind, id, change_seq FROM (
+        SELECT '{kinds.ISSUE.name}' AS kind, id, change_seq FROM {kinds.ISSUE.table}
+        WHERE project_id = $project AND change_seq > $low
+        UNION ALL
+        SELECT '{kinds.MERGE_REQUEST.name}', id, change_seq FROM {kinds.MERGE_REQUEST.table}
+        WHERE project_id = $project AND change_seq > $low
+    )
+"""
+
+
+def _batch_end(con: duckdb.DuckDBPyConnection, project_id: int, low: int, batch_parents: int) -> int | None:
+    """The change_seq of the last of the next `batch_parents` changed parents; None when none changed."""
+    row = con.execute(f"SELECT max(change_seq) FROM ({_PARENTS_AFTER} ORDER BY change_seq LIMIT $n)",
+                      {"project": project_id, "low": low, "n": batch_parents}).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def _changed_parents(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int) -> dict[str, list[int]]:
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for kind, pid, _seq in con.execute(f"{_PARENTS_AFTER} WHERE change_seq <= $high ORDER BY change_seq",
+                                       {"project": project_id, "low": low, "high": high}).fetchall():
+        by_kind[kind].append(int(pid))
+    return by_kind
 
 
 def _outdated(con: duckdb.DuckDBPyConnection, project_id: int) -> bool:
@@ -94,11 +107,31 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[d
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
+@dataclass
+class _Parents:
+    """One kind's parents of a batch with their threads and notes, as the document builder reads them."""
+
+    rows: list[dict[str, Any]]
+    threads: dict[int, list[dict[str, Any]]]  # by parent id, in position order
+    notes: dict[str, list[dict[str, Any]]]  # by discussion id, in position order
+    closes: dict[int, list[tuple[str, str | None]]]  # by MR id: the issues it closes
+
+
 def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, kind: str, ids: list[int],
              dagster_run_id: str | None, stats: DocumentStats) -> None:
+    """Rebuild the documents of the parents `ids` of `kind`: load, build, compare, write."""
+    parents = _load(con, project_id, kind, ids)
+    docs = _build(kind, parents, project_path)
+    stats.parents += len(parents.rows)
+    stats.built += len(docs)
+    changed, gone = _compare(con, kind, ids, docs, stats)
+    _write(con, changed, gone, dagster_run_id)
+
+
+def _load(con: duckdb.DuckDBPyConnection, project_id: int, kind: str, ids: list[int]) -> _Parents:
     k = kinds.kind(kind)
     table, noteable_type, fk = k.table, k.noteable_type, k.thread_column
-    parents = _rows(con, f"""
+    rows = _rows(con, f"""
         SELECT t.*, r.sync_run_id AS raw_sync_run_id FROM {table} t
         LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
         WHERE t.id IN (SELECT unnest(?::BIGINT[]))
@@ -121,22 +154,29 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
     threads_by_parent: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for thread in threads:
         threads_by_parent[thread["parent_id"]].append(thread)
-
     closes = _closed_issues(con, project_id, ids) if kind == kinds.MERGE_REQUEST.name else {}
+    return _Parents(rows, threads_by_parent, notes_by_thread, closes)
 
+
+def _build(kind: str, parents: _Parents, project_path: str) -> list[Document]:
+    """Every document of the parents: the parent's own, then one per thread that has notes."""
     docs: list[Document] = []
-    for parent in parents:
+    for parent in parents.rows:
         docs.append(parent_document(kind, parent, project_path, parent["raw_payload_id"], parent["raw_sync_run_id"],
-                                    closes.get(parent["id"], [])))
-        for thread in threads_by_parent.get(parent["id"], []):
-            thread_notes = notes_by_thread.get(thread["id"], [])
+                                    parents.closes.get(parent["id"], [])))
+        for thread in parents.threads.get(parent["id"], []):
+            thread_notes = parents.notes.get(thread["id"], [])
             if thread_notes:
                 sync_run = max(filter(None, (parent["raw_sync_run_id"], thread["raw_sync_run_id"])), default=None)
                 docs.append(thread_document(kind, parent, thread, thread_notes, project_path,
                                             parent["raw_payload_id"], sync_run))
-    stats.parents += len(parents)
-    stats.built += len(docs)
+    return docs
 
+
+def _compare(con: duckdb.DuckDBPyConnection, kind: str, ids: list[int], docs: list[Document],
+             stats: DocumentStats) -> tuple[list[Document], list[str]]:
+    """(the documents to write, the stored ones to delete), counted in `stats`: a document whose
+    text, metadata and builder version are all unchanged is left alone."""
     existing = {row[0]: (row[1], row[2], row[3]) for row in con.execute("""
         SELECT id, content_hash, meta_hash, builder_version FROM documents
         WHERE parent_type = ? AND parent_id IN (SELECT unnest(?::BIGINT[]))
@@ -161,8 +201,12 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
             log.warning("document %s (%s) exceeded ~8,000 tokens and was cut from the middle", doc.id, doc.url)
     gone = sorted(set(existing) - {d.id for d in docs})
     stats.deleted += len(gone)
+    return changed, gone
+
+
+def _write(con: duckdb.DuckDBPyConnection, changed: list[Document], gone: list[str], dagster_run_id: str | None) -> None:
     _delete(con, [d.id for d in changed] + gone)
-    now = utcnow()
+    now, version = utcnow(), document_version()
     insert_rows(con, "documents", [{
         "id": d.id, "source_type": d.source_type, "source_id": d.source_id, "project_id": d.project_id,
         "project_path": d.project_path, "parent_type": d.parent_type, "parent_id": d.parent_id,

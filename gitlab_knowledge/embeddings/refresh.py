@@ -26,7 +26,8 @@ from gitlab_knowledge.embeddings.provider import EmbeddingProvider
 from gitlab_knowledge.embeddings.vectors import VectorStore, chunk_rows, metadata_of
 from gitlab_knowledge.errors import EmbeddingUnavailable
 from gitlab_knowledge.freshness import EntryState, compare
-from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layers import EMBEDDINGS
 from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
@@ -39,8 +40,8 @@ HUNG_S = 5.0  # an unavailable provider that took this long to say so timed out:
 
 @dataclass
 class EmbedStats(LayerStats):
-    PREFIX: ClassVar[str] = "embeddings_"
-    ASSET: ClassVar[str] = "document_embeddings"
+    PREFIX: ClassVar[str] = EMBEDDINGS.prefix
+    ASSET: ClassVar[str] = EMBEDDINGS.asset
     HIDDEN: ClassVar[tuple[str, ...]] = ("errors",)
 
     provider: str = ""
@@ -218,11 +219,17 @@ def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider |
     `provider` (default: the workspace's configured embedder), in this process: plan, embed
     (writing each batch's vectors as it goes), commit. embeddings/fanout.py runs the same three
     steps with the embedding split over workers."""
-    started = time.monotonic()
+    return timed(lambda stats: _refresh(workspace, project, provider, everything, progress, batch_size, sleep, stats),
+                 EmbedStats())
+
+
+def _refresh(workspace: Workspace, project: str, provider: EmbeddingProvider | None, everything: bool,
+             progress: SyncProgress | None, batch_size: int | None, sleep: Callable[[float], None],
+             stats: EmbedStats) -> None:
     provider = provider or workspace.embedder()
     progress = progress or workspace.progress or NullProgress()
     store = workspace.vectors(provider.provider, provider.model)
-    stats = EmbedStats(provider=provider.provider, model=provider.model)
+    stats.provider, stats.model = provider.provider, provider.model
     batch_size = batch_size or workspace.config.embedding.batch_size
     dims = store.dims()  # an existing table's dimension wins: vectors of another size cannot join it
     with workspace.scratch("gk-embed-") as tmp:
@@ -236,8 +243,6 @@ def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider |
             embedded = embed_staged(staged, set(plan_.to_embed), provider, project, stats, store.replace_docs,
                                     dims=dims, batch_size=batch_size, progress=progress, sleep=sleep)
             commit(store, embedded, stats)
-    stats.duration_s = time.monotonic() - started
-    return stats
 
 
 def _embed_with_retry(provider: EmbeddingProvider, docs: list[dict[str, Any]], stats: EmbedStats,

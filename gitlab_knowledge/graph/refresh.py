@@ -24,28 +24,21 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.graph.refs import extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layers import GRAPH, NORMALIZED
 from gitlab_knowledge.store.bulk import insert_rows
-from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.store.normalize import LAYER as NORMALIZED
-from gitlab_knowledge.store.normalize import (
-    canonical_path,
-    get_watermark,
-    next_batch_end,
-    project_id_for,
-    set_watermark,
-)
+from gitlab_knowledge.store.projects import canonical_path
+from gitlab_knowledge.store.watermarks import get_watermark, next_batch_end, run_batches
 from gitlab_knowledge.sync.files import RESOURCE as FILES
 from gitlab_knowledge.workspace import Workspace
 
-LAYER = "graph"
 BATCH_ROWS = 5000
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class GraphStats(LayerStats):
-    PREFIX: ClassVar[str] = "graph_"
-    ASSET: ClassVar[str] = "knowledge_graph"
+    PREFIX: ClassVar[str] = GRAPH.prefix
+    ASSET: ClassVar[str] = GRAPH.asset
 
     items_rebuilt: int = 0
     references: int = 0  # links written by the rebuilt items
@@ -65,25 +58,23 @@ def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | No
 def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_rows: int,
              stats: GraphStats) -> None:
     gitlab_url = workspace.config.gitlab.url
-    while True:
-        with workspace.write() as con:
-            project_id = project_id_for(con, project_path)
-            if project_id is None:
-                return
-            low = get_watermark(con, project_id, LAYER)
-            # Links are read from normalized rows: never ahead of the normalized layer.
-            high = next_batch_end(con, project_id, low, batch_rows, ceiling=get_watermark(con, project_id, NORMALIZED))
-            with transaction(con):
-                if high is None:
-                    # Once per run, after the last batch: the same global pass after each batch
-                    # would redo what the next one redoes.
-                    _resolve_targets(con)
-                    stats.external = int(con.execute(
-                        "SELECT count(*) FROM item_references WHERE project_id = ? AND external", [project_id]).fetchone()[0])
-                    return
-                _rebuild_range(con, project_id, gitlab_url, low, high, stats)
-                set_watermark(con, project_id, LAYER, high, dagster_run_id)
-            stats.batches += 1
+
+    def batch_end(con: duckdb.DuckDBPyConnection, project_id: int, low: int) -> int | None:
+        # Links are read from normalized rows: never ahead of the normalized layer.
+        return next_batch_end(con, project_id, low, batch_rows,
+                              ceiling=get_watermark(con, project_id, NORMALIZED.state))
+
+    def finish(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
+        # Once per run, after the last batch: the same global pass after each batch would redo
+        # what the next one redoes.
+        _resolve_targets(con)
+        stats.external = int(con.execute(
+            "SELECT count(*) FROM item_references WHERE project_id = ? AND external", [project_id]).fetchone()[0])
+
+    stats.batches = run_batches(
+        workspace.write, project_path, GRAPH.state, batch_end=batch_end,
+        rebuild=lambda con, project_id, low, high: _rebuild_range(con, project_id, gitlab_url, low, high, stats),
+        finish=finish, dagster_run_id=dagster_run_id)
 
 
 def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: str, low: int, high: int,

@@ -4,20 +4,20 @@ The diff is against the index itself (its stored hashes per document), so a cras
 repaired by the next run; deletes and upserts go in one commit, which Tantivy applies atomically.
 """
 
-import time
 from dataclasses import dataclass
 from typing import ClassVar
 
 from gitlab_knowledge.documents.stage import iter_documents, stage_documents
 from gitlab_knowledge.freshness import EntryState, compare
-from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layers import LEXICAL
 from gitlab_knowledge.workspace import Workspace
 
 
 @dataclass
 class LexicalStats(LayerStats):
-    PREFIX: ClassVar[str] = "lexical_"
-    ASSET: ClassVar[str] = "lexical_index"
+    PREFIX: ClassVar[str] = LEXICAL.prefix
+    ASSET: ClassVar[str] = LEXICAL.asset
 
     documents: int = 0
     indexed: int = 0
@@ -29,8 +29,10 @@ class LexicalStats(LayerStats):
 
 def refresh(workspace: Workspace, project: str, *, everything: bool = False) -> LexicalStats:
     """The lexical layer's entry point: bring the index in step with one project's documents."""
-    started = time.monotonic()
-    stats = LexicalStats()
+    return timed(lambda stats: _refresh(workspace, project, everything, stats), LexicalStats())
+
+
+def _refresh(workspace: Workspace, project: str, everything: bool, stats: LexicalStats) -> None:
     index = workspace.lexical(create=True)
     have = index.state(project)
     with workspace.scratch("gk-lexical-") as tmp:
@@ -58,5 +60,3 @@ def refresh(workspace: Workspace, project: str, *, everything: bool = False) -> 
         stats.indexed = len(changed)
         stats.deleted = len(stale)
     stats.index_documents = index.count(project)
-    stats.duration_s = time.monotonic() - started
-    return stats

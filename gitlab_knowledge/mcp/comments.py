@@ -187,7 +187,7 @@ def _project_id(con: Any, project: str) -> int | None:
     row = con.execute("SELECT id FROM projects WHERE path_with_namespace = ?", [project]).fetchone()
     if row:
         return int(row[0])
-    from gitlab_knowledge.store.normalize import project_id_for
+    from gitlab_knowledge.store.projects import project_id_for
 
     found = project_id_for(con, project)
     return found if found is not None and con.execute("SELECT 1 FROM projects WHERE id = ?", [found]).fetchone() \

@@ -10,7 +10,7 @@ created by a run. Same as `dagster instance concurrency set <pool> 1` for each p
 
 import sys
 
-from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
+from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
 
 POOLS = (DUCKDB_POOL, TANTIVY_POOL, LANCEDB_POOL)
 

@@ -12,14 +12,14 @@ from typing import Any
 
 import dagster as dg
 
-from gitlab_knowledge.defs.assets.pools import LANCEDB_POOL
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.embeddings import fanout
 from gitlab_knowledge.embeddings.tables import kept_models
+from gitlab_knowledge.layers import EMBEDDINGS, LANCEDB_POOL
 from gitlab_knowledge.workspace import Workspace
 
-ASSET_KEY = "document_embeddings"
+ASSET_KEY = EMBEDDINGS.asset
 
 
 class FanoutConfig(dg.Config):

@@ -22,7 +22,7 @@ Adding a column to a normalized table (issues, merge_requests, discussions, note
            # existing rows get the column too (not only the items GitLab changes from now on).
            con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'normalized'")
 
-2. The field in the row function of store/transform.py (`issue_row`: `"weight": p.get("weight")`).
+2. The field in the row function of normalized/transform.py (`issue_row`: `"weight": p.get("weight")`).
 
 Nothing else changes: the normalized layer inserts rows `BY NAME` through store/bulk.py, with an
 Arrow schema read from the table itself, so a new column is written as soon as the row carries it

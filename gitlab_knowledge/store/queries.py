@@ -9,7 +9,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store.db import read_connection
-from gitlab_knowledge.store.normalize import canonical_path, project_id_for
+from gitlab_knowledge.store.projects import canonical_path, project_id_for
 
 THREAD_TABLES = ("discussions", "notes")
 # Documents show an author they do not know as @unknown; the CLI says the same.

@@ -3,7 +3,7 @@
 For issues and for MRs: the newest item updated at or after the cursor
 (`order_by=updated_at&sort=desc&per_page=1&updated_after=<cursor>`). It is a change unless that
 item is already stored at exactly that version. What the store itself has left to do (rechecks,
-layers behind, failed embeddings) is sync/due.py's `backlog`. Nothing is written: the cursor
+layers behind, failed embeddings) is defs/due.py's `backlog`. Nothing is written: the cursor
 moves only when a sync commits.
 """
 
@@ -33,7 +33,7 @@ class Probe:
 def _stored_state(workspace: Workspace, projects: list[str]) -> dict[str, dict[str, Any]]:
     """Per configured path whose project is stored: its id and cursors. The project is the one the
     path resolved to (GitLab resolves paths case-insensitively and through renames)."""
-    from gitlab_knowledge.store.normalize import project_id_for
+    from gitlab_knowledge.store.projects import project_id_for
 
     if not workspace.config.duckdb_path.exists():
         return {}

@@ -4,6 +4,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from gitlab_knowledge.layer_stats import LayerStats
+from gitlab_knowledge.layers import RAW
 
 
 @dataclass
@@ -51,7 +52,7 @@ class SyncResult:
 class RawStats(LayerStats):
     """The raw layer's report: the totals over both kinds plus the GitLab client's counters."""
 
-    ASSET: ClassVar[str] = "raw_gitlab_payloads"
+    ASSET: ClassVar[str] = RAW.asset
 
     mode: str = "incremental"
     sync_run_id: int | None = None

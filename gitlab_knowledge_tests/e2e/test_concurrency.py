@@ -3,7 +3,7 @@ per partition at a time), and steps that write DuckDB never overlap across runs 
 
 from itertools import combinations
 
-from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
+from gitlab_knowledge.layers import DUCKDB_POOL
 from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.dagster_dev import DagsterDev

@@ -9,8 +9,8 @@ import yaml
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import defs
-from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.defs.runner import instance_yaml, run_sync
+from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import scalar

@@ -223,7 +223,8 @@ def test_the_first_sync_after_upgrading_fetches_threads_and_file_lists_once(v1_s
     after the upgrade refetches the threads of every item with notes and every MR's file list,
     and nothing else; the one after it fetches nothing. What people wrote is unchanged."""
     from gitlab_knowledge.graph import refresh as graph
-    from gitlab_knowledge.store import integrity, normalize
+    from gitlab_knowledge.normalized import refresh as normalize
+    from gitlab_knowledge.store import integrity
     from gitlab_knowledge.sync.engine import ProjectSync
     from gitlab_knowledge.workspace import Workspace
 
@@ -277,7 +278,7 @@ def test_migration_3_gives_stored_diff_notes_their_line_ranges(v1_store: Path, r
                                                               make_config: Any) -> None:
     """Written before migration 3, the store has no line ranges; after the upgrade the normalized
     layer rebuilds them from the kept raw payloads, without calling GitLab."""
-    from gitlab_knowledge.store import normalize
+    from gitlab_knowledge.normalized import refresh as normalize
     from gitlab_knowledge.workspace import Workspace
 
     assert "line_range_start_new_line" not in [r[0] for r in query(reference, "DESCRIBE note_positions")]

@@ -12,7 +12,6 @@ import dagster as dg
 import pytest
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.runner import (
     HOST_TAG,
     PID_TAG,
@@ -23,6 +22,7 @@ from gitlab_knowledge.defs.runner import (
     run_sync,
 )
 from gitlab_knowledge.errors import SyncInProgressError
+from gitlab_knowledge.layers import DUCKDB_POOL
 from gitlab_knowledge.sync.runs import HOSTNAME, process_start
 from gitlab_knowledge.workspace import Workspace
 

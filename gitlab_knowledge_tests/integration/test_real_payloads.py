@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gitlab_knowledge.config import Config, parse_config
-from gitlab_knowledge.store.normalize import NormalizeStats
+from gitlab_knowledge.normalized.refresh import NormalizeStats
 from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import project_paths
 from gitlab_knowledge_tests.helpers import SYNC_LAYERS, rows, run_layers, scalar, sync

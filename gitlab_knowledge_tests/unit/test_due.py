@@ -3,8 +3,8 @@ key on the next tick; the same state gives the same key; nothing to do, nothing 
 
 from datetime import datetime
 
+from gitlab_knowledge.defs.due import Backlog, decide
 from gitlab_knowledge.errors import GitLabError
-from gitlab_knowledge.sync.due import Backlog, decide
 from gitlab_knowledge.sync.probe import Probe
 
 NOW = datetime(2026, 11, 1, 12, 0, 30)

@@ -7,10 +7,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from gitlab_knowledge.normalized.transform import issue_row, merge_request_row, thread_rows
 from gitlab_knowledge.store import payloads, raw
 from gitlab_knowledge.store.db import transaction, write_connection
 from gitlab_knowledge.store.queries import author_label
-from gitlab_knowledge.store.transform import issue_row, merge_request_row, thread_rows
 
 ISSUE = {"id": 5, "iid": 2, "project_id": 9, "title": "t", "state": "opened",
          "created_at": "2020-01-01T00:00:00Z", "updated_at": "2020-01-02T00:00:00+02:00"}
@@ -65,7 +65,7 @@ def test_thread_screening_keeps_rejected_ids_for_their_stored_versions() -> None
     assert lines[2] == "issue iid 7: discussion c3 rejected: note 4: position new_line is 1.5 (not an integer)"
 
 
-# -- store/transform.py: fields across GitLab versions ------------------------------------------------
+# -- normalized/transform.py: fields across GitLab versions ------------------------------------------------
 
 
 def test_singular_assignee_is_read_when_there_is_no_assignees_list() -> None:

@@ -3,20 +3,19 @@
 import dagster as dg
 
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
-from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.graph import refresh as graph
+from gitlab_knowledge.layers import GRAPH
 from gitlab_knowledge.workspace import Workspace
 
 
 @dg.asset(
-    key="knowledge_graph",
+    key=GRAPH.asset,
     deps=[normalized_gitlab],
     partitions_def=project_partitions,
-    group_name="normalized",
+    group_name=GRAPH.group,
     kinds={"duckdb"},
-    pool=DUCKDB_POOL,
+    pool=GRAPH.pool,
     description=(
         "item_references: every link written in an issue or MR (Closes #12 in an MR description, #N, "
         "!N, group/project#N, GitLab URLs, and GitLab's system notes: mentioned in, closed via, marked "
@@ -26,5 +25,5 @@ from gitlab_knowledge.workspace import Workspace
 )
 def knowledge_graph(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
     with said_plainly():
-        stats = graph.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
+        stats = GRAPH.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     return dg.MaterializeResult(metadata=stats.to_metadata())

@@ -3,12 +3,10 @@
 import dagster as dg
 
 from gitlab_knowledge.defs.assets.documents import search_documents
-from gitlab_knowledge.defs.assets.pools import LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.embeddings import refresh as embeddings
 from gitlab_knowledge.embeddings.tables import kept_models
-from gitlab_knowledge.lexical import refresh as lexical
+from gitlab_knowledge.layers import EMBEDDINGS, LEXICAL
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -19,12 +17,12 @@ class EmbedRunConfig(dg.Config):
 
 
 @dg.asset(
-    key="document_embeddings",
+    key=EMBEDDINGS.asset,
     deps=[search_documents],
     partitions_def=project_partitions,
-    group_name="index",
+    group_name=EMBEDDINGS.group,
     kinds={"lancedb"},
-    pool=LANCEDB_POOL,
+    pool=EMBEDDINGS.pool,
     description=(
         "Vectors of every document whose text or model changed, in one LanceDB table per embedding "
         "model, with the metadata search filters on. Long texts are embedded as overlapping chunks. "
@@ -35,12 +33,12 @@ def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfi
                         workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
     with said_plainly():
         provider = workspace.embedder(config.provider or None, config.model or None)
-        stats = embeddings.refresh(workspace, context.partition_key, provider=provider, everything=config.everything,
+        stats = EMBEDDINGS.refresh(workspace, context.partition_key, provider=provider, everything=config.everything,
                                    progress=workspace.progress_for(context.log))
         if not config.provider:
             # The other models of `embedding.models` are kept current too (search may switch to one).
             for other, model in kept_models(workspace.config):
-                kept = embeddings.refresh(workspace, context.partition_key, provider=workspace.embedder(other, model),
+                kept = EMBEDDINGS.refresh(workspace, context.partition_key, provider=workspace.embedder(other, model),
                                           everything=config.everything, progress=workspace.progress_for(context.log))
                 context.log.info(f"{kept.provider}/{kept.model}: {kept.embedded} embedded, {kept.failed} failed, "
                                  f"{kept.deleted} deleted")
@@ -51,12 +49,12 @@ def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfi
 
 
 @dg.asset(
-    key="lexical_index",
+    key=LEXICAL.asset,
     deps=[search_documents],
     partitions_def=project_partitions,
-    group_name="index",
+    group_name=LEXICAL.group,
     kinds={"tantivy"},
-    pool=TANTIVY_POOL,
+    pool=LEXICAL.pool,
     description=(
         "BM25 index (Tantivy) over title and body with English stemming, a field of code identifiers "
         "(snake_case, camelCase, paths, dotted names split and kept whole), issue/MR references, and "
@@ -65,5 +63,5 @@ def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfi
 )
 def lexical_index(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
     with said_plainly():
-        stats = lexical.refresh(workspace, context.partition_key)
+        stats = LEXICAL.refresh(workspace, context.partition_key)
     return dg.MaterializeResult(metadata=stats.to_metadata())

@@ -2,22 +2,21 @@
 
 import dagster as dg
 
-from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.store import normalize
+from gitlab_knowledge.layers import NORMALIZED
 from gitlab_knowledge.store.queries import project_counts
 from gitlab_knowledge.workspace import Workspace
 
 
 @dg.asset(
-    key="normalized_gitlab",
+    key=NORMALIZED.asset,
     deps=[raw_gitlab_payloads],
     partitions_def=project_partitions,
-    group_name="normalized",
+    group_name=NORMALIZED.group,
     kinds={"duckdb"},
-    pool=DUCKDB_POOL,
+    pool=NORMALIZED.pool,
     description=(
         "Raw payloads normalized into projects, issues, merge_requests, labels (+ junctions), "
         "discussions, notes and note_positions. System notes are excluded; a changed parent's "
@@ -27,6 +26,6 @@ from gitlab_knowledge.workspace import Workspace
 )
 def normalized_gitlab(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
     with said_plainly():
-        stats = normalize.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
+        stats = NORMALIZED.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     counts = project_counts(workspace.config, context.partition_key)
     return dg.MaterializeResult(metadata={**stats.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}})

@@ -2,10 +2,9 @@
 
 import dagster as dg
 
-from gitlab_knowledge.defs.assets.pools import DUCKDB_POOL
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
-from gitlab_knowledge.sync import engine
+from gitlab_knowledge.layers import RAW
 from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
 
@@ -16,11 +15,11 @@ class SyncRunConfig(dg.Config):
 
 
 @dg.asset(
-    key="raw_gitlab_payloads",
+    key=RAW.asset,
     partitions_def=project_partitions,
-    group_name="raw",
+    group_name=RAW.group,
     kinds={"gitlab", "duckdb"},
-    pool=DUCKDB_POOL,
+    pool=RAW.pool,
     description=(
         "Issues, merge requests and their discussion threads as GitLab returned them, fetched "
         "incrementally (cursor on updated_at) into DuckDB raw_payloads. System-only threads are "
@@ -31,8 +30,8 @@ class SyncRunConfig(dg.Config):
 def raw_gitlab_payloads(context: dg.AssetExecutionContext, config: SyncRunConfig,
                         workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
     with said_plainly():
-        result = engine.refresh(workspace, context.partition_key, full=config.full, force=config.force,
-                                dagster_run_id=context.run.run_id, progress=workspace.progress_for(context.log))
+        result = RAW.refresh(workspace, context.partition_key, full=config.full, force=config.force,
+                             dagster_run_id=context.run.run_id, progress=workspace.progress_for(context.log))
     stats = RawStats.of(result)
     return dg.MaterializeResult(metadata={"summary": dg.MetadataValue.md(stats.summary_markdown(result)),
                                           **stats.to_metadata()})

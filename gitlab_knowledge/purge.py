@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.store.normalize import project_id_for
+from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.workspace import Workspace
 
 # Every table holding a project's rows, children first; sync_runs stays as history.

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.layers import DOCUMENTS, GRAPH, NORMALIZED
+from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync.engine import THROTTLE_WINDOW_SECONDS
 from gitlab_knowledge.sync.probe import Probe
 from gitlab_knowledge.timeutil import naive_utc
@@ -62,8 +64,6 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
     from gitlab_knowledge.index_status import index_status
 
     out: dict[str, Backlog] = {}
-    from gitlab_knowledge.store.normalize import project_id_for
-
     with workspace.read() as con:
         facts = {}
         for project in projects:
@@ -85,13 +85,13 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
             """, [pid]).fetchone()
             marks = dict(con.execute("SELECT layer, watermark FROM layer_state WHERE project_id = ?", [pid]).fetchall())
             behind = []
-            if raw_seq > marks.get("normalized", 0):
-                behind.append(f"normalized: raw seq {raw_seq} > watermark {marks.get('normalized', 0)}")
-            if raw_seq > marks.get("graph", 0):
-                behind.append(f"graph: raw seq {raw_seq} > watermark {marks.get('graph', 0)}")
-            if normalized_seq > marks.get("documents", 0):
-                behind.append(f"documents: items seq {normalized_seq} > watermark {marks.get('documents', 0)}")
-            facts[project] = (pending, behind, marks.get("documents", 0))
+            # Each watermarked layer against the one upstream of it.
+            for layer, upstream, seq in ((NORMALIZED, "raw", raw_seq), (GRAPH, "raw", raw_seq),
+                                         (DOCUMENTS, "items", normalized_seq)):
+                mark = marks.get(layer.state, 0)
+                if seq > mark:
+                    behind.append(f"{layer.name}: {upstream} seq {seq} > watermark {mark}")
+            facts[project] = (pending, behind, marks.get(DOCUMENTS.state, 0))
     status = {p["project"]: p for p in index_status(workspace)["projects"]} if facts else {}
     for project, (pending, behind, documents_mark) in facts.items():
         entry = status.get(project)

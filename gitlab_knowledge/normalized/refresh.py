@@ -18,20 +18,19 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.layer_stats import LayerStats, timed
-from gitlab_knowledge.store.bulk import insert_rows
-from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.store.payloads import item_name, item_problem, thread_problem
-from gitlab_knowledge.store.transform import (
+from gitlab_knowledge.layers import NORMALIZED
+from gitlab_knowledge.normalized.transform import (
     issue_row,
     merge_request_row,
     project_row,
     system_note_rows,
     thread_rows,
 )
-from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge.store.bulk import insert_rows
+from gitlab_knowledge.store.payloads import item_name, item_problem, thread_problem
+from gitlab_knowledge.store.watermarks import next_batch_end, run_batches
 from gitlab_knowledge.workspace import Workspace
 
-LAYER = "normalized"
 BATCH_ROWS = 5000
 log = logging.getLogger(__name__)
 ROW_BUILDERS = {kinds.ISSUE.name: issue_row, kinds.MERGE_REQUEST.name: merge_request_row}
@@ -39,8 +38,8 @@ ROW_BUILDERS = {kinds.ISSUE.name: issue_row, kinds.MERGE_REQUEST.name: merge_req
 
 @dataclass
 class NormalizeStats(LayerStats):
-    PREFIX: ClassVar[str] = "changed_"
-    ASSET: ClassVar[str] = "normalized_gitlab"
+    PREFIX: ClassVar[str] = NORMALIZED.prefix
+    ASSET: ClassVar[str] = NORMALIZED.asset
 
     raw_changes: int = 0
     parents_rebuilt: int = 0
@@ -53,67 +52,6 @@ class NormalizeStats(LayerStats):
     duration_s: float = 0.0
 
 
-def project_id_for(con: duckdb.DuckDBPyConnection, project_path: str) -> int | None:
-    """The GitLab id of the project a configured path names.
-
-    GitLab resolves `GET /projects/:path` case-insensitively and through the redirects a rename
-    or transfer leaves, so the path as configured need not be the project's `path_with_namespace`.
-    The id GitLab returned for this path to the latest sync that got that far is the answer (the
-    sync run records it); before any such sync, the stored project whose path matches, exactly or
-    else in another case."""
-    row = con.execute("""
-        SELECT s.project_id FROM sync_runs s
-        JOIN raw_payloads r ON r.resource_type = 'project' AND r.gitlab_key = CAST(s.project_id AS TEXT)
-                            AND r.deleted_at IS NULL
-        WHERE s.project_path = ? AND s.project_id IS NOT NULL
-        ORDER BY s.id DESC LIMIT 1
-    """, [project_path]).fetchone()
-    if row:
-        return int(row[0])
-    row = con.execute("""
-        SELECT CAST(gitlab_key AS BIGINT) FROM raw_payloads
-        WHERE resource_type = 'project' AND deleted_at IS NULL
-          AND lower(json_extract_string(json, '$.path_with_namespace')) = lower(?)
-        ORDER BY json_extract_string(json, '$.path_with_namespace') = ? DESC, change_seq DESC LIMIT 1
-    """, [project_path, project_path]).fetchone()
-    return int(row[0]) if row else None
-
-
-def canonical_path(con: duckdb.DuckDBPyConnection, project_id: int) -> str | None:
-    """The project's `path_with_namespace` as GitLab last returned it."""
-    row = con.execute("""
-        SELECT json_extract_string(json, '$.path_with_namespace') FROM raw_payloads
-        WHERE resource_type = 'project' AND gitlab_key = ?
-    """, [str(project_id)]).fetchone()
-    return row[0] if row else None
-
-
-def get_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str) -> int:
-    row = con.execute("SELECT watermark FROM layer_state WHERE project_id = ? AND layer = ?",
-                      [project_id, layer]).fetchone()
-    return int(row[0]) if row else 0
-
-
-def set_watermark(con: duckdb.DuckDBPyConnection, project_id: int, layer: str, watermark: int,
-                  dagster_run_id: str | None) -> None:
-    con.execute("INSERT OR REPLACE INTO layer_state VALUES (?, ?, ?, ?, ?)",
-                [project_id, layer, watermark, utcnow(), dagster_run_id])
-
-
-def next_batch_end(con: duckdb.DuckDBPyConnection, project_id: int, low: int, batch_rows: int,
-                   ceiling: int | None = None) -> int | None:
-    """The change_seq that ends the next batch of at most `batch_rows` raw rows of the project
-    after `low` (and at or before `ceiling`); None when there is none."""
-    bound, params = ("", []) if ceiling is None else (" AND change_seq <= ?", [ceiling])
-    row = con.execute(f"""
-        SELECT change_seq FROM raw_payloads WHERE project_id = ? AND change_seq > ?{bound}
-        ORDER BY change_seq LIMIT 1 OFFSET ?
-    """, [project_id, low, *params, batch_rows - 1]).fetchone() or con.execute(
-        f"SELECT max(change_seq) FROM raw_payloads WHERE project_id = ? AND change_seq > ?{bound}",
-        [project_id, low, *params]).fetchone()
-    return int(row[0]) if row and row[0] is not None else None
-
-
 def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | None = None,
             batch_rows: int = BATCH_ROWS) -> NormalizeStats:
     """The normalized layer's entry point: bring one project's tables up to date with its raw payloads."""
@@ -121,21 +59,12 @@ def refresh(workspace: Workspace, project_path: str, *, dagster_run_id: str | No
 
 
 def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None, batch_rows: int,
-             stats: NormalizeStats) -> NormalizeStats:
-    while True:
-        # One connection per batch: readers (CLI `count`, `show`) get the file between batches.
-        with workspace.write() as con:
-            project_id = project_id_for(con, project_path)
-            if project_id is None:
-                return stats
-            low = get_watermark(con, project_id, LAYER)
-            high = next_batch_end(con, project_id, low, batch_rows)
-            if high is None:
-                return stats
-            with transaction(con):
-                _normalize_range(con, project_id, low, high, stats)
-                set_watermark(con, project_id, LAYER, high, dagster_run_id)
-            stats.batches += 1
+             stats: NormalizeStats) -> None:
+    stats.batches = run_batches(
+        workspace.write, project_path, NORMALIZED.state,
+        batch_end=lambda con, project_id, low: next_batch_end(con, project_id, low, batch_rows),
+        rebuild=lambda con, project_id, low, high: _normalize_range(con, project_id, low, high, stats),
+        dagster_run_id=dagster_run_id)
 
 
 def _normalize_range(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int,
