@@ -16,7 +16,7 @@ from typing import Any
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import NotFoundError, UsageError
 from gitlab_knowledge.mcp.bounds import BODY_CHARS, cut
-from gitlab_knowledge.mcp.store_reader import store_stamp
+from gitlab_knowledge.store.reader import store_stamp
 from gitlab_knowledge.workspace import Workspace
 
 

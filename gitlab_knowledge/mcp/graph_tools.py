@@ -2,7 +2,7 @@
 
 Each calls the function its CLI command calls (graph/queries.py) and returns that command's --json
 document, validated by the same schema (cli/schemas/<name>.json), plus a short text rendering. The
-reads go through a workspace that sees only what agents may see (mcp/visibility.py), so a
+reads go through a workspace that sees only what agents may see (store/visibility.py), so a
 confidential issue or an internal note never reaches an answer without the config's opt-in.
 Lists are cut at GRAPH_LIST entries; the text says when one was.
 """
@@ -10,15 +10,13 @@ Lists are cut at GRAPH_LIST entries; the text says when one was.
 import asyncio
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, UsageError
 from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT
+from gitlab_knowledge.mcp.context import Context
 from gitlab_knowledge.mcp.digest import when
-
-if TYPE_CHECKING:  # tools.py lists these tools: a runtime import would go round in a circle
-    from gitlab_knowledge.mcp.tools import Context
 
 GROUP_TITLES = {"closes": "Closes", "closed_by": "Closed by", "mentions": "Mentions",
                 "mentioned_in": "Mentioned in", "related": "Related"}
@@ -78,7 +76,7 @@ def _item(entry: dict[str, Any]) -> str:
 # -- related ------------------------------------------------------------------------------------
 
 
-async def related(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import queries
 
     ref, project = str(args["ref"]).strip(), args.get("project") or None
@@ -103,7 +101,7 @@ async def related(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, 
     return "\n".join(lines) + "\n", out
 
 
-def _refuse_confidential(ctx: "Context", ref: str, project: str | None) -> None:
+def _refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
     """The reference names a confidential issue the views hid: say so, as get_issue does."""
     from gitlab_knowledge.graph.queries import resolve_item
 
@@ -123,7 +121,7 @@ def _refuse_confidential(ctx: "Context", ref: str, project: str | None) -> None:
 # -- file history -------------------------------------------------------------------------------
 
 
-async def file_history(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import queries
 
     limit = args.get("limit", HISTORY_LIMIT)
@@ -169,7 +167,7 @@ def _since(value: Any) -> datetime | None:
         raise UsageError(f"since must be a day like 2024-03-15, got {value!r}") from None
 
 
-async def me(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import queries
 
     since = _since(args.get("since"))

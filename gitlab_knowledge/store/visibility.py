@@ -1,7 +1,7 @@
 """What an agent may see of the store, enforced under the queries rather than after them.
 
 The graph tools and the items' links run the CLI's own functions (graph/queries.py), which read
-every row. For the server they read through a lens (store_reader.Lens): views named like the
+every row. For the server they read through a lens (store/reader.py's Lens): views named like the
 tables they shadow (`issues`, `notes`, `system_notes`, `discussions`, `item_references`), first
 on the read's search path, so the same SQL reads only what the config lets agents see.
 Confidential issues go with their threads, notes, system notes, the links written in them and the
@@ -12,7 +12,7 @@ the hidden links), built once per version of the store rather than inside every 
 a view: deriving them costs ~10 ms at 100K documents, a hash lookup in them next to nothing.
 """
 
-from gitlab_knowledge.mcp.store_reader import ALIAS, Lens
+from gitlab_knowledge.store.reader import ALIAS, Lens
 
 _STORE = f"{ALIAS}.main"
 
