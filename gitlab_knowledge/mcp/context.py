@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge.config import Config
+from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store.reader import StoreReader
 from gitlab_knowledge.store.visibility import hidden_lens
 from gitlab_knowledge.workspace import Workspace, real_embedder
@@ -46,3 +47,9 @@ class Context:
         lens = hidden_lens(include_confidential=self.include_confidential,
                            include_internal=self.include_internal) if visible_only else None
         return Workspace(self.config, embedder_factory=embedder).with_(lens=lens, reader=self.reader)
+
+
+def confidential_refusal(reference: str) -> UsageError:
+    """What a tool says when the lens hid the confidential issue a reference names."""
+    return UsageError(f"{reference} is confidential and the MCP server leaves confidential issues out: set [mcp] "
+                      "include_confidential = true in the config to let agents read them")

@@ -15,7 +15,7 @@ from typing import Any
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, UsageError
 from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT
-from gitlab_knowledge.mcp.context import Context
+from gitlab_knowledge.mcp.context import Context, confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 
 GROUP_TITLES = {"closes": "Closes", "closed_by": "Closed by", "mentions": "Mentions",
@@ -102,20 +102,18 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
 
 
 def _refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
-    """The reference names a confidential issue the views hid: say so, as get_issue does."""
+    """The reference names a confidential issue the lens hid: say so, as get_issue does. It is
+    resolved again through the lens that shows only those issues (store/visibility.py)."""
     from gitlab_knowledge.graph.queries import resolve_item
+    from gitlab_knowledge.store.visibility import confidential_lens
 
-    with ctx.workspace().read() as con:
+    with ctx.workspace().with_(lens=confidential_lens()).read() as con:
         try:
             kind, item = resolve_item(con, ref, project)
         except KnowledgeError:
             return
-        confidential = kind is kinds.ISSUE and con.execute(
-            "SELECT coalesce(confidential, false) FROM issues WHERE id = ?", [item["id"]]).fetchone()[0]
-    if confidential:
-        raise UsageError(f"{kind.ref(item['iid'], item['project'])} is confidential and the MCP server leaves "
-                         "confidential issues out: set [mcp] include_confidential = true in the config to let "
-                         "agents read them")
+    if kind is kinds.ISSUE:
+        raise confidential_refusal(kind.ref(item["iid"], item["project"]))
 
 
 # -- file history -------------------------------------------------------------------------------

@@ -131,9 +131,7 @@ def _item_handler(kind: kinds.Kind) -> Handler:
         if isinstance(iid, bool) or not isinstance(iid, int) or iid < 1:
             raise UsageError(f"iid must be a whole number >= 1, got {iid!r}")
         item = await asyncio.to_thread(get_item, ctx.workspace(visible_only=True), kind, iid,
-                                       args.get("project") or None,
-                                       include_confidential=ctx.include_confidential,
-                                       include_internal=ctx.include_internal)
+                                       args.get("project") or None)
         return render(item), item
 
     return handler

@@ -12,6 +12,8 @@ the hidden links), built once per version of the store rather than inside every 
 a view: deriving them costs ~10 ms at 100K documents, a hash lookup in them next to nothing.
 """
 
+import duckdb
+
 from gitlab_knowledge.store.reader import ALIAS, Lens
 
 _STORE = f"{ALIAS}.main"
@@ -29,11 +31,13 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         + ([] if include_confidential else [f"(noteable_type = 'Issue' AND noteable_id IN (SELECT id FROM {at}.hidden_issues))"]))
     statements = (
         f"CREATE OR REPLACE TABLE {at}.hidden_issues AS "
-        f"SELECT i.id, i.iid, i.project_id, lower(p.path_with_namespace) AS path FROM {_STORE}.issues i "
+        f"SELECT i.id, i.iid, i.project_id, lower(p.path_with_namespace) AS path, p.path_with_namespace AS project "
+        f"FROM {_STORE}.issues i "
         f"JOIN {_STORE}.projects p ON p.id = i.project_id WHERE {confidential}",
         f"CREATE OR REPLACE TABLE {at}.hidden_notes AS "
-        f"SELECT id, discussion_id FROM {_STORE}.notes WHERE {hidden_note} "
-        f"UNION ALL SELECT id, discussion_id FROM {_STORE}.system_notes WHERE {hidden_note}",
+        f"SELECT id, discussion_id, noteable_type, noteable_id, false AS system FROM {_STORE}.notes "
+        f"WHERE {hidden_note} UNION ALL SELECT id, discussion_id, noteable_type, noteable_id, true AS system "
+        f"FROM {_STORE}.system_notes WHERE {hidden_note}",
         f"CREATE OR REPLACE VIEW {at}.issues AS SELECT * FROM {_STORE}.issues WHERE NOT {confidential}",
         f"CREATE OR REPLACE VIEW {at}.notes AS SELECT * FROM {_STORE}.notes "
         f"WHERE id NOT IN (SELECT id FROM {at}.hidden_notes)",
@@ -56,3 +60,31 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         f"WHERE rowid NOT IN (SELECT row FROM {at}.hidden_references)",
     )
     return Lens(schema, statements)
+
+
+def confidential_lens() -> Lens:
+    """Only the confidential issues, as `issues`: through it a reference resolves when, and only
+    when, it names one, so a tool can say why the hidden lens found nothing without its answers
+    ever reading a confidential row."""
+    at = "memory.gk_confidential"
+    return Lens("gk_confidential", (
+        f"CREATE OR REPLACE VIEW {at}.issues AS SELECT * FROM {_STORE}.issues WHERE coalesce(confidential, false)",))
+
+
+def hidden_issue_projects(con: duckdb.DuckDBPyConnection, lens: Lens | None, iid: int,
+                          project_id: int | None) -> list[str]:
+    """The projects of the issues `lens` hides with this iid (in `project_id` when given), from
+    the lens's own list: what a refusal names."""
+    if lens is None:
+        return []
+    where, params = (" AND project_id = ?", [project_id]) if project_id is not None else ("", [])
+    return [r[0] for r in con.execute(f"SELECT project FROM memory.{lens.schema}.hidden_issues WHERE iid = ?{where} "
+                                      "ORDER BY 1", [iid, *params]).fetchall()]
+
+
+def hidden_note_count(con: duckdb.DuckDBPyConnection, lens: Lens | None, noteable_type: str, noteable_id: int) -> int:
+    """How many of an item's notes (system notes aside) `lens` hides, from the lens's own list."""
+    if lens is None:
+        return 0
+    return con.execute(f"SELECT count(*) FROM memory.{lens.schema}.hidden_notes WHERE NOT system "
+                       "AND noteable_type = ? AND noteable_id = ?", [noteable_type, noteable_id]).fetchone()[0]
