@@ -81,7 +81,7 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
 
     ref, project = str(args["ref"]).strip(), args.get("project") or None
     try:
-        out = await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)
+        out = (await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)).as_dict()
     except UsageError as exc:
         if not ctx.include_confidential:
             await asyncio.to_thread(_refuse_confidential, ctx, ref, project)
@@ -126,8 +126,8 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= HISTORY_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {HISTORY_LIMIT}, got {limit!r}")
     try:
-        out = await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
-                                      args.get("project") or None, limit)
+        out = (await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
+                                       args.get("project") or None, limit)).as_dict()
     except UsageError as exc:
         raise for_agent(exc) from None
     mrs = out["merge_requests"]
@@ -170,8 +170,8 @@ async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
     since = _since(args.get("since"))
     try:
-        out = await asyncio.to_thread(queries.me, ctx.workspace(visible_only=True), args.get("user") or None,
-                                      since, args.get("project") or None)
+        out = (await asyncio.to_thread(queries.me, ctx.workspace(visible_only=True), args.get("user") or None,
+                                       since, args.get("project") or None)).as_dict()
     except UsageError as exc:
         raise for_agent(exc) from None
     changes = out["changes"]
