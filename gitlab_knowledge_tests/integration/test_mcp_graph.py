@@ -190,7 +190,7 @@ def test_items_carry_their_links_and_an_mrs_files(default: tuple[list[Any], list
                                                   configs: dict[str, Path]) -> None:
     mr = answer(default[1][7], schema("item.schema.json"))
     issue = answer(default[1][8], schema("item.schema.json"))
-    full = queries.related(Workspace(load_config(configs["default"])), "acme/platform#234")["links"]
+    full = queries.related(Workspace(load_config(configs["default"])), "acme/platform#234").as_dict()["links"]
     assert issue["links"] == {g: [{k: x[k] for k in ("reference", "type", "title", "state")} for x in links]
                               for g, links in full.items()}
     assert issue["counts"]["links"] == sum(len(v) for v in full.values()) > 0
