@@ -169,7 +169,7 @@ async def mr_comments(ctx: Context, args: dict[str, Any]) -> Result:
     if isinstance(args.get("project"), int) and not isinstance(args.get("project"), bool):
         args = {**args, "project": str(args["project"])}
     request = comments.CommentsRequest.from_arguments(args)
-    workspace = ctx.workspace()
+    workspace = ctx.workspace(visible_only=True)
     if request.live:
         source = await comments.from_gitlab(workspace, request)
     else:

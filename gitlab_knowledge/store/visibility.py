@@ -2,10 +2,11 @@
 
 The graph tools and the items' links run the CLI's own functions (graph/queries.py), which read
 every row. For the server they read through a lens (store/reader.py's Lens): views named like the
-tables they shadow (`issues`, `notes`, `system_notes`, `discussions`, `item_references`), first
-on the read's search path, so the same SQL reads only what the config lets agents see.
-Confidential issues go with their threads, notes, system notes, the links written in them and the
-links to them; internal notes go with their threads and the links written in them.
+tables they shadow (`issues`, `notes`, `system_notes`, `discussions`, `item_references`,
+`raw_payloads`), first on the read's search path, so the same SQL reads only what the config lets
+agents see. Confidential issues go with their threads, notes, system notes, payloads, the links
+written in them and the links to them; internal notes go with their threads and the links written
+in them (a stored thread payload keeps its other notes, as GitLab shows a thread to a guest).
 
 What is hidden is listed in small tables (the hidden issues; the hidden notes with their threads;
 the hidden links), built once per version of the store rather than inside every query that scans
@@ -17,6 +18,7 @@ import duckdb
 from gitlab_knowledge.store.reader import ALIAS, Lens
 
 _STORE = f"{ALIAS}.main"
+HIDDEN_NOTES = "gk_hidden_notes"  # raw_payloads' extra column under a lens: the internal notes cut from a thread
 
 
 def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens | None:
@@ -58,8 +60,29 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         "AND (h.project_id = r.target_project_id OR (r.target_project_id IS NULL AND h.path = lower(r.target_path)))))",
         f"CREATE OR REPLACE VIEW {at}.item_references AS SELECT * FROM {_STORE}.item_references "
         f"WHERE rowid NOT IN (SELECT row FROM {at}.hidden_references)",
+        _raw_payloads(at, include_confidential=include_confidential, include_internal=include_internal),
     )
     return Lens(schema, statements)
+
+
+def _raw_payloads(at: str, *, include_confidential: bool, include_internal: bool) -> str:
+    """GitLab's payloads as stored, less a confidential issue's and its threads', and with each
+    thread's internal notes cut out of its JSON by the payload's own flag (GitLab's `internal`, or
+    `confidential` before 15.x), so a thread synced but not yet normalized hides them too. How many
+    were cut is the extra column HIDDEN_NOTES."""
+    internal = "coalesce((x->>'internal')::BOOLEAN, (x->>'confidential')::BOOLEAN, false)"
+    notes = "json_extract(json, '$.notes[*]')"
+    kept = f"list_filter({notes}, lambda x: NOT {internal})"
+    json = "json" if include_internal else \
+        f"CASE WHEN resource_type = 'discussion' THEN json_merge_patch(json, json_object('notes', to_json({kept}))) " \
+        "ELSE json END"
+    cut = "0" if include_internal else \
+        f"CASE WHEN resource_type = 'discussion' THEN coalesce(len({notes}) - len({kept}), 0) ELSE 0 END"
+    hidden = "false" if include_confidential else (
+        f"(resource_type = 'issue' AND gitlab_key IN (SELECT id::TEXT FROM {at}.hidden_issues)) OR "
+        f"(resource_type = 'discussion' AND parent_type = 'issue' AND parent_id IN (SELECT id FROM {at}.hidden_issues))")
+    return (f"CREATE OR REPLACE VIEW {at}.raw_payloads AS SELECT * REPLACE ({json} AS json), {cut} AS {HIDDEN_NOTES} "
+            f"FROM {_STORE}.raw_payloads WHERE NOT ({hidden})")
 
 
 def confidential_lens() -> Lens:
@@ -88,3 +111,8 @@ def hidden_note_count(con: duckdb.DuckDBPyConnection, lens: Lens | None, noteabl
         return 0
     return con.execute(f"SELECT count(*) FROM memory.{lens.schema}.hidden_notes WHERE NOT system "
                        "AND noteable_type = ? AND noteable_id = ?", [noteable_type, noteable_id]).fetchone()[0]
+
+
+def hidden_notes_column(lens: Lens | None) -> str:
+    """What to select from raw_payloads for the number of internal notes `lens` cut from a thread."""
+    return HIDDEN_NOTES if lens is not None else "0"
