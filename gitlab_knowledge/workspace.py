@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from gitlab_knowledge.embeddings.vectors import VectorStore
     from gitlab_knowledge.gitlab.client import GitLabClient
     from gitlab_knowledge.lexical.index import LexicalIndex
+    from gitlab_knowledge.store.reader import Lens, StoreReader
 
 GitLabFactory = Callable[[Config], "GitLabClient"]
 # Scratch directories are named <prefix><pid>-<random>; the PID says whether their owner is alive.
@@ -94,6 +95,10 @@ class Workspace:
     embedder_factory: EmbedderFactory = real_embedder
     progress: SyncProgress | None = None  # None: the run's own log (LogProgress)
     config_path: str | None = None  # the file the settings came from, for subprocesses and Dagster
+    # What a reader may see, and how a long-lived process reads: every `read()` goes through them,
+    # so no query filters what it was handed (store/visibility.py, store/reader.py).
+    lens: "Lens | None" = None  # None: every row
+    reader: "StoreReader | None" = field(default=None, compare=False, repr=False)  # None: open the file per read
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -102,7 +107,8 @@ class Workspace:
         return cls(load_config(config_path), config_path=str(config_path) if config_path else None, **factories)
 
     def with_(self, **changes: Any) -> "Workspace":
-        """A copy with some factories or the progress sink replaced (and a fresh handle cache)."""
+        """A copy with some factories, the progress sink, the lens or the reader replaced (and a
+        fresh handle cache)."""
         return replace(self, _cache={}, **changes)
 
     # -- DuckDB: short-lived connections, never held across a layer -------------------------
@@ -113,11 +119,18 @@ class Workspace:
         return write_connection(self.config.duckdb_path, wait=wait)
 
     def read(self, wait: float | None = None) -> "contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]":
-        """A read-only connection; `wait` defaults to the configured lock wait of read commands."""
-        from gitlab_knowledge.store.db import read_connection
+        """A read-only connection, seeing what the workspace's lens lets through; `wait` defaults to
+        the configured lock wait of read commands."""
+        wait = self.config.sync.lock_wait_seconds if wait is None else wait
+        if self.reader is None and self.lens is None:
+            from gitlab_knowledge.store.db import read_connection
 
-        return read_connection(self.config.duckdb_path,
-                               self.config.sync.lock_wait_seconds if wait is None else wait)
+            return read_connection(self.config.duckdb_path, wait)
+        from gitlab_knowledge.store.reader import StoreReader
+
+        # A lens is a schema of views in a resident instance: without a shared reader, a fresh one.
+        reader = self.reader if self.reader is not None else StoreReader(self.config.duckdb_path)
+        return reader.read(wait, self.lens)
 
     # -- the index stores -------------------------------------------------------------------
 

@@ -63,14 +63,14 @@ def related_cmd(args: argparse.Namespace, config: Config) -> int:
 
     result = related(Workspace(config), args.ref, args.project)
     if args.json:
-        console.print_json(result)
+        console.print_json(result.as_dict())
         return 0
     o = console.out
-    o.print(f"[bold]{_item(result['item'])}[/]")
-    o.print(result["item"]["url"] or "", style="cyan", markup=False)
+    o.print(f"[bold]{_item(result.item)}[/]")
+    o.print(result.item["url"] or "", style="cyan", markup=False)
     shown = 0
     for group, title in GROUP_TITLES.items():
-        links = result["links"][group]
+        links = result.links[group]
         if not links:
             continue
         shown += len(links)
@@ -89,13 +89,13 @@ def history_cmd(args: argparse.Namespace, config: Config) -> int:
 
     result = history(Workspace(config), args.path, args.project, args.limit)
     if args.json:
-        console.print_json(result)
+        console.print_json(result.as_dict())
         return 0
     o = console.out
-    mrs = result["merge_requests"]
-    more = f", newest {len(mrs)} shown" if result["total"] > len(mrs) else ""
-    o.print(f"[bold]{escape(result['path'])}[/]: {result['total']} merge request(s){more}")
-    for rename in result["renames"]:
+    mrs = result.merge_requests
+    more = f", newest {len(mrs)} shown" if result.total > len(mrs) else ""
+    o.print(f"[bold]{escape(result.path)}[/]: {result.total} merge request(s){more}")
+    for rename in result.renames:
         o.print(f"  followed: {escape(rename['from'])} → {escape(rename['to'])} (renamed by {escape(rename['by'])})")
     for mr in mrs:
         when = f"merged {_when(mr['merged_at'])}" if mr["merged_at"] else f"updated {_when(mr['updated_at'])}"
@@ -126,22 +126,22 @@ def me_cmd(args: argparse.Namespace, config: Config) -> int:
 
     result = me(Workspace(config), args.user, args.since, args.project)
     if args.json:
-        console.print_json(result)
+        console.print_json(result.as_dict())
         return 0
-    console.out.print(f"[bold]@{escape(result['user'])}[/]" + (" (the token's user)" if result["user_from"] == "token"
+    console.out.print(f"[bold]@{escape(result.user)}[/]" + (" (the token's user)" if result.user_from == "token"
                                                                else ""))
-    _section("Issues assigned to you", result["assigned_issues"], _item)
-    _section("Review requested", result["review_requested"], _item)
-    _section("Your open merge requests", result["authored_open_mrs"],
+    _section("Issues assigned to you", result.assigned_issues, _item)
+    _section("Review requested", result.review_requested, _item)
+    _section("Your open merge requests", result.authored_open_mrs,
              lambda e: _item(e) + (f"  [yellow]{e['unresolved_threads']} unresolved thread(s)[/]"
                                    if e["unresolved_threads"] else ""))
-    _section("Unresolved threads mentioning you", result["mentions"],
+    _section("Unresolved threads mentioning you", result.mentions,
              lambda m: f"{_item(m['item'])}  @{escape(m['author'] or '?')}: {escape(m['excerpt'])}")
-    changes = result["changes"]
-    _section(f"New comments on your items since {_when(result['since'])}", changes["notes"],
+    changes = result.changes
+    _section(f"New comments on your items since {_when(result.since)}", changes.notes,
              lambda n: f"{_when(n['created_at'])}  {escape(n['item']['reference'])}  @{escape(n['author'] or '?')}: "
                        f"{escape(n['excerpt'])}")
-    _section("Closed or merged since then", changes["state_changes"],
+    _section("Closed or merged since then", changes.state_changes,
              lambda s: f"{_when(s['at'])}  {s['change']}  {_item(s['item'])}")
     return 0
 
@@ -152,26 +152,27 @@ def person_cmd(args: argparse.Namespace, config: Config) -> int:
 
     result = person(Workspace(config), args.user, args.project, args.since, args.limit)
     if args.json:
-        console.print_json(result)
+        console.print_json(result.as_dict())
         return 0
     o = console.out
-    name = f" ({escape(result['name'])})" if result["name"] else ""
-    o.print(f"[bold]@{escape(result['user'])}[/]{name}" + (f" since {_when(result['since'])}" if result["since"] else ""))
-    counts = result["counts"]
+    name = f" ({escape(result.name)})" if result.name else ""
+    o.print(f"[bold]@{escape(result.user)}[/]{name}" + (f" since {_when(result.since)}" if result.since else ""))
+    counts = result.counts
     o.print(", ".join(f"{n} {key.replace('_', ' ')}" for key, n in counts.items()))
     for key in ("authored_issues", "authored_mrs", "reviewed_mrs", "commented_on", "assigned"):
-        if result[key]:
-            shown = f", newest {len(result[key])}" if counts[key] > len(result[key]) else ""
+        entries = getattr(result, key)
+        if entries:
+            shown = f", newest {len(entries)}" if counts[key] > len(entries) else ""
             o.print(f"\n[bold]{key.replace('_', ' ').capitalize()}[/] ({counts[key]}{shown})")
-            for entry in result[key]:
+            for entry in entries:
                 o.print("  " + _item(entry))
-    if result["top_labels"]:
-        o.print("\n[bold]Labels[/]: " + ", ".join(f"{escape(x['label'])} ({x['count']})" for x in result["top_labels"]))
-    if result["top_paths"]:
-        o.print("[bold]Files[/]: " + ", ".join(f"{escape(x['path'])} ({x['count']})" for x in result["top_paths"]))
-    if result["recent_activity"]:
+    if result.top_labels:
+        o.print("\n[bold]Labels[/]: " + ", ".join(f"{escape(x['label'])} ({x['count']})" for x in result.top_labels))
+    if result.top_paths:
+        o.print("[bold]Files[/]: " + ", ".join(f"{escape(x['path'])} ({x['count']})" for x in result.top_paths))
+    if result.recent_activity:
         o.print("\n[bold]Recent activity[/]")
-        for a in result["recent_activity"]:
+        for a in result.recent_activity:
             what = f": {escape(a['excerpt'])}" if a["excerpt"] else ""
             o.print(f"  {_when(a['at'])}  {a['action']} {escape(a['item']['reference'])}{what}")
     return 0

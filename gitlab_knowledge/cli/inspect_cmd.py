@@ -10,6 +10,7 @@ from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store import queries
+from gitlab_knowledge.workspace import Workspace
 
 
 def _item_kind(word: str) -> kinds.Kind:
@@ -21,7 +22,7 @@ def _item_kind(word: str) -> kinds.Kind:
 
 def list_cmd(args: argparse.Namespace, config: Config) -> int:
     kind = _item_kind(args.what)
-    rows = queries.list_items(config, kind, args.project, args.limit, args.state)
+    rows = queries.list_items(Workspace(config), kind, args.project, args.limit, args.state)
     if args.json:
         console.print_json(rows)
         return 0
@@ -45,7 +46,7 @@ def list_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def count_cmd(args: argparse.Namespace, config: Config) -> int:
-    n = queries.count(config, args.what, args.project)
+    n = queries.count(Workspace(config), args.what, args.project)
     kind = kinds.from_cli(args.what)
     label = kind.plural_display if kind else args.what.capitalize()
     if args.json:
@@ -57,7 +58,7 @@ def count_cmd(args: argparse.Namespace, config: Config) -> int:
 
 def show_cmd(args: argparse.Namespace, config: Config) -> int:
     kind = _item_kind(args.what)
-    item = queries.show_item(config, kind, args.iid, args.project)
+    item = queries.show_item(Workspace(config), kind, args.iid, args.project)
     if args.json:
         console.print_json(item)
         return 0
@@ -108,7 +109,7 @@ def _lines(note: dict) -> str:
 
 
 def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
-    status = queries.sync_status(config)
+    status = queries.sync_status(Workspace(config))
     if args.json:
         console.print_json(status)
         return 0

@@ -1,7 +1,8 @@
 """People in the graph: `me` (what needs my attention) and `person` (what someone works on).
 
-Usernames compare without case, as GitLab's do. The answers are the JSON documents of
-cli/schemas/me.json and person.json; graph/queries.py re-exports both functions.
+Usernames compare without case, as GitLab's do. The answers are typed records (graph/answers.py)
+whose `as_dict()` is the JSON document of cli/schemas/me.json and person.json; graph/queries.py
+re-exports both functions.
 """
 
 import re
@@ -12,6 +13,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.graph.answers import Changes, Me, Person
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
 from gitlab_knowledge.sync.identity import recorded_username
 from gitlab_knowledge.timeutil import naive_utc, utcnow
@@ -82,7 +84,7 @@ def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:
 
 
 def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
-       project: str | None = None) -> dict[str, Any]:
+       project: str | None = None) -> Me:
     """What needs the user's attention (the token's user, as the last sync recorded it, unless
     named) and what changed on their items since `since` (default: the last 7 days)."""
     start = naive_utc(since) if since is not None else utcnow() - DEFAULT_SINCE
@@ -98,10 +100,9 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
                                   "AND d.resolvable AND NOT COALESCE(d.resolved, false)) AS unresolved_threads")
         mentions = _mentions(con, name, pid)
         notes, states = _changes(con, u, start, pid)
-    return {"user": name, "user_from": "argument" if user is not None else "token", "since": iso(start),
-            "project": project, "assigned_issues": assigned, "review_requested": reviewing,
-            "authored_open_mrs": authored, "mentions": mentions,
-            "changes": {"notes": notes, "state_changes": states}}
+    return Me(user=name, user_from="argument" if user is not None else "token", since=iso(start), project=project,
+              assigned_issues=assigned, review_requested=reviewing, authored_open_mrs=authored, mentions=mentions,
+              changes=Changes(notes=notes, state_changes=states))
 
 
 def _mentions(con: duckdb.DuckDBPyConnection, user: str, pid: int | None) -> list[dict[str, Any]]:
@@ -190,7 +191,7 @@ def _known(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> str | Non
 
 
 def person(workspace: Workspace, user: str, project: str | None = None, since: datetime | None = None,
-           limit: int = 20) -> dict[str, Any]:
+           limit: int = 20) -> Person:
     """What `user` authored, reviewed, commented on and was assigned (counts, and the newest
     `limit` of each), the labels and paths they work on most, and their latest activity. With
     `since`: items created (authored), updated (reviewed, assigned) or notes written since then."""
@@ -240,10 +241,10 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
         labels = _top_labels(con, u, pid, created, updated)
         paths = _top_paths(con, u, pid, created, noted, start)
         activity = _activity(con, u, pid, start, limit)
-    return {"user": name, "name": display or None, "project": project, "since": iso(start),
-            "counts": {key: len(value) for key, value in lists.items()},
-            **{key: value[:limit] for key, value in lists.items()},
-            "top_labels": labels, "top_paths": paths, "recent_activity": activity}
+    return Person(user=name, name=display or None, project=project, since=iso(start),
+                  counts={key: len(value) for key, value in lists.items()},
+                  **{key: value[:limit] for key, value in lists.items()},
+                  top_labels=labels, top_paths=paths, recent_activity=activity)
 
 
 def _top_labels(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, created: tuple[str, list[Any]],

@@ -1,8 +1,9 @@
 """Questions the knowledge graph answers: what an item links to, and which MRs touched a file.
 
-`related`, `history`, `me` and `person` are what the CLI commands of the same names print with
---json and what the MCP tools return: each answer is a plain JSON document (timestamps as ISO 8601
-strings), validated by cli/schemas/<name>.json. They read the store only.
+`related`, `history`, `me` and `person` answer what the CLI commands of the same names print and
+the MCP tools return: each a typed record (graph/answers.py) whose `as_dict()` is the --json
+document (timestamps as ISO 8601 strings), validated by cli/schemas/<name>.json. They read the
+store only.
 """
 
 import re
@@ -16,6 +17,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import NoteNotStored, resolve
+from gitlab_knowledge.graph.answers import History, Me, Person, Related
 from gitlab_knowledge.graph.paths import repo_path
 from gitlab_knowledge.store.queries import check_project
 from gitlab_knowledge.workspace import Workspace
@@ -175,12 +177,12 @@ def _link_order(link: dict[str, Any]) -> tuple[Any, ...]:
     return (project.lower(), link["type"], int(iid) if iid.isdigit() else 0)
 
 
-def related(workspace: Workspace, ref: str, project: str | None = None) -> dict[str, Any]:
+def related(workspace: Workspace, ref: str, project: str | None = None) -> Related:
     """An issue or MR and everything it links to or is linked from, grouped by kind of link."""
     with workspace.read() as con:
         kind, item = resolve_item(con, ref, project)
         links = links_of(con, workspace.config, kind, item)
-    return {"item": public_item(kind, item), "links": links}
+    return Related(item=public_item(kind, item), links=links)
 
 
 # -- history ------------------------------------------------------------------------------------
@@ -290,7 +292,7 @@ def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any
              "resolvable": bool(t["resolvable"]), "resolved": bool(t["resolved"])} for t in firsts]
 
 
-def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> dict[str, Any]:
+def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> History:
     """The merge requests that touched `path` (a file, or every file under a directory), newest
     first, following renames back: an MR that renamed X to the path brings in the MRs on X before it."""
     if limit < 1:
@@ -322,7 +324,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
                         "followed_rename": hit["rename"],
                         "closes": [{k: c[k] for k in ("reference", "title", "state", "url")} for c in closes],
                         "threads": _threads(con, hit["threads"])})
-    return {"path": base, "project": project, "total": len(hits), "renames": renames, "merge_requests": out}
+    return History(path=base, project=project, total=len(hits), renames=renames, merge_requests=out)
 
 
 # -- people (graph/people.py) -------------------------------------------------------------------
@@ -331,7 +333,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
 
 
 def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
-       project: str | None = None) -> dict[str, Any]:
+       project: str | None = None) -> Me:
     """What needs the user's attention (the token's user unless named), and what changed on their items."""
     from gitlab_knowledge.graph import people
 
@@ -339,7 +341,7 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
 
 
 def person(workspace: Workspace, user: str, project: str | None = None, since: datetime | None = None,
-           limit: int = 20) -> dict[str, Any]:
+           limit: int = 20) -> Person:
     """What a person authored, reviewed, commented on and was assigned; their labels, paths and activity."""
     from gitlab_knowledge.graph import people
 

@@ -4,6 +4,8 @@ Both sources hand over GitLab's own discussion payloads: live mode fetches them 
 reads them as the last sync stored them (`raw_payloads`, every thread GitLab returned, system-only
 ones included), so one mapping turns a GitLab note into a comment, authors, positions and
 resolution are GitLab's objects, and the filters (system notes too) work the same in either mode.
+Internal notes: store mode reads through the workspace's lens, which cuts them from the payloads
+(store/visibility.py); what GitLab answers live can only be filtered here, by `envelope`.
 """
 
 import json
@@ -16,7 +18,8 @@ from typing import Any
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import NotFoundError, UsageError
 from gitlab_knowledge.mcp.bounds import BODY_CHARS, cut
-from gitlab_knowledge.mcp.store_reader import store_stamp
+from gitlab_knowledge.store.reader import store_stamp
+from gitlab_knowledge.store.visibility import hidden_notes_column
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -69,6 +72,8 @@ class Source:
     # Store mode: the MR's threads were stored by a sync older than the store's schema 5, which
     # kept no system-only threads, and no sync has fetched them again since (the upgrade asks it to).
     before_system_notes: bool = False
+    # Store mode: the internal notes the read's lens cut from the threads (live mode: envelope does).
+    hidden_internal: int = 0
 
 
 # -- one GitLab note → one comment ---------------------------------------------------------------
@@ -123,7 +128,7 @@ def keep(c: dict[str, Any], request: CommentsRequest) -> bool:
 def envelope(request: CommentsRequest, source: Source, include_internal: bool) -> tuple[dict[str, Any], int]:
     """The contract's output (without the digest) and how many internal notes were left out."""
     comments: list[dict[str, Any]] = []
-    seen_notes = hidden = 0
+    seen_notes, hidden = 0, source.hidden_internal
     for thread in source.threads:
         thread_id = str(thread["id"]) if thread.get("id") is not None else None
         for note in thread.get("notes") or []:
@@ -153,17 +158,17 @@ def iso(value: datetime) -> str:
 # -- the store -----------------------------------------------------------------------------------
 
 
-_CACHE: OrderedDict[tuple[str, str, int], tuple[Any, Source]] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str, str, int], tuple[Any, Source]] = OrderedDict()
 _CACHE_SIZE = 64
 _CACHE_LOCK = threading.Lock()
 
 
 def from_store(workspace: Workspace, request: CommentsRequest) -> Source:
-    """The MR's threads as the last sync stored them. An agent asks for the same MR several times
-    (unresolved first, then the digest): while the store's files are unchanged, the last read
-    answers without reading DuckDB again."""
+    """The MR's threads as the last sync stored them, as the workspace's lens shows them. An agent
+    asks for the same MR several times (unresolved first, then the digest): while the store's files
+    are unchanged, the last read answers without reading DuckDB again."""
     path = workspace.config.duckdb_path
-    key = (str(path), request.project, request.mr)
+    key = (str(path), workspace.lens.schema if workspace.lens else "", request.project, request.mr)
     stamp = store_stamp(path)  # taken before the read: a write during it invalidates the entry
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
@@ -223,15 +228,16 @@ def _read_store(workspace: Workspace, request: CommentsRequest) -> Source:
             raise UsageError(f"no MR !{request.mr} in {request.project} in the local store: check the IID, "
                              "or pass live: true if it is newer than the last sync")
         mr_id, web_url, title, path, fetched_at, refetch_due = found
-        rows = con.execute("""
-            SELECT json FROM raw_payloads
+        rows = con.execute(f"""
+            SELECT json, {hidden_notes_column(workspace.lens)} FROM raw_payloads
             WHERE resource_type = ? AND parent_type = ? AND parent_id = ? AND deleted_at IS NULL
             ORDER BY position, gitlab_key
         """, [kinds.DISCUSSION, mr_kind.name, mr_id]).fetchall()
     threads = [json.loads(r[0]) for r in rows]
     # Threads stored while the MR awaits a refetch of them: only the schema 5 upgrade leaves that.
     return Source(threads=threads, fetched_at=fetched_at or datetime.now(UTC), web_url=web_url, title=title,
-                  reference=mr_kind.ref(request.mr, path), before_system_notes=bool(refetch_due and threads))
+                  reference=mr_kind.ref(request.mr, path), before_system_notes=bool(refetch_due and threads),
+                  hidden_internal=sum(r[1] for r in rows))
 
 
 # -- GitLab, now ---------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Each calls the function its CLI command calls (graph/queries.py) and returns that command's --json
 document, validated by the same schema (cli/schemas/<name>.json), plus a short text rendering. The
-reads go through a workspace that sees only what agents may see (mcp/visibility.py), so a
+reads go through a workspace that sees only what agents may see (store/visibility.py), so a
 confidential issue or an internal note never reaches an answer without the config's opt-in.
 Lists are cut at GRAPH_LIST entries; the text says when one was.
 """
@@ -10,15 +10,13 @@ Lists are cut at GRAPH_LIST entries; the text says when one was.
 import asyncio
 import re
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, UsageError
 from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT
+from gitlab_knowledge.mcp.context import Context, confidential_refusal
 from gitlab_knowledge.mcp.digest import when
-
-if TYPE_CHECKING:  # tools.py lists these tools: a runtime import would go round in a circle
-    from gitlab_knowledge.mcp.tools import Context
 
 GROUP_TITLES = {"closes": "Closes", "closed_by": "Closed by", "mentions": "Mentions",
                 "mentioned_in": "Mentioned in", "related": "Related"}
@@ -78,12 +76,12 @@ def _item(entry: dict[str, Any]) -> str:
 # -- related ------------------------------------------------------------------------------------
 
 
-async def related(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import queries
 
     ref, project = str(args["ref"]).strip(), args.get("project") or None
     try:
-        out = await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)
+        out = (await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)).as_dict()
     except UsageError as exc:
         if not ctx.include_confidential:
             await asyncio.to_thread(_refuse_confidential, ctx, ref, project)
@@ -103,35 +101,33 @@ async def related(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, 
     return "\n".join(lines) + "\n", out
 
 
-def _refuse_confidential(ctx: "Context", ref: str, project: str | None) -> None:
-    """The reference names a confidential issue the views hid: say so, as get_issue does."""
+def _refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
+    """The reference names a confidential issue the lens hid: say so, as get_issue does. It is
+    resolved again through the lens that shows only those issues (store/visibility.py)."""
     from gitlab_knowledge.graph.queries import resolve_item
+    from gitlab_knowledge.store.visibility import confidential_lens
 
-    with ctx.workspace().read() as con:
+    with ctx.workspace().with_(lens=confidential_lens()).read() as con:
         try:
             kind, item = resolve_item(con, ref, project)
         except KnowledgeError:
             return
-        confidential = kind is kinds.ISSUE and con.execute(
-            "SELECT coalesce(confidential, false) FROM issues WHERE id = ?", [item["id"]]).fetchone()[0]
-    if confidential:
-        raise UsageError(f"{kind.ref(item['iid'], item['project'])} is confidential and the MCP server leaves "
-                         "confidential issues out: set [mcp] include_confidential = true in the config to let "
-                         "agents read them")
+    if kind is kinds.ISSUE:
+        raise confidential_refusal(kind.ref(item["iid"], item["project"]))
 
 
 # -- file history -------------------------------------------------------------------------------
 
 
-async def file_history(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import queries
 
     limit = args.get("limit", HISTORY_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= HISTORY_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {HISTORY_LIMIT}, got {limit!r}")
     try:
-        out = await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
-                                      args.get("project") or None, limit)
+        out = (await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
+                                       args.get("project") or None, limit)).as_dict()
     except UsageError as exc:
         raise for_agent(exc) from None
     mrs = out["merge_requests"]
@@ -169,13 +165,13 @@ def _since(value: Any) -> datetime | None:
         raise UsageError(f"since must be a day like 2024-03-15, got {value!r}") from None
 
 
-async def me(ctx: "Context", args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import queries
 
     since = _since(args.get("since"))
     try:
-        out = await asyncio.to_thread(queries.me, ctx.workspace(visible_only=True), args.get("user") or None,
-                                      since, args.get("project") or None)
+        out = (await asyncio.to_thread(queries.me, ctx.workspace(visible_only=True), args.get("user") or None,
+                                       since, args.get("project") or None)).as_dict()
     except UsageError as exc:
         raise for_agent(exc) from None
     changes = out["changes"]

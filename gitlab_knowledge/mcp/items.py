@@ -1,10 +1,11 @@
 """`get_issue` / `get_merge_request`: an item with its threads, notes, links and files, bounded.
 
 The item comes from `store.queries.show_item`, the function `show` uses, its links from the
-function `related` uses (`graph.queries.links_of`, through the views that hide what agents may
-not see), and an MR's files from `mr_files`. This module decides what an agent may see
-(confidential issues and internal notes need the config's opt-in) and how much (descriptions and
-bodies cut with a marker, at most ITEM_NOTES notes, ITEM_LINKS links per group, ITEM_FILES files).
+function `related` uses (`graph.queries.links_of`), and an MR's files from `mr_files`, all read
+through the workspace's lens (store/visibility.py): a confidential issue or an internal note the
+config leaves out never reaches this module, and the lens's own lists say that one was left out.
+This module decides how much an agent sees (descriptions and bodies cut with a marker, at most
+ITEM_NOTES notes, ITEM_LINKS links per group, ITEM_FILES files).
 """
 
 from datetime import UTC, datetime
@@ -21,8 +22,10 @@ from gitlab_knowledge.mcp.bounds import (
     ITEM_NOTES,
     cut,
 )
+from gitlab_knowledge.mcp.context import confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 from gitlab_knowledge.mcp.graph_tools import GROUP_TITLES
+from gitlab_knowledge.store.visibility import hidden_issue_projects, hidden_note_count
 from gitlab_knowledge.workspace import Workspace
 
 SCHEMA_VERSION = 1
@@ -35,21 +38,19 @@ def iso(value: Any) -> str | None:
     return aware.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | None, *, include_confidential: bool,
-             include_internal: bool) -> dict[str, Any]:
-    """`workspace` reads through the views that hide what agents may not see (mcp/visibility.py)."""
+def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
+    """The item as an agent may see it: what `workspace`'s lens hides is not read at all."""
     from gitlab_knowledge.store.queries import show_item
 
     try:
-        item = show_item(workspace.config, kind, iid, project)
+        item = show_item(workspace, kind, iid, project)
     except UsageError as exc:
+        if kind is kinds.ISSUE:
+            _refuse_hidden(workspace, iid, project)
         # show_item words its hints for the command line; an agent passes an argument instead.
         raise UsageError(exc.message.replace("add --project", "pass project")) from None
-    if item.get("confidential") and not include_confidential:
-        raise UsageError(f"{kind.ref(iid, item['project'])} is confidential and the MCP server leaves confidential "
-                         "issues out: set [mcp] include_confidential = true in the config to let agents read them")
-    out = shape(kind, item, include_internal)
-    links, files = graph_of(workspace, kind, item)
+    links, files, hidden = graph_of(workspace, kind, item)
+    out = shape(kind, item, hidden)
     out["links"] = {group: [{k: link[k] for k in ("reference", "type", "title", "state")}
                             for link in entries[:ITEM_LINKS]] for group, entries in links.items()}
     out["counts"]["links"] = sum(len(entries) for entries in links.values())
@@ -61,9 +62,27 @@ def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | No
     return out
 
 
+def _refuse_hidden(workspace: Workspace, iid: int, project: str | None) -> None:
+    """The issue the lens hid is confidential: say so (and how to let agents read it)."""
+    from gitlab_knowledge.store.queries import check_project
+
+    with workspace.read() as con:
+        try:
+            project_id = check_project(con, project)
+        except UsageError:
+            return  # show_item's own message says the project is unknown
+        hidden = hidden_issue_projects(con, workspace.lens, iid, project_id)
+    if len(hidden) == 1:
+        raise confidential_refusal(kinds.ISSUE.ref(iid, hidden[0]))
+    if hidden:
+        raise UsageError(f"issue {kinds.ISSUE.ref(iid)} exists in several projects ({', '.join(hidden)}): "
+                         "pass project")
+
+
 def graph_of(workspace: Workspace, kind: kinds.Kind,
-             item: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-    """The item's links, grouped as `related` groups them, and an MR's changed files in GitLab's order."""
+             item: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], int]:
+    """The item's links, grouped as `related` groups them, an MR's changed files in GitLab's order,
+    and how many of its notes the lens hides."""
     from gitlab_knowledge.graph.queries import links_of
 
     with workspace.read() as con:
@@ -75,20 +94,19 @@ def graph_of(workspace: Workspace, kind: kinds.Kind,
                 WHERE merge_request_id = ? ORDER BY position""", [item["id"]]).fetchall()
             files = [{"old_path": o, "new_path": n, "new_file": bool(nf), "renamed_file": bool(rf),
                       "deleted_file": bool(df)} for o, n, nf, rf, df in rows]
-    return links, files
+        hidden = hidden_note_count(con, workspace.lens, kind.noteable_type, item["id"])
+    return links, files, hidden
 
 
-def shape(kind: kinds.Kind, item: dict[str, Any], include_internal: bool) -> dict[str, Any]:
+def shape(kind: kinds.Kind, item: dict[str, Any], hidden: int) -> dict[str, Any]:
+    """The item within the bounds; `hidden`: the internal notes its read left out."""
     web_url = item.get("web_url")
     budget = ITEM_NOTES
-    hidden = over = total = 0
+    over = total = 0
     threads = []
     for thread in item["threads"]:
         notes = []
         for note in thread["notes"]:
-            if note["internal"] and not include_internal:
-                hidden += 1
-                continue
             total += 1
             if budget <= 0:
                 over += 1

@@ -18,8 +18,9 @@ from mcp.server.lowlevel import Server
 
 from gitlab_knowledge import __version__
 from gitlab_knowledge.errors import GitLabError, KnowledgeError
+from gitlab_knowledge.mcp.context import Context
 from gitlab_knowledge.mcp.resident import Resident
-from gitlab_knowledge.mcp.tools import Context, Tool, all_tools
+from gitlab_knowledge.mcp.tools import Tool, all_tools
 from gitlab_knowledge.redact import redact
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ one-line tool error.
 """
 
 import asyncio
-import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,45 +18,9 @@ from importlib import resources
 from typing import Any
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.mcp.bounds import SEARCH_LIMIT
-from gitlab_knowledge.mcp.resident import ResidentSearch
-from gitlab_knowledge.mcp.store_reader import ServerWorkspace, StoreReader
-from gitlab_knowledge.mcp.visibility import hidden_lens
-from gitlab_knowledge.workspace import Workspace, real_embedder
-
-STORE_WAIT_SECONDS = 0.5  # a sync holding DuckDB makes a tool answer "store busy", never wait long
-
-
-@dataclass
-class Context:
-    """What every handler may use: one per server process."""
-
-    config: Config  # with the short DuckDB wait
-    resident: ResidentSearch
-    include_confidential: bool
-    include_internal: bool
-    reader: StoreReader
-
-    @classmethod
-    def create(cls, config: Config, resident: ResidentSearch) -> "Context":
-        quick = dataclasses.replace(config, sync=dataclasses.replace(config.sync, lock_wait_seconds=STORE_WAIT_SECONDS))
-        return cls(config=quick, resident=resident, include_confidential=config.mcp.include_confidential,
-                   include_internal=config.mcp.include_internal, reader=StoreReader(quick.duckdb_path))
-
-    def workspace(self, *, visible_only: bool = False) -> Workspace:
-        """The CLI's seam, with the resident process's embedding model (loaded once) and its
-        store reader; `visible_only`: reads see only what the config lets agents see."""
-        def embedder(config: Config, provider: str | None = None, model: str | None = None) -> Any:
-            if provider is None and model is None:
-                return self.resident.provider()
-            return real_embedder(config, provider, model)
-
-        lens = hidden_lens(include_confidential=self.include_confidential,
-                           include_internal=self.include_internal) if visible_only else None
-        return ServerWorkspace(self.config, embedder_factory=embedder, reader=self.reader, lens=lens)
-
+from gitlab_knowledge.mcp.context import Context
 
 Result = tuple[str, dict[str, Any]]
 Handler = Callable[[Context, dict[str, Any]], Awaitable[Result]]
@@ -168,9 +131,7 @@ def _item_handler(kind: kinds.Kind) -> Handler:
         if isinstance(iid, bool) or not isinstance(iid, int) or iid < 1:
             raise UsageError(f"iid must be a whole number >= 1, got {iid!r}")
         item = await asyncio.to_thread(get_item, ctx.workspace(visible_only=True), kind, iid,
-                                       args.get("project") or None,
-                                       include_confidential=ctx.include_confidential,
-                                       include_internal=ctx.include_internal)
+                                       args.get("project") or None)
         return render(item), item
 
     return handler
@@ -208,7 +169,7 @@ async def mr_comments(ctx: Context, args: dict[str, Any]) -> Result:
     if isinstance(args.get("project"), int) and not isinstance(args.get("project"), bool):
         args = {**args, "project": str(args["project"])}
     request = comments.CommentsRequest.from_arguments(args)
-    workspace = ctx.workspace()
+    workspace = ctx.workspace(visible_only=True)
     if request.live:
         source = await comments.from_gitlab(workspace, request)
     else:

@@ -1,15 +1,19 @@
-"""Read-only questions the CLI (and the normalized asset's row counts) ask of the store."""
+"""Read-only questions the CLI (and the normalized asset's row counts) ask of the store.
+
+Each reads through `workspace.read()`, so it sees what the workspace's lens lets it see.
+"""
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.store.db import read_connection
 from gitlab_knowledge.store.projects import canonical_path, project_id_for
+
+if TYPE_CHECKING:  # the workspace hands the read modules their connections: it sits above them
+    from gitlab_knowledge.workspace import Workspace
 
 THREAD_TABLES = ("discussions", "notes")
 # Documents show an author they do not know as @unknown; the CLI says the same.
@@ -41,8 +45,8 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[d
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def project_counts(config: Config, project: str | None = None) -> dict[str, int]:
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+def project_counts(workspace: "Workspace", project: str | None = None) -> dict[str, int]:
+    with workspace.read() as con:
         project_id = project_id_for(con, project) if project else None
         where, params = (" AND project_id = ?", [project_id]) if project else ("", [])
         out = {}
@@ -70,10 +74,10 @@ def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> int | 
 ANY_STATE = "all"
 
 
-def list_items(config: Config, kind: kinds.Kind, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
+def list_items(workspace: "Workspace", kind: kinds.Kind, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
     table = kind.table
     extra = ", t.source_branch, t.target_branch" if kind is kinds.MERGE_REQUEST else ""
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+    with workspace.read() as con:
         where, params = _project_filter(con, project, "t.project_id")
         if state and state != ANY_STATE:
             where += " AND t.state = ?"
@@ -87,22 +91,22 @@ def list_items(config: Config, kind: kinds.Kind, project: str | None, limit: int
         """, [*params, limit])
 
 
-def count(config: Config, what: str, project: str | None) -> int:
+def count(workspace: "Workspace", what: str, project: str | None) -> int:
     """`what` is a kind as a person types it (`issues`, `mrs`, …) or one of THREAD_TABLES."""
     kind = kinds.from_cli(what)
     if kind is None and what not in THREAD_TABLES:
         raise UsageError(f"cannot count {what!r}: expected issues, mrs, discussions or notes")
     table = kind.table if kind else what
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+    with workspace.read() as con:
         where, params = _project_filter(con, project)
         return con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
 
 
-def show_item(config: Config, kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
+def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
     """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
     table = kind.table
     noteable = kind.noteable_type
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+    with workspace.read() as con:
         where, params = _project_filter(con, project, "t.project_id")
         found = _rows(con, f"""
             SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
@@ -139,8 +143,8 @@ def show_item(config: Config, kind: kinds.Kind, iid: int, project: str | None) -
         return item
 
 
-def sync_status(config: Config) -> dict[str, Any]:
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+def sync_status(workspace: "Workspace") -> dict[str, Any]:
+    with workspace.read() as con:
         runs = _rows(con, """
             SELECT id, project_path, mode, status, started_at, finished_at, heartbeat_at, pid, dagster_run_id,
                    error, stats
@@ -168,9 +172,9 @@ def sync_status(config: Config) -> dict[str, Any]:
         # A configured path may be a different spelling of the project's canonical path: the
         # cursors and layers above are keyed by the project GitLab resolved it to.
         resolved = []
-        for path in config.projects:
+        for path in workspace.config.projects:
             project_id = project_id_for(con, path)
             resolved.append({"configured": path, "project_id": project_id,
                              "project": canonical_path(con, project_id) if project_id is not None else None})
     return {"runs": runs, "cursors": cursors, "last_success": last_success, "layers": layers,
-            "configured_projects": list(config.projects), "projects": resolved}
+            "configured_projects": list(workspace.config.projects), "projects": resolved}

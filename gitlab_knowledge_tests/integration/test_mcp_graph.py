@@ -142,13 +142,13 @@ def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[
     workspace = Workspace(load_config(configs["opted_in"]))
     since = datetime.fromisoformat(SINCE)
     expected = [
-        queries.related(workspace, "acme/platform!847"),
-        queries.related(workspace, "acme/platform!827"),
-        queries.related(workspace, "acme/platform#234"),
-        queries.history(workspace, "services/auth/jwt.py", "acme/platform"),
-        queries.history(workspace, "./services/", None, 3),
-        queries.me(workspace, "johndoe", since),
-        queries.me(workspace, "sam.okafor", since, "acme/platform"),
+        queries.related(workspace, "acme/platform!847").as_dict(),
+        queries.related(workspace, "acme/platform!827").as_dict(),
+        queries.related(workspace, "acme/platform#234").as_dict(),
+        queries.history(workspace, "services/auth/jwt.py", "acme/platform").as_dict(),
+        queries.history(workspace, "./services/", None, 3).as_dict(),
+        queries.me(workspace, "johndoe", since).as_dict(),
+        queries.me(workspace, "sam.okafor", since, "acme/platform").as_dict(),
     ]
     results = opted_in[1]
     for (name, _), result, want in zip(CALLS, results, expected, strict=False):
@@ -163,7 +163,7 @@ def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[
     secret = answer(opted_in[1][len(CALLS)], schema("cli/schemas/related.json"))
     assert secret["item"]["reference"] == "acme/platform#215"
     # A list past GRAPH_LIST keeps its newest entries, and the text says how many there were.
-    everything = queries.me(workspace, "johndoe", datetime.fromisoformat("2000-01-01"))
+    everything = queries.me(workspace, "johndoe", datetime.fromisoformat("2000-01-01")).as_dict()
     capped = answer(results[9], schema("cli/schemas/me.json"))
     assert len(everything["changes"]["notes"]) > GRAPH_LIST
     assert capped["changes"]["notes"] == everything["changes"]["notes"][:GRAPH_LIST]
@@ -190,7 +190,7 @@ def test_items_carry_their_links_and_an_mrs_files(default: tuple[list[Any], list
                                                   configs: dict[str, Path]) -> None:
     mr = answer(default[1][7], schema("item.schema.json"))
     issue = answer(default[1][8], schema("item.schema.json"))
-    full = queries.related(Workspace(load_config(configs["default"])), "acme/platform#234")["links"]
+    full = queries.related(Workspace(load_config(configs["default"])), "acme/platform#234").as_dict()["links"]
     assert issue["links"] == {g: [{k: x[k] for k in ("reference", "type", "title", "state")} for x in links]
                               for g, links in full.items()}
     assert issue["counts"]["links"] == sum(len(v) for v in full.values()) > 0

@@ -12,6 +12,7 @@ import pytest
 
 from gitlab_knowledge.config import Config, parse_config
 from gitlab_knowledge.normalized.refresh import NormalizeStats
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import project_paths
 from gitlab_knowledge_tests.helpers import SYNC_LAYERS, rows, run_layers, scalar, sync
@@ -34,7 +35,7 @@ def first_project(sb: SandboxGitLab) -> dict[str, Any]:
 def count(config: Config, what: str, project: str | None = None) -> int:
     from gitlab_knowledge.store import queries
 
-    return queries.count(config, what, project)
+    return queries.count(Workspace(config), what, project)
 
 
 # -- point 1: a project is keyed by the id GitLab returns ------------------------------------------
@@ -51,9 +52,9 @@ def test_a_path_typed_in_another_case_stores_its_items(sandbox, config_for) -> N
     assert count(config, "issues", typed) == len(sandbox.state.list_items(project["id"], "issues"))
     from gitlab_knowledge.store import queries
 
-    listed = queries.list_items(config, queries.kinds.ISSUE, typed, 5)
+    listed = queries.list_items(Workspace(config), queries.kinds.ISSUE, typed, 5)
     assert {r["project"] for r in listed} == {project["path_with_namespace"]}  # the canonical path
-    status = queries.sync_status(config)
+    status = queries.sync_status(Workspace(config))
     assert status["projects"] == [{"configured": typed, "project_id": project["id"],
                                    "project": project["path_with_namespace"]}]
     assert {c["project"] for c in status["cursors"]} == {project["path_with_namespace"]}

@@ -147,7 +147,7 @@ def refs(links: list[dict[str, Any]]) -> list[str]:
 
 
 def test_related_groups_every_direction_once(ws):
-    out = validate("related", related(ws, "#234", "acme/platform"))
+    out = validate("related", related(ws, "#234", "acme/platform").as_dict())
     assert out["item"] == {"reference": "acme/platform#234", "type": "issue", "title": "Auth tokens expire too early",
                            "state": "opened", "url": "https://gl/acme/platform/-/issues/234"}
     links = out["links"]
@@ -165,11 +165,11 @@ def test_related_groups_every_direction_once(ws):
 
 
 def test_related_from_the_other_side(ws):
-    links = validate("related", related(ws, "acme/platform!847"))["links"]
+    links = validate("related", related(ws, "acme/platform!847").as_dict())["links"]
     assert refs(links["closes"]) == ["acme/platform#234"] and refs(links["mentions"]) == ["acme/platform#234"]
     assert links["closed_by"] == links["mentioned_in"] == links["related"] == []
-    assert refs(related(ws, "!800")["links"]["closes"]) == ["acme/platform#235"]
-    by_url = related(ws, "https://gl/acme/platform/-/issues/234#note_5005")
+    assert refs(related(ws, "!800").as_dict()["links"]["closes"]) == ["acme/platform#235"]
+    by_url = related(ws, "https://gl/acme/platform/-/issues/234#note_5005").as_dict()
     assert by_url["item"]["reference"] == "acme/platform#234"
 
 
@@ -182,7 +182,7 @@ def test_related_unknown_references_are_usage_errors(ws, bad, message):
 
 
 def test_history_follows_renames_back_and_stops_at_a_cycle(ws):
-    out = validate("history", history(ws, "services/auth/jwt.py"))
+    out = validate("history", history(ws, "services/auth/jwt.py").as_dict())
     by_ref = {m["reference"]: m for m in out["merge_requests"]}
     assert list(by_ref) == ["acme/platform!847", "acme/platform!800", "acme/platform!700", "acme/platform!650",
                             "acme/platform!600", "acme/platform!500"]  # newest first; !900 came after the rename
@@ -201,20 +201,20 @@ def test_history_follows_renames_back_and_stops_at_a_cycle(ws):
                                "created_at": jwt["threads"][0]["created_at"],
                                "excerpt": "@janedoe should this expire after 15 minutes?", "resolvable": True,
                                "resolved": False}]
-    assert [m["reference"] for m in history(ws, "services/auth/jwt.py", limit=2)["merge_requests"]] == [
+    assert [m["reference"] for m in history(ws, "services/auth/jwt.py", limit=2).as_dict()["merge_requests"]] == [
         "acme/platform!847", "acme/platform!800"]
 
 
 def test_history_of_a_directory_matches_files_under_it_only(ws):
     for path in ("services/auth", "services/auth/", "./services/auth"):
-        out = validate("history", history(ws, path, project="acme/platform"))
+        out = validate("history", history(ws, path, project="acme/platform").as_dict())
         found = [m["reference"] for m in out["merge_requests"]]
         assert "acme/platform!810" not in found  # services/authz.py is not under services/auth
         assert found[:3] == ["acme/platform!847", "acme/platform!820", "acme/platform!800"], found
     keys = next(m for m in out["merge_requests"] if m["reference"] == "acme/platform!820")
     assert keys["files"] == [{"path": "services/auth/keys.py", "old_path": None, "change": None}]
     assert keys["threads"][0]["resolved"] is True
-    assert validate("history", history(ws, "no/such/file.py"))["merge_requests"] == []
+    assert validate("history", history(ws, "no/such/file.py").as_dict())["merge_requests"] == []
     with pytest.raises(UsageError, match="history expects"):
         history(ws, " / ")
     with pytest.raises(UsageError, match="not in the store"):
@@ -222,7 +222,7 @@ def test_history_of_a_directory_matches_files_under_it_only(ws):
 
 
 def test_me_lists_what_needs_attention_and_what_changed(ws):
-    out = validate("me", me(ws))
+    out = validate("me", me(ws).as_dict())
     assert out["user"] == "janedoe" and out["user_from"] == "token"
     assert refs(out["assigned_issues"]) == ["acme/platform#234"]
     assert refs(out["review_requested"]) == ["acme/platform!820"]  # the reviewer list says JaneDoe
@@ -234,11 +234,11 @@ def test_me_lists_what_needs_attention_and_what_changed(ws):
     changes = out["changes"]
     assert sorted(n["note_id"] for n in changes["notes"]) == [5001, 5003]  # not hers, not older than 7 days
     assert [(s["item"]["reference"], s["change"]) for s in changes["state_changes"]] == [("acme/platform#235", "closed")]
-    older = me(ws, "janedoe", since=NOW - timedelta(days=60))
+    older = me(ws, "janedoe", since=NOW - timedelta(days=60)).as_dict()
     assert sorted(n["note_id"] for n in older["changes"]["notes"]) == [5001, 5003, 5005]
     assert older["user_from"] == "argument"
-    assert me(ws, "bob")["review_requested"][0]["reference"] == "acme/platform!847"
-    assert me(ws, "janedoe", project="acme/web-app")["assigned_issues"] == []
+    assert me(ws, "bob").as_dict()["review_requested"][0]["reference"] == "acme/platform!847"
+    assert me(ws, "janedoe", project="acme/web-app").as_dict()["assigned_issues"] == []
 
 
 def test_me_without_a_recorded_user_says_what_to_do(tmp_path):
@@ -247,11 +247,11 @@ def test_me_without_a_recorded_user_says_what_to_do(tmp_path):
         pass
     with pytest.raises(UsageError, match="run a sync .* or pass --user"):
         me(empty)
-    assert validate("me", me(empty, "janedoe"))["assigned_issues"] == []
+    assert validate("me", me(empty, "janedoe").as_dict())["assigned_issues"] == []
 
 
 def test_person(ws):
-    out = validate("person", person(ws, "@JaneDoe"))
+    out = validate("person", person(ws, "@JaneDoe").as_dict())
     assert out["user"] == "JaneDoe" and out["name"] == "Janedoe"
     assert out["counts"] == {"authored_issues": 1, "authored_mrs": 1, "reviewed_mrs": 2, "commented_on": 2,
                              "assigned": 2}
@@ -260,7 +260,7 @@ def test_person(ws):
     assert out["top_labels"][0] == {"label": "auth", "count": 3}
     assert {p["path"] for p in out["top_paths"]} == {"services/auth/jwt.py", "services/auth/keys.py"}
     assert out["recent_activity"][0]["at"] >= out["recent_activity"][-1]["at"]
-    limited = validate("person", person(ws, "carol", limit=1, since=at("2024-02-01")))
+    limited = validate("person", person(ws, "carol", limit=1, since=at("2024-02-01")).as_dict())
     assert limited["counts"]["authored_mrs"] == 3 and len(limited["authored_mrs"]) == 1
     assert len(limited["recent_activity"]) == 1
     with pytest.raises(UsageError, match="no user @nobody in the store"):

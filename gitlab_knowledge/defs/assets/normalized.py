@@ -27,5 +27,5 @@ from gitlab_knowledge.workspace import Workspace
 def normalized_gitlab(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
     with said_plainly():
         stats = NORMALIZED.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
-    counts = project_counts(workspace.config, context.partition_key)
+    counts = project_counts(workspace, context.partition_key)
     return dg.MaterializeResult(metadata={**stats.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}})

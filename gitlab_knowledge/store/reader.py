@@ -1,4 +1,5 @@
-"""How the server reads DuckDB: one resident DuckDB instance, the store attached for each read.
+"""How a long-lived process (the MCP server) reads DuckDB: one resident DuckDB instance, the store
+attached for each read.
 
 Opening a DuckDB file costs ~9 ms, and nearly all of it is creating the database instance: an
 empty in-memory database costs the same. So the server keeps one in-memory instance for its
@@ -9,7 +10,7 @@ same bounded time and says "busy" in the same words as `store.db.read_connection
 sees the file as it is now.
 
 Reads may overlap (the tools run on worker threads): the first attaches, the last detaches, and
-each gets its own cursor. A read may look through a `Lens` (mcp/visibility.py): views in a schema
+each gets its own cursor. A read may look through a `Lens` (store/visibility.py): views in a schema
 of the resident instance that shadow store tables by name, over tables derived from the store.
 Those tables are rebuilt only when the store's files changed since (their stamp), which can only
 happen while nothing is attached, since no sync writes while a read holds the file.
@@ -18,7 +19,7 @@ happen while nothing is attached, since no sync writes while a read holds the fi
 import contextlib
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,10 @@ import duckdb
 
 from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.store.db import read_connection, waiting_out_writers
-from gitlab_knowledge.workspace import Workspace
 
 ALIAS = "gk_store"
+
+
 def store_stamp(path: Path) -> Any:
     """What changes whenever DuckDB writes the store: the file's and its WAL's mtime, size, inode."""
     stamp = []
@@ -134,17 +136,3 @@ class StoreReader:
     def _attach(self, instance: duckdb.DuckDBPyConnection, wait: float) -> None:
         quoted = "'" + str(self.path).replace("'", "''") + "'"
         waiting_out_writers(self.path, wait, lambda: instance.execute(f"ATTACH {quoted} AS {ALIAS} (READ_ONLY)"))
-
-
-@dataclass(frozen=True)
-class ServerWorkspace(Workspace):
-    """The CLI's workspace whose `read()` goes through the server's StoreReader: the same
-    functions as the commands run on it, their store reads skip the instance start, and a `lens`
-    (mcp/visibility.py) hides from them what agents may not see."""
-
-    reader: StoreReader | None = field(default=None, compare=False, repr=False)
-    lens: Lens | None = None
-
-    def read(self, wait: float | None = None) -> "contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]":
-        reader = self.reader if self.reader is not None else StoreReader(self.config.duckdb_path)
-        return reader.read(self.config.sync.lock_wait_seconds if wait is None else wait, self.lens)
