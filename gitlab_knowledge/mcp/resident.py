@@ -21,9 +21,15 @@ from typing import Any
 
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import KnowledgeError
-from gitlab_knowledge.mcp.local import PROTOCOL, fingerprint, read_line, remove_stale, socket_path
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.resident_client import (
+    PROTOCOL,
+    fingerprint,
+    read_line,
+    remove_stale,
+    socket_path,
+)
 
 log = logging.getLogger(__name__)
 WARM_RETRY_SECONDS = 30.0
@@ -154,7 +160,7 @@ class _SocketServer(socketserver.ThreadingUnixStreamServer):
 
 
 class LocalEndpoint:
-    """The Unix socket the search command finds from its data directory (mcp/local.py)."""
+    """The Unix socket the search command finds from its data directory (search/resident_client.py)."""
 
     def __init__(self, resident: ResidentSearch) -> None:
         self.resident = resident

@@ -20,6 +20,7 @@ from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search import relevance
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.graph_filters import resolve
+from gitlab_knowledge.search.lexical_retriever import search_lexical
 from gitlab_knowledge.search.pinned import exact_matches, linked_items
 from gitlab_knowledge.search.rrf import normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
@@ -194,7 +195,7 @@ class Searcher:
                 warnings.append(f"lexical index unavailable ({self._lexical_error}); using semantic search only")
                 effective = "semantic"
             else:
-                lexical_hits = index.search(lexical_text, filters, candidates)
+                lexical_hits = search_lexical(index, lexical_text, filters, candidates)
 
         lists: dict[str, list[str]] = {}
         if effective in ("hybrid", "lexical"):

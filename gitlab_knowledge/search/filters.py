@@ -38,67 +38,19 @@ ids reaches both retrievers as one more pushed-down filter (`Match.IN_SET` on th
 import argparse
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, make_dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Self
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.documents.columns import DOC_ID
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.paths import repo_path
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # Both indexes keep timestamps as 64-bit nanoseconds: 1677-09-21 to 2262-04-11.
 FIRST_DAY, LAST_DAY = date(1678, 1, 1), date(2262, 1, 1)
-
-
-class ColumnType(StrEnum):
-    TEXT = "text"
-    TEXT_LIST = "text_list"
-    INT = "int"
-    TIMESTAMP = "timestamp"
-    BOOL = "bool"
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str  # in the vector table, the lexical index and a result's fields
-    source: str  # the `documents` column it is copied from
-    type: ColumnType
-    lexical_field: str | None = None  # the Tantivy field, when `name` is taken by a scoring field
-
-    @property
-    def field(self) -> str:
-        return self.lexical_field or self.name
-
-
-# In the vector table's column order: a reordering would change its layout and rebuild it.
-COLUMNS: tuple[Column, ...] = (
-    Column("source_type", "source_type", ColumnType.TEXT),
-    Column("project", "project_path", ColumnType.TEXT),
-    Column("parent_type", "parent_type", ColumnType.TEXT),
-    Column("iid", "parent_iid", ColumnType.INT),
-    Column("title", "title", ColumnType.TEXT, lexical_field="parent_title"),
-    Column("url", "url", ColumnType.TEXT),
-    Column("author", "author_username", ColumnType.TEXT),
-    Column("labels", "labels", ColumnType.TEXT_LIST),
-    Column("state", "state", ColumnType.TEXT),
-    Column("created_at", "created_at", ColumnType.TIMESTAMP),
-    Column("updated_at", "updated_at", ColumnType.TIMESTAMP),
-    Column("confidential", "confidential", ColumnType.BOOL),
-    Column("internal", "internal", ColumnType.BOOL),
-)
-COLUMN = {c.name: c for c in COLUMNS}
-
-
-def column_value(column: Column, doc: dict[str, Any]) -> Any:
-    """A documents-table row's value of `column`, as the indexes store it."""
-    value = doc[column.source]
-    if column.type is ColumnType.TEXT_LIST:
-        return list(value or [])
-    if column.type is ColumnType.BOOL:
-        return bool(value)
-    return value
 
 
 class Match(StrEnum):
@@ -150,7 +102,6 @@ def _source_type(word: str) -> str | None:
 
 
 _TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} or {kinds.DISCUSSION}"
-DOC_ID = "doc_id"  # the document id in both indexes (not a metadata column: each index's own)
 
 
 # In the search command's flag order, which is also the order of describe().
@@ -240,7 +191,31 @@ def _as_json(value: Any) -> Any:
     return value.isoformat() if isinstance(value, date) else value
 
 
-class _FilterMethods:
+# The pushed-down form of resolved graph filters (`Filters.pushed`): no flag of their own.
+IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.IN_SET, DOC_ID)
+NOT_IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.NOT_IN_SET, DOC_ID)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Validated search filters: one field per FilterSpec, named as its `name`, in FILTERS' order
+    (test_search_units holds the two together); each field's default is its spec's `empty`."""
+
+    types: tuple[str, ...] = ()
+    author: str | None = None
+    labels: tuple[str, ...] = ()
+    after: date | None = None
+    before: date | None = None
+    project: str | None = None
+    state: str | None = None
+    path: str | None = None
+    participant: str | None = None
+    exclude_confidential: bool = False
+    exclude_internal: bool = False
+    # Set by `resolved`: the documents the graph filters match (None: not resolved).
+    doc_ids: frozenset[str] | None = field(default=None, repr=False)
+    complement: bool = field(default=False, repr=False)
+
     @classmethod
     def build(cls, **raw: Any) -> Self:
         """Validated, normalized filters from what a user typed (keywords: the FilterSpec names)."""
@@ -289,19 +264,6 @@ class _FilterMethods:
 
     def describe(self) -> dict[str, object]:
         return {s.describe: _as_json(getattr(self, s.name)) for s in FILTERS if s.describe}
-
-
-# The pushed-down form of resolved graph filters (`Filters.pushed`): no flag of their own.
-IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.IN_SET, DOC_ID)
-NOT_IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.NOT_IN_SET, DOC_ID)
-
-Filters = make_dataclass(
-    "Filters", [*((s.name, Any, field(default=s.empty)) for s in FILTERS),
-                # Set by `resolved`: the documents the graph filters match (None: not resolved).
-                ("doc_ids", Any, field(default=None, repr=False)), ("complement", bool, field(default=False, repr=False))],
-    bases=(_FilterMethods,), frozen=True,
-    namespace={"__doc__": "Validated search filters: one field per FilterSpec, named as its `name`.",
-               "__module__": __name__})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,16 +16,13 @@ exceeds half the store.
 
 from typing import TYPE_CHECKING, Any
 
-import tantivy
-
-from gitlab_knowledge.search.filters import Filters, FilterSpec, Match
+from gitlab_knowledge.search.filters import Filters, FilterSpec
 
 if TYPE_CHECKING:  # a search without graph filters never opens DuckDB: no import for it either
     import duckdb
 
     from gitlab_knowledge.config import Config
 
-ID_SETS = (Match.IN_SET, Match.NOT_IN_SET)  # how resolved graph filters reach the retrievers
 # Set sizes below this are pushed as they are: the complement saves nothing worth a second query.
 COMPLEMENT_FROM = 2_000
 
@@ -115,11 +112,3 @@ def resolve(config: "Config", filters: Filters) -> tuple[Filters, list[str]]:
                 return filters.resolved(frozenset(rest), complement=True), warnings
     return filters.resolved(frozenset(ids)), warnings
 
-
-def id_set_query(schema: tantivy.Schema, field: str, ids: frozenset[str], match: Match) -> tantivy.Query:
-    """The Tantivy clause of resolved graph filters: the document id is (not) one of `ids`."""
-    in_set = tantivy.Query.term_set_query(schema, field, sorted(ids))
-    if match is Match.IN_SET:
-        return in_set
-    return tantivy.Query.boolean_query([(tantivy.Occur.Must, tantivy.Query.all_query()),
-                                        (tantivy.Occur.MustNot, in_set)])

@@ -19,10 +19,12 @@ import tantivy
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
+from gitlab_knowledge.documents.columns import DOC_ID
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import code_identifiers, references
-from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
-from gitlab_knowledge.search.filters import DOC_ID, Filters
+from gitlab_knowledge.lexical.index import LexicalIndex
+from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.lexical_retriever import filter_queries
 
 PIN_MAX_WORDS = 24
 LINK_KINDS = ("closes", "closed_by")
@@ -88,15 +90,14 @@ def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict
     """(document id, how) of the documents pinned first: `exact_reference`, `linked` (closes /
     closed by a referenced item) or `exact_identifier`. Every one passes `filters`. Their stored
     fields are added to `fields`."""
-    searcher = index.index.searcher()
-    must_filters = [(tantivy.Occur.Must, q) for q in index.filter_queries(filters)]
+    searcher = index.searcher()
+    must_filters = [(tantivy.Occur.Must, q) for q in filter_queries(index, filters)]
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
 
     def run(query: tantivy.Query, limit: int, filtered: bool = True) -> list[dict[str, Any]]:
         clauses = [(tantivy.Occur.Must, query), *(must_filters if filtered else [])]
-        found = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit, count=False).hits
-        return [stored_fields(searcher.doc(address)) for _score, address in found]
+        return [doc for _score, doc in index.find(tantivy.Query.boolean_query(clauses), limit, searcher)]
 
     def pin(docs: list[dict[str, Any]], how: str) -> None:
         for doc in docs:
@@ -106,7 +107,7 @@ def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict
                 out.append((doc["doc_id"], how))
 
     for project, kind, iid in references(text):
-        ref = index._term("refs", kinds.kind(kind).ref(iid, project))
+        ref = index.term("refs", kinds.kind(kind).ref(iid, project))
         docs = sorted(run(ref, 50), key=_reference_order)
         pin([d for d in docs if d["source_type"] != kinds.DISCUSSION], "exact_reference")
         # Links are followed from the referenced item even when a filter leaves the item itself
@@ -123,7 +124,7 @@ def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict
         pin([d for d in docs if d["source_type"] == kinds.DISCUSSION], "exact_reference")
     idents = pinned_identifiers(text)
     if idents:
-        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, index._term("idents", t)) for t in idents])
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, index.term("idents", t)) for t in idents])
         docs = run(query, 50)
         lexical_rank = {h.doc_id: i for i, h in enumerate(lexical_hits)}
         docs.sort(key=lambda d: (lexical_rank.get(d["doc_id"], len(lexical_rank)), d["doc_id"]))

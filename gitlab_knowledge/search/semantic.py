@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gitlab_knowledge.documents.columns import COLUMNS
 from gitlab_knowledge.embeddings.vectors import VectorStore, sql_in, sql_str
-from gitlab_knowledge.search.filters import COLUMNS, DATES, FILTERS, Filters, Match, start_of
+from gitlab_knowledge.search.filters import DATES, FILTERS, Filters, Match, start_of
 
 DISPLAY_COLUMNS = ["doc_id", "chunk", "excerpt", *(c.name for c in COLUMNS)]
 

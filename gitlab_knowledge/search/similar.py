@@ -16,7 +16,7 @@ import numpy as np
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import StoreError, UsageError
-from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
+from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.relevance import item_key
@@ -31,9 +31,8 @@ FETCH = 100  # results asked of the search before the item's own documents are t
 def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> dict[str, Any]:
     """The stored fields of the issue/MR document a reference names."""
     ref = ref.strip()
-    searcher = index.index.searcher()
     if _DOC.match(ref):
-        term = index._term("doc_id", ref)
+        term = index.term("doc_id", ref)
     else:
         parts = urlsplit(ref)
         url = _URL.match(parts.path) if parts.scheme in ("http", "https") else None
@@ -45,9 +44,8 @@ def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> dict[str, A
         else:
             raise UsageError(f"similar expects #IID, !IID, group/project#IID, an issue/MR URL or a document id, "
                              f"got {ref!r}")
-        term = index._term("refs", f"{where}{kind.sigil}{iid}" if where else f"{kind.sigil}{iid}")
-    hits = searcher.search(term, limit=1000, count=False).hits
-    docs = [stored_fields(searcher.doc(address)) for _score, address in hits]
+        term = index.term("refs", f"{where}{kind.sigil}{iid}" if where else f"{kind.sigil}{iid}")
+    docs = [doc for _score, doc in index.find(term, 1000)]
     docs = [d for d in docs if d["source_type"] != kinds.DISCUSSION]
     if not docs:
         raise UsageError(f"no {ref} in the index" + (f" of {project}" if project else "") + ": sync first?")

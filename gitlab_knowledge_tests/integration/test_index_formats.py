@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gitlab_knowledge.config import Config
+from gitlab_knowledge.documents.columns import COLUMNS, Column, ColumnType
 from gitlab_knowledge.embeddings import refresh as embeddings
 from gitlab_knowledge.embeddings import vectors
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
@@ -17,7 +18,6 @@ from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.lexical import index as lexical_index
 from gitlab_knowledge.lexical import refresh as lexical
 from gitlab_knowledge.search.engine import Searcher
-from gitlab_knowledge.search.filters import COLUMNS, Column, ColumnType
 from gitlab_knowledge.store.db import read_connection
 from gitlab_knowledge.workspace import Workspace
 

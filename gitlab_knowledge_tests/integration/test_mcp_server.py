@@ -23,8 +23,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.mcp.local import server_status, socket_path
 from gitlab_knowledge.sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
+from gitlab_knowledge.search.resident_client import server_status, socket_path
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 
 TOOLS = {"search", "get_issue", "get_merge_request", "gitlab_get_mr_comments", "explain", "index_status", "related",
