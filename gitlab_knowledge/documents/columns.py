@@ -3,10 +3,12 @@
 Every document carries these columns from the DuckDB `documents` table into the vector table
 (embeddings/vectors.py `vector_schema`, `metadata_of`) and the lexical index (lexical/index.py
 `build_schema`, `document`, `stored_fields`); documents/stage.py copies them out of DuckDB. Search
-filters on them and shows them: search/filters.py declares the filters, each reading one column.
+filters on them and shows them: search/filters.py declares the filters, each reading one column,
+and both retrievers hand a document's columns on as one `DocFields` record, derived from COLUMNS.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -59,3 +61,38 @@ def column_value(column: Column, doc: dict[str, Any]) -> Any:
     if column.type is ColumnType.BOOL:
         return bool(value)
     return value
+
+
+# The Python type of each kind of column, as both indexes return it (a missing text is None).
+PYTHON_TYPES: dict[ColumnType, Any] = {
+    ColumnType.TEXT: str | None,
+    ColumnType.TEXT_LIST: list[str],
+    ColumnType.INT: int | None,
+    ColumnType.TIMESTAMP: datetime | None,
+    ColumnType.BOOL: bool,
+}
+
+
+class _ByName:
+    """Read a column by its registry name as well (`fields["url"]`): how results were read when
+    they were dicts, and how code that walks the registry reads them."""
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+def record_type(columns: tuple[Column, ...]) -> type:
+    """A frozen dataclass of a document's id and `columns`, each typed by its ColumnType."""
+    return make_dataclass("DocFields", [(DOC_ID, str), *((c.name, PYTHON_TYPES[c.type]) for c in columns)],
+                          bases=(_ByName,), frozen=True,
+                          namespace={"__doc__": "A document's id and metadata columns, as a search result carries them.",
+                                     "__module__": __name__})
+
+
+DocFields = record_type(COLUMNS)

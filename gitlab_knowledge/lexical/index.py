@@ -24,7 +24,7 @@ from typing import Any
 import tantivy
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.documents.columns import COLUMNS, ColumnType
+from gitlab_knowledge.documents.columns import COLUMNS, ColumnType, DocFields
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import (
     IDENT_ANALYZER,
@@ -217,7 +217,7 @@ class LexicalIndex:
         return self.index.searcher()
 
     def find(self, query: tantivy.Query, limit: int,
-             searcher: tantivy.Searcher | None = None) -> list[tuple[float, dict[str, Any]]]:
+             searcher: tantivy.Searcher | None = None) -> list[tuple[float, DocFields]]:
         """(score, stored fields) of the best `limit` documents matching `query`."""
         if searcher is None:
             searcher = self.index.searcher()
@@ -254,9 +254,9 @@ class LexicalIndex:
         return out
 
 
-def stored_fields(stored: tantivy.Document) -> dict[str, Any]:
+def stored_fields(stored: tantivy.Document) -> DocFields:
     data = stored.to_dict()
-    return {"doc_id": _first(data, "doc_id"), **{c.name: _READ_VALUE[c.type](data, c.field) for c in COLUMNS}}
+    return DocFields(doc_id=_first(data, "doc_id"), **{c.name: _READ_VALUE[c.type](data, c.field) for c in COLUMNS})
 
 
 def _add_text(doc: tantivy.Document, field: str, value: Any) -> None:

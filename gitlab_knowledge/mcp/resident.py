@@ -30,6 +30,7 @@ from gitlab_knowledge.search.resident_client import (
     remove_stale,
     socket_path,
 )
+from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
 WARM_RETRY_SECONDS = 30.0
@@ -42,7 +43,9 @@ class ResidentSearch:
         self.config = config
         self._lock = threading.Lock()  # a Searcher runs one search at a time
         self._warm_lock = threading.Lock()
-        self._cold = Searcher(config)
+        # Both searchers take their embedder from one workspace: one model per process.
+        self._workspace = Workspace(config)
+        self._cold = self._workspace.searcher()
         self._warm: Searcher | None = None
         self._warming: threading.Thread | None = None
         self._warm_tried = 0.0
@@ -74,9 +77,7 @@ class ResidentSearch:
             with self._lock:
                 # Model, LanceDB and Tantivy open now, not in the first agent's search.
                 self._cold.search("warm up", limit=1)
-            warm = Searcher(self.config, warm=True)
-            # One model per process: the warm searcher embeds with the cold one's provider.
-            warm._provider = self.provider()
+            warm = self._workspace.searcher(warm=True)
             warm.search("warm up", mode="semantic", limit=1)  # loads the vectors into memory
         except KnowledgeError as exc:
             # No vectors yet, or no provider: the cold searcher degrades the way a CLI search does.

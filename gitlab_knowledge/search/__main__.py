@@ -40,10 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # --group is not part of the resident protocol yet: such a search runs here.
         output = None if args.group else ask_resident(config, request_of(args, color))
         if output is None:
-            from gitlab_knowledge.search.engine import Searcher
+            from gitlab_knowledge.workspace import Workspace
 
-            response = Searcher(config, provider, model or None).search(" ".join(args.query), filters, args.mode,
-                                                                        args.limit, group=args.group)
+            searcher = Workspace(config, config_path=args.config).searcher(provider=provider, model=model or None)
+            response = searcher.search(" ".join(args.query), filters, args.mode, args.limit, group=args.group)
             output = render(response, as_json=args.json, color=color, explain=args.explain)
         sys.stderr.write(output[1])
         sys.stdout.write(output[0])

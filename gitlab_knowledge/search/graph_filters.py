@@ -21,7 +21,7 @@ from gitlab_knowledge.search.filters import Filters, FilterSpec
 if TYPE_CHECKING:  # a search without graph filters never opens DuckDB: no import for it either
     import duckdb
 
-    from gitlab_knowledge.config import Config
+    from gitlab_knowledge.workspace import Workspace
 
 # Set sizes below this are pushed as they are: the complement saves nothing worth a second query.
 COMPLEMENT_FROM = 2_000
@@ -85,16 +85,14 @@ def matching_ids(con: "duckdb.DuckDBPyConnection", spec: FilterSpec, value: str)
     return {row[0] for row in con.execute(sql, params(value)).fetchall()}
 
 
-def resolve(config: "Config", filters: Filters) -> tuple[Filters, list[str]]:
+def resolve(workspace: "Workspace", filters: Filters) -> tuple[Filters, list[str]]:
     """`filters` with their graph filters resolved to document ids (all of them must match), and
     a warning when they match nothing. Filters without graph filters are returned as they are."""
     graph = filters.graph()
     if not graph or filters.doc_ids is not None:
         return filters, []
-    from gitlab_knowledge.store.db import read_connection
-
     warnings: list[str] = []
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+    with workspace.read() as con:
         ids: set[str] | None = None
         for spec, value in graph:
             found = matching_ids(con, spec, value)

@@ -8,12 +8,11 @@ stored fields) is lexical/index.py; this module is what a search asks of it.
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import tantivy
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.documents.columns import COLUMN
+from gitlab_knowledge.documents.columns import COLUMN, DocFields
 from gitlab_knowledge.lexical.analysis import code_identifiers, identifier_terms, query_terms, references
 from gitlab_knowledge.lexical.index import LexicalIndex, as_utc
 from gitlab_knowledge.search.filters import DATES, Filters, Match, start_of
@@ -29,7 +28,7 @@ ID_SETS = (Match.IN_SET, Match.NOT_IN_SET)  # how resolved graph filters reach t
 class LexicalHit:
     doc_id: str
     score: float
-    fields: dict[str, Any]
+    fields: DocFields
 
 
 def id_set_query(schema: tantivy.Schema, field: str, ids: frozenset[str], match: Match) -> tantivy.Query:
@@ -133,5 +132,5 @@ def search_lexical(index: LexicalIndex, text: str, filters: Filters, limit: int)
     if scoring is None:
         return []
     clauses = [(tantivy.Occur.Must, scoring)] + [(tantivy.Occur.Must, q) for q in filter_queries(index, filters)]
-    return [LexicalHit(fields["doc_id"], score, fields)
+    return [LexicalHit(fields.doc_id, score, fields)
             for score, fields in index.find(tantivy.Query.boolean_query(clauses), limit)]

@@ -13,18 +13,20 @@ through one short connection per query that pins an item. A store that cannot be
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tantivy
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.config import Config
 from gitlab_knowledge.documents.columns import DOC_ID
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import code_identifiers, references
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.lexical_retriever import filter_queries
+
+if TYPE_CHECKING:
+    from gitlab_knowledge.workspace import Workspace
 
 PIN_MAX_WORDS = 24
 LINK_KINDS = ("closes", "closed_by")
@@ -53,15 +55,13 @@ LINKED_SQL = f"""
 Linker = Callable[[list[str]], dict[str, list[str]]]
 
 
-def linked_items(config: Config, item_ids: list[str], warnings: list[str]) -> dict[str, list[str]]:
+def linked_items(workspace: "Workspace", item_ids: list[str], warnings: list[str]) -> dict[str, list[str]]:
     """item document id → the ids of the item documents it closes or is closed by. A store that
     cannot be read adds a warning and links nothing."""
     if not item_ids:
         return {}
-    from gitlab_knowledge.store.db import read_connection
-
     try:
-        with read_connection(config.duckdb_path, LINK_WAIT_SECONDS) as con:
+        with workspace.read(LINK_WAIT_SECONDS) as con:
             found = con.execute(LINKED_SQL, {"items": item_ids}).fetchall()
     except (StoreBusyError, StoreError) as exc:
         warnings.append(f"items linked to the referenced ones are not shown: {exc}")

@@ -52,9 +52,7 @@ def _documents(config: Config, project: str | None = None) -> dict[str, tuple[st
 
 
 def _searcher(config: Config) -> Searcher:
-    searcher = Searcher(config)
-    searcher._provider = TinyProvider()
-    return searcher
+    return Workspace(config, embedder_factory=lambda *_: TinyProvider()).searcher()
 
 
 # -- the lexical index ----------------------------------------------------------------------
@@ -128,8 +126,7 @@ def test_vector_table_of_another_format_is_absent_then_rebuilt(synced, monkeypat
     response = _searcher(synced).search("authentication", mode="hybrid")
     assert response.effective_mode == "lexical" and response.results
     assert any(w.startswith("no embeddings yet for model") for w in response.warnings)
-    warm = Searcher(synced, warm=True)
-    warm._provider = TinyProvider()
+    warm = Workspace(synced, embedder_factory=lambda *_: TinyProvider()).searcher(warm=True)
     assert warm.search("authentication", mode="semantic").effective_mode == "lexical"
 
     workspace = Workspace(synced)
