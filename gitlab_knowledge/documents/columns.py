@@ -2,9 +2,26 @@
 
 Every document carries these columns from the DuckDB `documents` table into the vector table
 (embeddings/vectors.py `vector_schema`, `metadata_of`) and the lexical index (lexical/index.py
-`build_schema`, `document`, `stored_fields`); documents/stage.py copies them out of DuckDB. Search
-filters on them and shows them: search/filters.py declares the filters, each reading one column,
-and both retrievers hand a document's columns on as one `DocFields` record, derived from COLUMNS.
+`build_schema`, `document`, `stored_fields`); documents/stage.py copies them out of DuckDB, and
+both retrievers hand them on as one `DocFields` record (derived from COLUMNS). Search filters on
+them and shows them: search/filters.py declares the filters, each reading one column.
+
+A new filter on a new column touches these files (test_search_registry exercises the derivations):
+
+1. this file: a `Column` in COLUMNS (a new column changes the vector and lexical layouts: both
+   notice it and rebuild themselves on the next sync);
+2. search/filters.py: its `FilterSpec` in FILTERS and the matching `Filters` field;
+3. documents/build.py: the `Document` field that fills the column, and the field in `metadata()`
+   so that `meta_hash` changes and both indexes rewrite the documents whose value changed;
+4. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
+   watermark in `layer_state`, so that existing documents are rebuilt with it);
+5. documents/refresh.py: the column in the `documents` insert;
+6. search/schema.json: its key under `filters`, when the filter is reported (`describe`);
+7. mcp/tools.py: its property in `SEARCH_INPUT` and its keyword in `search()`, for agents to use it.
+
+So seven, six of them runtime; only the first two are registries. Items 5-7 are written by hand
+today: the documents insert, the JSON schema and the MCP input schema could derive from these
+registries, which would leave four (the two registries, the document builder and a migration).
 """
 
 from dataclasses import dataclass, make_dataclass

@@ -1,30 +1,21 @@
-"""Search filters and the document metadata they read, declared once.
+"""Search filters, declared once: FILTERS, each reading one document column and matching it one way.
 
-COLUMNS is the metadata every document carries from the DuckDB `documents` table into both
-indexes (what search filters on and shows); FILTERS is the search filters, each reading one
-column and matching it one way (`Match`). Everything else derives from these two tuples:
+The columns themselves are documents/columns.py's COLUMNS. Everything a filter does derives from
+FILTERS:
 
-- the CLI flags (`add_arguments`, used by search/__main__.py) and `Filters` itself: its fields,
-  validation (`Filters.build`), `is_empty()` and `describe()` (the JSON output's `filters`);
+- the CLI flags (`add_arguments`, used by search/arguments.py and the `similar` command), and what
+  `Filters` does with its fields: validation (`Filters.build`), `is_empty()`, `pushed()` and
+  `describe()` (the JSON output's `filters`);
 - the LanceDB where-clause and the in-memory mask (search/semantic.py, one translation per `Match`);
-- the Tantivy must-clauses (lexical/index.py `filter_queries`, one translation per `Match`);
-- the vector table's metadata columns (embeddings/vectors.py `vector_schema`, `metadata_of`), the
-  lexical index's stored fields (lexical/index.py `build_schema`, `document`, `stored_fields`) and
-  the document columns staged out of DuckDB (documents/stage.py).
+- the Tantivy must-clauses (search/lexical_retriever.py `filter_queries`, one translation per `Match`).
 
-A new filter touches at most four files:
-
-1. this file: a `FilterSpec` in FILTERS, plus a `Column` in COLUMNS if it reads a column not yet
-   carried (a new column changes the vector and lexical layouts: both notice it and rebuild
-   themselves on the next sync);
-2. documents/build.py: the `Document` field that fills the column, and the field in `metadata()`
-   so that `meta_hash` changes and both indexes rewrite the documents whose value changed;
-3. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
-   watermark in `layer_state`, so that existing documents are rebuilt with it);
-4. documents/refresh.py: the column in the `documents` insert.
-
-A filter on a column already carried is a `FilterSpec` here and nothing else. A new kind of
-matching (a new `Match`) also needs its translations in search/semantic.py and lexical/index.py.
+`Filters` is written out (one typed field per FilterSpec, in FILTERS' order, defaulting to the
+spec's `empty`); test_search_registry holds the two together. Where a new filter on a new column
+goes, file by file, is in documents/columns.py. A filter on a column already carried is a
+`FilterSpec` and its `Filters` field here, its key in search/schema.json when it is described
+(`describe`), and, for agents, its property in mcp/tools.py `SEARCH_INPUT` and `search()`. A new
+kind of matching (a new `Match`) also needs its translations in search/semantic.py and
+search/lexical_retriever.py.
 
 Graph filters (`Match.GRAPH`: `--path`, `--participant`) read no column: they ask the store's
 relation tables (merge request files, diff positions, note authors) which documents match, at
