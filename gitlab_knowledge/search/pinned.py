@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import tantivy
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.documents.columns import DOC_ID
+from gitlab_knowledge.documents.columns import DOC_ID, DocFields
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import code_identifiers, references
 from gitlab_knowledge.lexical.index import LexicalIndex
@@ -81,11 +81,11 @@ def pinned_identifiers(text: str) -> list[str]:
     return code_identifiers(text)
 
 
-def _reference_order(doc: dict[str, Any]) -> tuple[Any, ...]:
+def _reference_order(doc: DocFields) -> tuple[Any, ...]:
     return TYPE_ORDER.get(doc["source_type"], 2), doc["project"] or "", doc["created_at"] or 0, doc["doc_id"]
 
 
-def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict[str, dict[str, Any]],
+def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict[str, DocFields],
                   lexical_hits: list[Any], linker: Linker) -> list[tuple[str, str]]:
     """(document id, how) of the documents pinned first: `exact_reference`, `linked` (closes /
     closed by a referenced item) or `exact_identifier`. Every one passes `filters`. Their stored
@@ -95,11 +95,11 @@ def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
 
-    def run(query: tantivy.Query, limit: int, filtered: bool = True) -> list[dict[str, Any]]:
+    def run(query: tantivy.Query, limit: int, filtered: bool = True) -> list[DocFields]:
         clauses = [(tantivy.Occur.Must, query), *(must_filters if filtered else [])]
         return [doc for _score, doc in index.find(tantivy.Query.boolean_query(clauses), limit, searcher)]
 
-    def pin(docs: list[dict[str, Any]], how: str) -> None:
+    def pin(docs: list[DocFields], how: str) -> None:
         for doc in docs:
             if doc["doc_id"] not in seen:
                 seen.add(doc["doc_id"])

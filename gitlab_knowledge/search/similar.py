@@ -9,12 +9,12 @@ its own threads are left out. Unless `--type` says otherwise, only issues and MR
 
 import dataclasses
 import re
-from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.documents.columns import DocFields
 from gitlab_knowledge.errors import StoreError, UsageError
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.engine import Response, Searcher
@@ -28,7 +28,7 @@ _DOC = re.compile(r"^(issue|merge_request):\S+$")
 FETCH = 100  # results asked of the search before the item's own documents are taken out
 
 
-def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> dict[str, Any]:
+def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> DocFields:
     """The stored fields of the issue/MR document a reference names."""
     ref = ref.strip()
     if _DOC.match(ref):
