@@ -52,7 +52,9 @@ def _documents(config: Config, project: str | None = None) -> dict[str, tuple[st
 
 
 def _searcher(config: Config) -> Searcher:
-    return Workspace(config, embedder_factory=lambda *_: TinyProvider()).searcher()
+    # The configured model embeds the queries: a TinyProvider set on the searcher here never took,
+    # as choosing the table replaced it with the configured model before the first embedding.
+    return Workspace(config).searcher()
 
 
 # -- the lexical index ----------------------------------------------------------------------
@@ -126,7 +128,7 @@ def test_vector_table_of_another_format_is_absent_then_rebuilt(synced, monkeypat
     response = _searcher(synced).search("authentication", mode="hybrid")
     assert response.effective_mode == "lexical" and response.results
     assert any(w.startswith("no embeddings yet for model") for w in response.warnings)
-    warm = Workspace(synced, embedder_factory=lambda *_: TinyProvider()).searcher(warm=True)
+    warm = Workspace(synced).searcher(warm=True)
     assert warm.search("authentication", mode="semantic").effective_mode == "lexical"
 
     workspace = Workspace(synced)
