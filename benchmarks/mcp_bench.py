@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.report import markdown_table
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.mcp.local import server_status
+from gitlab_knowledge.search.resident_client import server_status
 from gitlab_knowledge.store.db import read_connection
 
 REPO = Path(__file__).resolve().parents[1]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from gitlab_knowledge.embeddings.vectors import VectorStore
     from gitlab_knowledge.gitlab.client import GitLabClient
     from gitlab_knowledge.lexical.index import LexicalIndex
+    from gitlab_knowledge.search.engine import Searcher
     from gitlab_knowledge.store.reader import Lens, StoreReader
 
 GitLabFactory = Callable[[Config], "GitLabClient"]
@@ -170,4 +171,13 @@ class Workspace:
 
     def progress_for(self, log: Any) -> SyncProgress:
         return self.progress or LogProgress(log)
+
+    # -- the read side ----------------------------------------------------------------------
+
+    def searcher(self, *, warm: bool = False, provider: str | None = None, model: str | None = None) -> "Searcher":
+        """A searcher over this workspace's lexical index, vector stores and embedder (the configured
+        model's unless `provider`/`model` name one); `warm` holds the vectors in memory."""
+        from gitlab_knowledge.search.engine import Searcher
+
+        return Searcher(self, provider, model, warm)
 

@@ -55,7 +55,6 @@ def require_sandbox() -> None:
 def run(args: argparse.Namespace, _config: Config | None) -> int:
     require_sandbox()
     from gitlab_knowledge.defs.runner import run_sync
-    from gitlab_knowledge.search.engine import Searcher
     from gitlab_knowledge.search.filters import Filters
     from gitlab_knowledge.search.output import render_human
     from gitlab_knowledge.workspace import Workspace
@@ -80,7 +79,7 @@ def run(args: argparse.Namespace, _config: Config | None) -> int:
                 if not o.success:
                     console.fail(f"{o.project}: {o.message}")
             return 1
-        searcher = Searcher(config)
+        searcher = Workspace(config, config_path=str(config_path)).searcher()
         for query, filters in EXAMPLES:
             console.out.print(f"\n[bold]$ python -m gitlab_knowledge.search \"{query}\"" +
                               "".join(f" --type {t}" for t in filters.get("types", [])) + "[/]")

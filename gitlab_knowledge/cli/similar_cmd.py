@@ -21,12 +21,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def similar_cmd(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.search.engine import Searcher
     from gitlab_knowledge.search.filters import Filters
     from gitlab_knowledge.search.output import render_human, response_json
     from gitlab_knowledge.search.similar import similar
+    from gitlab_knowledge.workspace import Workspace
 
-    response = similar(Searcher(config), args.ref, Filters.from_args(args), args.mode, args.limit)
+    response = similar(Workspace(config).searcher(), args.ref, Filters.from_args(args), args.mode, args.limit)
     if args.json:
         sys.stdout.write(json.dumps(response_json(response), ensure_ascii=False, indent=2) + "\n")
     else:

@@ -9,7 +9,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gitlab_knowledge.search.filters import COLUMNS
+from gitlab_knowledge.documents.columns import COLUMNS
 
 # What the index layers read of a document: its id and text, and the metadata columns they carry.
 DOC_COLUMNS = ", ".join(dict.fromkeys(["id", *(c.source for c in COLUMNS), "content_text", "content_hash",

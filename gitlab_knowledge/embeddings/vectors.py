@@ -22,9 +22,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gitlab_knowledge.documents.columns import COLUMNS, ColumnType, column_value
 from gitlab_knowledge.embeddings.lance_import import import_lancedb
 from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError
-from gitlab_knowledge.search.filters import COLUMNS, ColumnType, column_value
 
 lancedb = import_lancedb()
 log = logging.getLogger(__name__)

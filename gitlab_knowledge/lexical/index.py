@@ -1,7 +1,7 @@
-"""The Tantivy index: schema, writes (one writer at a time), per-project state, BM25 search.
+"""The Tantivy index: schema, writes (one writer at a time), per-project state, read primitives.
 
-Queries are built from terms, never parsed: a user's `AND(`, `field:value` or unbalanced quote is
-just text here, so lexical syntax can never make a search fail.
+What a search asks of it (BM25 scoring, filters as clauses) is search/lexical_retriever.py; this
+module reads only by exact terms and hands out stored fields.
 
 The index records the format it was written in (FORMAT_FILE: FORMAT_VERSION and a fingerprint of
 the schema's fields). The writer wipes an index of another format and the lexical layer, finding
@@ -14,11 +14,9 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,39 +24,24 @@ from typing import Any
 import tantivy
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.documents.columns import COLUMNS, ColumnType, DocFields
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import (
     IDENT_ANALYZER,
     WORD_ANALYZER,
-    code_identifiers,
     ident_analyzer,
     identifier_terms,
-    query_terms,
     references,
     word_analyzer,
 )
-from gitlab_knowledge.search.filters import (
-    COLUMN,
-    COLUMNS,
-    DATES,
-    ColumnType,
-    Filters,
-    Match,
-    start_of,
-)
-from gitlab_knowledge.search.graph_filters import ID_SETS, id_set_query
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 FORMAT_FILE = "gitlab_knowledge_format.json"
-# The index's own fields (the metadata columns follow, from the filters module's COLUMNS).
+# The index's own fields (the metadata columns follow, from documents/columns.py's COLUMNS).
 OWN_FIELDS = (("doc_id", "raw"), ("refs", "raw"), ("mentions", "raw"), ("content_hash", "raw"), ("meta_hash", "raw"),
               ("title", "words"), ("body", "words"), ("idents", "idents"))
-# A query with more distinct words than this is a pasted document ("find similar"): see text_query.
-LONG_QUERY_TERMS = 32
-TF_WEIGHT = True
-BOOST = {"title": 0.5, "body": 1.0, "ident_whole": 4.0, "ident_part": 1.0, "ref": 30.0, "mention": 2.0}
 _ADD_FIELD: dict[str, Callable[[tantivy.SchemaBuilder, str], Any]] = {
     "raw": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
     "words": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name=WORD_ANALYZER),
@@ -105,7 +88,7 @@ def _write_format(directory: Path) -> None:
     os.replace(tmp, directory / FORMAT_FILE)
 
 
-def _aware(value: datetime | None) -> datetime | None:
+def as_utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
@@ -139,13 +122,6 @@ def _open_read_only(schema: tantivy.Schema, directory: Path) -> tantivy.Index:
         return tantivy.Index(schema, path=str(shadow), reuse=True)
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot open the lexical index {directory} read-only: {exc}") from None
-
-
-@dataclass
-class LexicalHit:
-    doc_id: str
-    score: float
-    fields: dict[str, Any]
 
 
 def own_refs(row: dict[str, Any]) -> list[str]:
@@ -231,15 +207,28 @@ class LexicalIndex:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def _term(self, field: str, value: Any) -> tantivy.Query:
+    def term(self, field: str, value: Any) -> tantivy.Query:
+        """Documents whose `field` holds exactly `value` (a term of the field's analyzer)."""
         return tantivy.Query.term_query(self.schema, field, value)
+
+    def searcher(self) -> tantivy.Searcher:
+        """A reader at the index's last commit: several queries on one see the same documents."""
+        return self.index.searcher()
+
+    def find(self, query: tantivy.Query, limit: int,
+             searcher: tantivy.Searcher | None = None) -> list[tuple[float, DocFields]]:
+        """(score, stored fields) of the best `limit` documents matching `query`."""
+        if searcher is None:
+            searcher = self.index.searcher()
+        hits = searcher.search(query, limit=limit, count=False).hits
+        return [(float(score), stored_fields(searcher.doc(address))) for score, address in hits]
 
     def state(self, project: str | None = None) -> dict[str, tuple[str, str]]:
         """doc_id → (content_hash, meta_hash) of the indexed documents (of one project)."""
         searcher = self.index.searcher()
         if searcher.num_docs == 0:
             return {}
-        query = self._term("project", project) if project else tantivy.Query.all_query()
+        query = self.term("project", project) if project else tantivy.Query.all_query()
         hits = searcher.search(query, limit=max(searcher.num_docs, 1), count=False).hits
         out = {}
         for _score, address in hits:
@@ -251,117 +240,22 @@ class LexicalIndex:
         searcher = self.index.searcher()
         if project is None:
             return searcher.num_docs
-        return searcher.search(self._term("project", project), limit=1, count=True).count
-
-    def filter_queries(self, filters: Filters) -> list[tantivy.Query]:
-        """The filters as must-clauses; the two bounds on a date column make one range query."""
-        active = list(filters.pushed())
-        bounds: dict[str, list[datetime | None]] = {}
-        for spec, value in active:
-            if spec.match in DATES:
-                field = COLUMN[spec.column].field
-                bounds.setdefault(field, [None, None])[spec.match is Match.BEFORE] = _aware(start_of(value))
-        must: list[tantivy.Query] = []
-        for spec, value in active:
-            field = COLUMN[spec.column].field if spec.column in COLUMN else spec.column
-            if spec.match in ID_SETS:  # resolved graph filters, on the document id (search/graph_filters.py)
-                must.append(id_set_query(self.schema, field, value, spec.match))
-            elif spec.match in DATES:
-                if field in bounds:
-                    must.append(self._range(field, *bounds.pop(field)))
-            elif spec.match is Match.ANY_OF:
-                must.append(tantivy.Query.term_set_query(self.schema, field, list(value)))
-            elif spec.match is Match.ALL_OF:
-                must += [self._term(field, v) for v in value]
-            elif spec.match is Match.EXACT:
-                must.append(self._term(field, value))
-            elif spec.match is Match.EXCLUDE_TRUE:
-                must.append(self._term(field, False))
-            else:
-                raise AssertionError(f"no Tantivy clause for {spec.match}")
-        return must
-
-    def _range(self, field: str, lower: datetime | None, upper: datetime | None) -> tantivy.Query:
-        # On or after the lower bound, before the upper one (the upper bound is exclusive).
-        return tantivy.Query.range_query(self.schema, field, tantivy.FieldType.Date, lower, upper,
-                                         include_lower=True, include_upper=upper is None)
-
-    def text_query(self, text: str) -> tantivy.Query | None:
-        """The scoring part of a query, or None when the text has nothing to search for.
-
-        Words score on the body (which holds the title too) and on the title; a long query (a
-        whole issue pasted in) keeps its LONG_QUERY_TERMS most distinctive words, weighted by
-        how often it repeats them, which bounds its cost and drops words that only add noise.
-        Only code identifiers (analysis.code_identifiers) are asked of the identifier field:
-        version numbers, URLs and user-agent strings in a report are not code."""
-        should: list[tantivy.Query] = []
-
-        def add(field: str, value: str, boost: float) -> None:
-            query = self._term(field, value)
-            should.append(tantivy.Query.boost_query(query, boost) if boost != 1.0 else query)
-
-        counts = query_terms(self.words, text)
-        long_query = len(counts) > LONG_QUERY_TERMS
-        terms = self._distinctive(counts) if long_query else {t: 1 for t in counts}
-        for term, weight in terms.items():
-            if BOOST["title"]:
-                add("title", term, BOOST["title"] * weight)
-            add("body", term, BOOST["body"] * weight)
-        for identifier in code_identifiers(text):
-            add("idents", identifier, BOOST["ident_whole"])
-            if not long_query:
-                for part in identifier_terms(identifier)[1:]:
-                    add("idents", part, BOOST["ident_part"])
-        for project, kind, iid in references(text):
-            sigil = kinds.kind(kind).sigil
-            add("refs", f"{project}{sigil}{iid}" if project else f"{sigil}{iid}", BOOST["ref"])
-            add("mentions", f"{project}{sigil}{iid}" if project else f"{sigil}{iid}", BOOST["mention"])
-        if not should:
-            return None
-        return tantivy.Query.boolean_query([(tantivy.Occur.Should, q) for q in should])
-
-    def _distinctive(self, counts: dict[str, int]) -> dict[str, float]:
-        """The long query's most distinctive terms (query frequency x IDF in the body), each
-        weighted by how often the query repeats it (damped)."""
-        searcher = self.index.searcher()
-        total = max(searcher.num_docs, 1)
-        scored = []
-        for term, count in counts.items():
-            df = searcher.doc_freq("body", term)
-            if df == 0:
-                continue
-            idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
-            scored.append((-(1 + math.log(count)) * idf, term))
-        scored.sort()
-        return {term: 1 + math.log(counts[term]) if TF_WEIGHT else 1.0 for _, term in scored[:LONG_QUERY_TERMS]}
-
-    def search(self, text: str, filters: Filters, limit: int) -> list[LexicalHit]:
-        scoring = self.text_query(text)
-        if scoring is None:
-            return []
-        clauses = [(tantivy.Occur.Must, scoring)] + [(tantivy.Occur.Must, q) for q in self.filter_queries(filters)]
-        searcher = self.index.searcher()
-        result = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit, count=False)
-        hits = []
-        for score, address in result.hits:
-            fields = stored_fields(searcher.doc(address))
-            hits.append(LexicalHit(fields["doc_id"], float(score), fields))
-        return hits
+        return searcher.search(self.term("project", project), limit=1, count=True).count
 
     def bodies(self, doc_ids: Sequence[str]) -> dict[str, str]:
         """The full stored text of these documents (for snippets)."""
         searcher = self.index.searcher()
         out = {}
         for doc_id in doc_ids:
-            found = searcher.search(self._term("doc_id", doc_id), limit=1, count=False).hits
+            found = searcher.search(self.term("doc_id", doc_id), limit=1, count=False).hits
             if found:
                 out[doc_id] = searcher.doc(found[0][1])["body"][0]
         return out
 
 
-def stored_fields(stored: tantivy.Document) -> dict[str, Any]:
+def stored_fields(stored: tantivy.Document) -> DocFields:
     data = stored.to_dict()
-    return {"doc_id": _first(data, "doc_id"), **{c.name: _READ_VALUE[c.type](data, c.field) for c in COLUMNS}}
+    return DocFields(doc_id=_first(data, "doc_id"), **{c.name: _READ_VALUE[c.type](data, c.field) for c in COLUMNS})
 
 
 def _add_text(doc: tantivy.Document, field: str, value: Any) -> None:
@@ -375,7 +269,7 @@ def _add_texts(doc: tantivy.Document, field: str, values: Any) -> None:
 
 def _add_date(doc: tantivy.Document, field: str, value: Any) -> None:
     if value is not None:
-        doc.add_date(field, _aware(value))
+        doc.add_date(field, as_utc(value))
 
 
 _ADD_VALUE: dict[ColumnType, Callable[[tantivy.Document, str, Any], None]] = {

@@ -21,9 +21,16 @@ from typing import Any
 
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import KnowledgeError
-from gitlab_knowledge.mcp.local import PROTOCOL, fingerprint, read_line, remove_stale, socket_path
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.resident_client import (
+    PROTOCOL,
+    fingerprint,
+    read_line,
+    remove_stale,
+    socket_path,
+)
+from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
 WARM_RETRY_SECONDS = 30.0
@@ -36,7 +43,9 @@ class ResidentSearch:
         self.config = config
         self._lock = threading.Lock()  # a Searcher runs one search at a time
         self._warm_lock = threading.Lock()
-        self._cold = Searcher(config)
+        # Both searchers take their embedder from one workspace: one model per process.
+        self._workspace = Workspace(config)
+        self._cold = self._workspace.searcher()
         self._warm: Searcher | None = None
         self._warming: threading.Thread | None = None
         self._warm_tried = 0.0
@@ -68,9 +77,7 @@ class ResidentSearch:
             with self._lock:
                 # Model, LanceDB and Tantivy open now, not in the first agent's search.
                 self._cold.search("warm up", limit=1)
-            warm = Searcher(self.config, warm=True)
-            # One model per process: the warm searcher embeds with the cold one's provider.
-            warm._provider = self.provider()
+            warm = self._workspace.searcher(warm=True)
             warm.search("warm up", mode="semantic", limit=1)  # loads the vectors into memory
         except KnowledgeError as exc:
             # No vectors yet, or no provider: the cold searcher degrades the way a CLI search does.
@@ -154,7 +161,7 @@ class _SocketServer(socketserver.ThreadingUnixStreamServer):
 
 
 class LocalEndpoint:
-    """The Unix socket the search command finds from its data directory (mcp/local.py)."""
+    """The Unix socket the search command finds from its data directory (search/resident_client.py)."""
 
     def __init__(self, resident: ResidentSearch) -> None:
         self.resident = resident
@@ -199,7 +206,7 @@ class Resident:
     socket. Started before the SDK is imported, so the model loads while the process starts."""
 
     def __init__(self, config: Config, *, local_socket: bool = True) -> None:
-        from gitlab_knowledge.mcp.tools import Context  # tools imports this module
+        from gitlab_knowledge.mcp.context import Context  # tools imports this module
 
         self.search = ResidentSearch(config)
         self.context = Context.create(config, self.search)

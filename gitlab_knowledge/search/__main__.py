@@ -1,36 +1,21 @@
 """`python -m gitlab_knowledge.search "why did we choose redis" [filters] [--json]`."""
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gitlab_knowledge.argparsing import OneLineParser, bounded_int, require_text
+from gitlab_knowledge.argparsing import require_text
 from gitlab_knowledge.errors import KnowledgeError, UsageError
 from gitlab_knowledge.redact import redact
-from gitlab_knowledge.search.filters import Filters, add_arguments
+from gitlab_knowledge.search.arguments import build_parser
+from gitlab_knowledge.search.filters import Filters
 
 if TYPE_CHECKING:
     from gitlab_knowledge.search.engine import Response
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m gitlab_knowledge.search",
-                description="Search synced GitLab issues, merge requests and discussion threads by meaning and keyword.")
-    p.add_argument("query", nargs="*", help="what to look for (quote it, or pass several words)")
-    add_arguments(p)
-    p.add_argument("--mode", choices=("hybrid", "lexical", "semantic"), default="hybrid")
-    p.add_argument("--limit", type=bounded_int(1, 100), default=10, metavar="N", help="results to show (1-100, default 10)")
-    p.add_argument("--model", metavar="PROVIDER[:MODEL]", help="vector table to search, e.g. ollama:nomic-embed-text")
-    p.add_argument("--json", action="store_true", help="machine-readable output (schema: search/schema.json)")
-    p.add_argument("--explain", action="store_true", help="show each retriever's rank and the RRF arithmetic")
-    p.add_argument("--group", action="store_true", help="each issue/MR once: its best-ranked document (item or thread)")
-    p.add_argument("--config", metavar="PATH")
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,16 +34,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if provider not in ("embedded", "ollama"):
                 raise UsageError(f"--model expects embedded or ollama[:MODEL], got {args.model!r}")
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        # A running MCP server answers from its warm searcher, rendered by `render` (mcp/local.py).
-        from gitlab_knowledge.mcp.local import ask_resident, request_of
+        # A running MCP server answers from its warm searcher, rendered by `render` (search/resident_client.py).
+        from gitlab_knowledge.search.resident_client import ask_resident, request_of
 
         # --group is not part of the resident protocol yet: such a search runs here.
         output = None if args.group else ask_resident(config, request_of(args, color))
         if output is None:
-            from gitlab_knowledge.search.engine import Searcher
+            from gitlab_knowledge.workspace import Workspace
 
-            response = Searcher(config, provider, model or None).search(" ".join(args.query), filters, args.mode,
-                                                                        args.limit, group=args.group)
+            searcher = Workspace(config, config_path=args.config).searcher(provider=provider, model=model or None)
+            response = searcher.search(" ".join(args.query), filters, args.mode, args.limit, group=args.group)
             output = render(response, as_json=args.json, color=color, explain=args.explain)
         sys.stderr.write(output[1])
         sys.stdout.write(output[0])

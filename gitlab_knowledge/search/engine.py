@@ -10,19 +10,24 @@ document ids before the retrievers run (search/graph_filters.py).
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.config import Config
+from gitlab_knowledge.documents.columns import DocFields
 from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError, UsageError
 from gitlab_knowledge.lexical.analysis import query_words, word_analyzer
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search import relevance
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.graph_filters import resolve
+from gitlab_knowledge.search.lexical_retriever import LexicalHit, search_lexical
 from gitlab_knowledge.search.pinned import exact_matches, linked_items
-from gitlab_knowledge.search.rrf import normalized, rrf
+from gitlab_knowledge.search.rrf import Fused, normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
+
+if TYPE_CHECKING:  # LanceDB and numpy load on a search's first semantic step, not at import
+    from gitlab_knowledge.search.semantic import SemanticHit
+    from gitlab_knowledge.workspace import Workspace
 
 MODES = ("hybrid", "lexical", "semantic")
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
@@ -39,14 +44,14 @@ class Result:
     match: str  # exact_reference | linked | exact_identifier | fused
     ranks: dict[str, int]
     retriever_scores: dict[str, float]
-    fields: dict[str, Any]
+    fields: DocFields
     snippet: str = ""
     highlights: list[tuple[int, int]] = field(default_factory=list)
     weak: bool = False  # no retriever vouches for it (search/relevance.py)
 
     @property
     def doc_id(self) -> str:
-        return self.fields["doc_id"]
+        return self.fields.doc_id
 
 
 @dataclass
@@ -66,6 +71,30 @@ class Response:
     no_good_match: str | None = None  # why nothing is shown although documents were ranked
 
 
+@dataclass
+class _Retrieved:
+    """What the retrievers found for one search, and the mode that could actually run."""
+
+    mode: str
+    lexical: list[LexicalHit] = field(default_factory=list)
+    semantic: "list[SemanticHit]" = field(default_factory=list)
+    embed_ms: float = 0.0
+
+
+@dataclass
+class _Fusion:
+    """The retrievers' lists fused: the RRF order, each document's fields and own scores."""
+
+    lists: dict[str, list[str]]
+    ranked: list[Fused]
+    fields: dict[str, DocFields]
+    scores: dict[str, dict[str, float]]
+
+    @property
+    def by_id(self) -> dict[str, Fused]:
+        return {f.doc_id: f for f in self.ranked}
+
+
 def _embedding_text(text: str) -> str:
     """The start of a long query: a model reads one window anyway (256 tokens for the embedded
     one), and a shorter one costs a fraction of the time (attention grows with its square)."""
@@ -74,13 +103,15 @@ def _embedding_text(text: str) -> str:
 
 
 class Searcher:
-    """Holds the open indexes and the embedding provider: a process pays their start-up once."""
+    """Holds the open indexes and the embedding provider: a process pays their start-up once.
+    All three come from the workspace (`Workspace.searcher`), never from the settings directly."""
 
-    def __init__(self, config: Config, provider: str | None = None, model: str | None = None,
+    def __init__(self, workspace: "Workspace", provider: str | None = None, model: str | None = None,
                  warm: bool = False) -> None:
         """`warm`: hold the vectors in memory (exact, ~10x faster per query after a ~0.5 s load per
         100K chunks): for processes that search many times. One-shot searches scan LanceDB."""
-        self.config = config
+        self.workspace = workspace
+        self.config = workspace.config
         self.warm = warm
         self._memory: Any = None
         self._provider_name = provider
@@ -97,27 +128,23 @@ class Searcher:
     def lexical(self) -> LexicalIndex | None:
         if self._lexical is None and self._lexical_error is None:
             try:
-                self._lexical = LexicalIndex(self.config.tantivy_dir)
+                self._lexical = self.workspace.lexical()
             except StoreError as exc:
                 self._lexical_error = str(exc)
         return self._lexical
 
     def provider(self) -> Any:
         if self._provider is None:
-            from gitlab_knowledge.embeddings.provider import get_provider
-
-            self._provider = get_provider(self.config, self._provider_name, self._model)
+            self._provider = self.workspace.embedder(self._provider_name, self._model)
         return self._provider
 
     def vectors(self) -> Any:
         if self._vectors is None or (self._switch_note and time.monotonic() - self._chosen_at > RECHECK_SECONDS):
             if not self.config.lancedb_dir.exists():
                 return None
-            from gitlab_knowledge.embeddings.vectors import VectorStore
-
             self._choose_table()
             provider = self.provider()
-            self._vectors = VectorStore(self.config.lancedb_dir, provider.provider, provider.model)
+            self._vectors = self.workspace.vectors(provider.provider, provider.model)
             self._memory = None
         return self._vectors if self._vectors.reader() is not None else None
 
@@ -125,22 +152,21 @@ class Searcher:
         """The configured model's table once it is complete; until then the most complete other
         one (embeddings/tables.py), so a model switch never leaves search without vectors. A model
         asked for by name (`--model`) is used as it is."""
-        from gitlab_knowledge.embeddings.provider import get_provider
         from gitlab_knowledge.embeddings.tables import answering_table
 
         self._chosen_at, self._switch_note = time.monotonic(), None
         if self._provider_name is not None:
             return
-        configured = get_provider(self.config)
+        configured = self.workspace.embedder()
         index = self.lexical()
         info, note = answering_table(self.config.lancedb_dir, (configured.provider, configured.model),
                                      index.count() if index else 0)
         if note and info is not None:
-            self._provider, self._switch_note = get_provider(self.config, info.provider, info.model), note
+            self._provider, self._switch_note = self.workspace.embedder(info.provider, info.model), note
         else:
             self._provider = configured
 
-    # -- search -----------------------------------------------------------------------------
+    # -- search: resolve filters -> retrieve -> fuse -> pin -> order -> floor -> snippets ----
 
     def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
                floor: bool = True, vector: Any = None, group: bool = False) -> Response:
@@ -149,110 +175,133 @@ class Searcher:
         `group` keeps each issue/MR's best-ranked document only (its item or one thread)."""
         started = time.perf_counter()
         filters = filters or Filters()
-        if mode not in MODES:
-            raise UsageError(f"--mode expects one of {', '.join(MODES)}, got {mode!r}")
-        text = " ".join((query or "").split())
-        if not text:
-            raise UsageError("nothing to search for: the query is empty")
+        text = _query_text(query, mode)
         warnings: list[str] = []
-        filters, graph_warnings = resolve(self.config, filters)
+        filters, graph_warnings = resolve(self.workspace, filters)
         warnings += graph_warnings
-        lexical_text = text
-        if len(text) > MAX_LEXICAL_CHARS:
-            lexical_text = text[:MAX_LEXICAL_CHARS]
-            warnings.append(f"query is {len(text):,} characters; keyword search used the first {MAX_LEXICAL_CHARS:,}")
-        candidates = self.config.search.candidates
-        k = self.config.search.rrf_k
-
-        lexical_hits, semantic_hits, embed_ms = [], [], 0.0
-        effective = mode
-        if mode in ("hybrid", "semantic"):
-            try:
-                store = self.vectors()
-                if store is None:
-                    warnings.append("no embeddings yet for model "
-                                    f"{self.provider().provider}/{self.provider().model}; using lexical search only")
-                    effective = "lexical"
-                else:
-                    if self._switch_note:
-                        warnings.append(self._switch_note)
-                    t0 = time.perf_counter()
-                    if vector is None:
-                        vector = self.provider().embed_query(_embedding_text(text))
-                    embed_ms = (time.perf_counter() - t0) * 1000
-                    store.check_query(vector)  # another size than the table's: keywords, with a warning
-                    semantic_hits = self._vector_hits(store, vector, filters, candidates)
-            except EmbeddingUnavailable as exc:
-                warnings.append(UNAVAILABLE)
-                warnings.append(str(exc))
-                effective = "lexical"
+        lexical_text = self._lexical_text(text, warnings)
+        got = self._retrieve(mode, text, lexical_text, filters, vector, warnings)
         index = self.lexical()
-        if effective in ("hybrid", "lexical"):
-            if index is None:
-                if effective == "lexical":
-                    raise StoreError(self._lexical_error or "no lexical index")
-                warnings.append(f"lexical index unavailable ({self._lexical_error}); using semantic search only")
-                effective = "semantic"
-            else:
-                lexical_hits = index.search(lexical_text, filters, candidates)
-
-        lists: dict[str, list[str]] = {}
-        if effective in ("hybrid", "lexical"):
-            lists["lexical"] = [h.doc_id for h in lexical_hits]
-        if effective in ("hybrid", "semantic"):
-            lists["semantic"] = [h.doc_id for h in semantic_hits]
-        fused = rrf(lists, k)
-        fields = {h.doc_id: h.fields for h in semantic_hits}
-        fields.update({h.doc_id: h.fields for h in lexical_hits})
-        scores: dict[str, dict[str, float]] = {}
-        for h in lexical_hits:
-            scores.setdefault(h.doc_id, {})["lexical"] = h.score
-        for h in semantic_hits:
-            scores.setdefault(h.doc_id, {})["semantic"] = round(h.similarity, 6)
-        excerpts = {h.doc_id: h.excerpt for h in semantic_hits}
-
-        pinned = exact_matches(index, lexical_text, filters, fields, lexical_hits,
-                               lambda ids: linked_items(self.config, ids, warnings)) if index else []
-        by_id = {f.doc_id: f for f in fused}
-        ordered: list[tuple[str, str]] = [(doc_id, how) for doc_id, how in pinned]
-        pinned_ids = {doc_id for doc_id, _ in pinned}
+        fusion = self._fuse(got)
+        pinned = exact_matches(index, lexical_text, filters, fusion.fields, got.lexical,
+                               lambda ids: linked_items(self.workspace, ids, warnings)) if index else []
         bodies = _BodyCache(index)
-        analyzer = index.words if index else word_analyzer()
-        terms = query_words(analyzer, lexical_text)
-
-        def says_more(thread_notes: str, item_text: str) -> bool:
-            return relevance.coverage(terms, set(analyzer.analyze(thread_notes))) > \
-                relevance.coverage(terms, set(analyzer.analyze(item_text)))
-
-        ordered += [(doc_id, "fused") for doc_id in relevance.items_before_threads(
-            [f.doc_id for f in fused if f.doc_id not in pinned_ids], fields, bodies.get, says_more)]
-        if group:
-            ordered = relevance.one_per_item(ordered, fields)
+        ordered = self._order(index, lexical_text, pinned, fusion, bodies, group)
+        results = self._results(ordered[:limit], fusion, got)
+        self._snippets(lexical_text, results, {h.doc_id: h.excerpt for h in got.semantic},
+                       {h.doc_id: h.chunk for h in got.semantic}, bodies)
         total = len(ordered)
-        results = []
-        for position, (doc_id, how) in enumerate(ordered[:limit], start=1):
-            entry = by_id.get(doc_id)
-            rrf_score = entry.score if entry else 0.0
-            score = 1.0 if how != "fused" else self._score(effective, rrf_score, len(lists), k,
-                                                              scores.get(doc_id, {}), lexical_hits)
-            results.append(Result(rank=position, score=round(score, 4), rrf_score=round(rrf_score, 6), match=how,
-                                  ranks=dict(entry.ranks) if entry else {}, retriever_scores=scores.get(doc_id, {}),
-                                  fields=fields[doc_id]))
-        self._snippets(lexical_text, results, excerpts, {h.doc_id: h.chunk for h in semantic_hits}, bodies)
         no_good_match = self._floor(index, lexical_text, results, bodies) if floor else None
-        if no_good_match and effective != "lexical":
+        if no_good_match and got.mode != "lexical":
             results, total = [], 0
         # Keywords alone cannot tell a paraphrase from nonsense: lexical mode keeps its weak
         # matches, each marked, under the top-level reason.
         took = (time.perf_counter() - started) * 1000
         model = None
-        if effective != "lexical" and self._provider is not None:
+        if got.mode != "lexical" and self._provider is not None:
             model = f"{self._provider.provider}/{self._provider.model}"
-        return Response(query=text, mode=mode, effective_mode=effective, took_ms=round(took, 2),
-                        embed_ms=round(embed_ms, 2), total=total, limit=limit, rrf_k=k, model=model,
-                        filters=filters, results=results, warnings=warnings, no_good_match=no_good_match)
+        return Response(query=text, mode=mode, effective_mode=got.mode, took_ms=round(took, 2),
+                        embed_ms=round(got.embed_ms, 2), total=total, limit=limit,
+                        rrf_k=self.config.search.rrf_k, model=model, filters=filters, results=results,
+                        warnings=warnings, no_good_match=no_good_match)
 
-    def _vector_hits(self, store: Any, vector: Any, filters: Filters, limit: int) -> list[Any]:
+    @staticmethod
+    def _lexical_text(text: str, warnings: list[str]) -> str:
+        """The query as keyword search reads it: its first MAX_LEXICAL_CHARS characters."""
+        if len(text) <= MAX_LEXICAL_CHARS:
+            return text
+        warnings.append(f"query is {len(text):,} characters; keyword search used the first {MAX_LEXICAL_CHARS:,}")
+        return text[:MAX_LEXICAL_CHARS]
+
+    def _retrieve(self, mode: str, text: str, lexical_text: str, filters: Filters, vector: Any,
+                  warnings: list[str]) -> _Retrieved:
+        """Each retriever's top candidates; a retriever that cannot run leaves the other one to
+        answer alone, with a warning (the mode that ran is `_Retrieved.mode`)."""
+        candidates = self.config.search.candidates
+        got = _Retrieved(mode)
+        if mode in ("hybrid", "semantic"):
+            self._retrieve_semantic(got, text, filters, vector, candidates, warnings)
+        index = self.lexical()
+        if got.mode in ("hybrid", "lexical"):
+            if index is None:
+                if got.mode == "lexical":
+                    raise StoreError(self._lexical_error or "no lexical index")
+                warnings.append(f"lexical index unavailable ({self._lexical_error}); using semantic search only")
+                got.mode = "semantic"
+            else:
+                got.lexical = search_lexical(index, lexical_text, filters, candidates)
+        return got
+
+    def _retrieve_semantic(self, got: _Retrieved, text: str, filters: Filters, vector: Any, candidates: int,
+                           warnings: list[str]) -> None:
+        try:
+            store = self.vectors()
+            if store is None:
+                warnings.append("no embeddings yet for model "
+                                f"{self.provider().provider}/{self.provider().model}; using lexical search only")
+                got.mode = "lexical"
+                return
+            if self._switch_note:
+                warnings.append(self._switch_note)
+            t0 = time.perf_counter()
+            if vector is None:
+                vector = self.provider().embed_query(_embedding_text(text))
+            got.embed_ms = (time.perf_counter() - t0) * 1000
+            store.check_query(vector)  # another size than the table's: keywords, with a warning
+            got.semantic = self._vector_hits(store, vector, filters, candidates)
+        except EmbeddingUnavailable as exc:
+            warnings.append(UNAVAILABLE)
+            warnings.append(str(exc))
+            got.mode = "lexical"
+
+    def _fuse(self, got: _Retrieved) -> _Fusion:
+        """RRF of the lists of the retrievers that ran; a lexical hit's fields win over a semantic one's."""
+        lists: dict[str, list[str]] = {}
+        if got.mode in ("hybrid", "lexical"):
+            lists["lexical"] = [h.doc_id for h in got.lexical]
+        if got.mode in ("hybrid", "semantic"):
+            lists["semantic"] = [h.doc_id for h in got.semantic]
+        fields = {h.doc_id: h.fields for h in got.semantic}
+        fields.update({h.doc_id: h.fields for h in got.lexical})
+        scores: dict[str, dict[str, float]] = {}
+        for h in got.lexical:
+            scores.setdefault(h.doc_id, {})["lexical"] = h.score
+        for h in got.semantic:
+            scores.setdefault(h.doc_id, {})["semantic"] = round(h.similarity, 6)
+        return _Fusion(lists, rrf(lists, self.config.search.rrf_k), fields, scores)
+
+    @staticmethod
+    def _order(index: LexicalIndex | None, text: str, pinned: list[tuple[str, str]], fusion: _Fusion,
+               bodies: "_BodyCache", group: bool) -> list[tuple[str, str]]:
+        """(document id, how) in the order shown: the pinned documents, then the fused ones with
+        thin threads below their items (search/relevance.py); `group`: each issue/MR once."""
+        pinned_ids = {doc_id for doc_id, _ in pinned}
+        analyzer = index.words if index else word_analyzer()
+        terms = query_words(analyzer, text)
+
+        def says_more(thread_notes: str, item_text: str) -> bool:
+            return relevance.coverage(terms, set(analyzer.analyze(thread_notes))) > \
+                relevance.coverage(terms, set(analyzer.analyze(item_text)))
+
+        ordered = list(pinned) + [(doc_id, "fused") for doc_id in relevance.items_before_threads(
+            [f.doc_id for f in fusion.ranked if f.doc_id not in pinned_ids], fusion.fields, bodies.get, says_more)]
+        return relevance.one_per_item(ordered, fusion.fields) if group else ordered
+
+    def _results(self, shown: list[tuple[str, str]], fusion: _Fusion, got: _Retrieved) -> list[Result]:
+        by_id = fusion.by_id
+        results = []
+        for position, (doc_id, how) in enumerate(shown, start=1):
+            entry = by_id.get(doc_id)
+            rrf_score = entry.score if entry else 0.0
+            own = fusion.scores.get(doc_id, {})
+            score = 1.0 if how != "fused" else self._score(got.mode, rrf_score, len(fusion.lists),
+                                                              self.config.search.rrf_k, own, got.lexical)
+            results.append(Result(rank=position, score=round(score, 4), rrf_score=round(rrf_score, 6), match=how,
+                                  ranks=dict(entry.ranks) if entry else {}, retriever_scores=own,
+                                  fields=fusion.fields[doc_id]))
+        return results
+
+    def _vector_hits(self, store: Any, vector: Any, filters: Filters, limit: int) -> "list[SemanticHit]":
         from gitlab_knowledge.search.semantic import MemoryVectors, search_vectors
 
         if not self.warm:
@@ -263,7 +312,7 @@ class Searcher:
 
     @staticmethod
     def _score(mode: str, rrf_score: float, retrievers: int, k: int, own: dict[str, float],
-               lexical_hits: list[Any]) -> float:
+               lexical_hits: list[LexicalHit]) -> float:
         """0–1 for display: hybrid = RRF as a share of the best possible; a single retriever
         shows its own measure (cosine similarity, or BM25 relative to the top hit)."""
         if mode == "semantic":
@@ -327,7 +376,17 @@ class _BodyCache:
         return {d: self.texts[d] for d in doc_ids if d in self.texts}
 
 
-def parent_kind(fields: dict[str, Any]) -> kinds.Kind:
+def _query_text(query: str, mode: str) -> str:
+    """The query with its whitespace collapsed; an unknown mode or an empty query is a usage error."""
+    if mode not in MODES:
+        raise UsageError(f"--mode expects one of {', '.join(MODES)}, got {mode!r}")
+    text = " ".join((query or "").split())
+    if not text:
+        raise UsageError("nothing to search for: the query is empty")
+    return text
+
+
+def parent_kind(fields: DocFields) -> kinds.Kind:
     """The kind of the issue/MR a result is (or is a thread on)."""
     try:
         return kinds.kind(fields.get("parent_type") or kinds.ISSUE.name)
@@ -335,5 +394,5 @@ def parent_kind(fields: dict[str, Any]) -> kinds.Kind:
         return kinds.ISSUE
 
 
-def reference_of(fields: dict[str, Any]) -> str:
+def reference_of(fields: DocFields) -> str:
     return parent_kind(fields).ref(fields.get("iid"))

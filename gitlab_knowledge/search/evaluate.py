@@ -27,6 +27,7 @@ from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.search.engine import MODES, Searcher, parent_kind
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.workspace import Workspace
 
 DEPTH = 100  # results asked per query: recall@50 after exclusions still has 50 to look at
 SCHEMA_VERSION = 1
@@ -142,7 +143,7 @@ def evaluate(config: Config, cases: Sequence[Case], modes: Sequence[str] = MODES
                                                             for m in modes if m != "lexical"]
     for mode, model in pairs:
         provider, _, name = (model or "").partition(":")
-        searcher = Searcher(config, provider or None, name or None)
+        searcher = Workspace(config).searcher(provider=provider or None, model=name or None)
         run = Run(mode, model)
         for case in cases:
             response = searcher.search(case.query, Filters.build(**case.filters), mode, DEPTH)

@@ -1,30 +1,21 @@
-"""Search filters and the document metadata they read, declared once.
+"""Search filters, declared once: FILTERS, each reading one document column and matching it one way.
 
-COLUMNS is the metadata every document carries from the DuckDB `documents` table into both
-indexes (what search filters on and shows); FILTERS is the search filters, each reading one
-column and matching it one way (`Match`). Everything else derives from these two tuples:
+The columns themselves are documents/columns.py's COLUMNS. Everything a filter does derives from
+FILTERS:
 
-- the CLI flags (`add_arguments`, used by search/__main__.py) and `Filters` itself: its fields,
-  validation (`Filters.build`), `is_empty()` and `describe()` (the JSON output's `filters`);
+- the CLI flags (`add_arguments`, used by search/arguments.py and the `similar` command), and what
+  `Filters` does with its fields: validation (`Filters.build`), `is_empty()`, `pushed()` and
+  `describe()` (the JSON output's `filters`);
 - the LanceDB where-clause and the in-memory mask (search/semantic.py, one translation per `Match`);
-- the Tantivy must-clauses (lexical/index.py `filter_queries`, one translation per `Match`);
-- the vector table's metadata columns (embeddings/vectors.py `vector_schema`, `metadata_of`), the
-  lexical index's stored fields (lexical/index.py `build_schema`, `document`, `stored_fields`) and
-  the document columns staged out of DuckDB (documents/stage.py).
+- the Tantivy must-clauses (search/lexical_retriever.py `filter_queries`, one translation per `Match`).
 
-A new filter touches at most four files:
-
-1. this file: a `FilterSpec` in FILTERS, plus a `Column` in COLUMNS if it reads a column not yet
-   carried (a new column changes the vector and lexical layouts: both notice it and rebuild
-   themselves on the next sync);
-2. documents/build.py: the `Document` field that fills the column, and the field in `metadata()`
-   so that `meta_hash` changes and both indexes rewrite the documents whose value changed;
-3. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
-   watermark in `layer_state`, so that existing documents are rebuilt with it);
-4. documents/refresh.py: the column in the `documents` insert.
-
-A filter on a column already carried is a `FilterSpec` here and nothing else. A new kind of
-matching (a new `Match`) also needs its translations in search/semantic.py and lexical/index.py.
+`Filters` is written out (one typed field per FilterSpec, in FILTERS' order, defaulting to the
+spec's `empty`); test_search_registry holds the two together. Where a new filter on a new column
+goes, file by file, is in documents/columns.py. A filter on a column already carried is a
+`FilterSpec` and its `Filters` field here, its key in search/schema.json when it is described
+(`describe`), and, for agents, its property in mcp/tools.py `SEARCH_INPUT` and `search()`. A new
+kind of matching (a new `Match`) also needs its translations in search/semantic.py and
+search/lexical_retriever.py.
 
 Graph filters (`Match.GRAPH`: `--path`, `--participant`) read no column: they ask the store's
 relation tables (merge request files, diff positions, note authors) which documents match, at
@@ -38,67 +29,19 @@ ids reaches both retrievers as one more pushed-down filter (`Match.IN_SET` on th
 import argparse
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, make_dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from enum import StrEnum
 from typing import Any, Self
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.documents.columns import DOC_ID
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.paths import repo_path
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 # Both indexes keep timestamps as 64-bit nanoseconds: 1677-09-21 to 2262-04-11.
 FIRST_DAY, LAST_DAY = date(1678, 1, 1), date(2262, 1, 1)
-
-
-class ColumnType(StrEnum):
-    TEXT = "text"
-    TEXT_LIST = "text_list"
-    INT = "int"
-    TIMESTAMP = "timestamp"
-    BOOL = "bool"
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str  # in the vector table, the lexical index and a result's fields
-    source: str  # the `documents` column it is copied from
-    type: ColumnType
-    lexical_field: str | None = None  # the Tantivy field, when `name` is taken by a scoring field
-
-    @property
-    def field(self) -> str:
-        return self.lexical_field or self.name
-
-
-# In the vector table's column order: a reordering would change its layout and rebuild it.
-COLUMNS: tuple[Column, ...] = (
-    Column("source_type", "source_type", ColumnType.TEXT),
-    Column("project", "project_path", ColumnType.TEXT),
-    Column("parent_type", "parent_type", ColumnType.TEXT),
-    Column("iid", "parent_iid", ColumnType.INT),
-    Column("title", "title", ColumnType.TEXT, lexical_field="parent_title"),
-    Column("url", "url", ColumnType.TEXT),
-    Column("author", "author_username", ColumnType.TEXT),
-    Column("labels", "labels", ColumnType.TEXT_LIST),
-    Column("state", "state", ColumnType.TEXT),
-    Column("created_at", "created_at", ColumnType.TIMESTAMP),
-    Column("updated_at", "updated_at", ColumnType.TIMESTAMP),
-    Column("confidential", "confidential", ColumnType.BOOL),
-    Column("internal", "internal", ColumnType.BOOL),
-)
-COLUMN = {c.name: c for c in COLUMNS}
-
-
-def column_value(column: Column, doc: dict[str, Any]) -> Any:
-    """A documents-table row's value of `column`, as the indexes store it."""
-    value = doc[column.source]
-    if column.type is ColumnType.TEXT_LIST:
-        return list(value or [])
-    if column.type is ColumnType.BOOL:
-        return bool(value)
-    return value
 
 
 class Match(StrEnum):
@@ -150,7 +93,6 @@ def _source_type(word: str) -> str | None:
 
 
 _TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} or {kinds.DISCUSSION}"
-DOC_ID = "doc_id"  # the document id in both indexes (not a metadata column: each index's own)
 
 
 # In the search command's flag order, which is also the order of describe().
@@ -240,7 +182,31 @@ def _as_json(value: Any) -> Any:
     return value.isoformat() if isinstance(value, date) else value
 
 
-class _FilterMethods:
+# The pushed-down form of resolved graph filters (`Filters.pushed`): no flag of their own.
+IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.IN_SET, DOC_ID)
+NOT_IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.NOT_IN_SET, DOC_ID)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Validated search filters: one field per FilterSpec, named as its `name`, in FILTERS' order
+    (test_search_units holds the two together); each field's default is its spec's `empty`."""
+
+    types: tuple[str, ...] = ()
+    author: str | None = None
+    labels: tuple[str, ...] = ()
+    after: date | None = None
+    before: date | None = None
+    project: str | None = None
+    state: str | None = None
+    path: str | None = None
+    participant: str | None = None
+    exclude_confidential: bool = False
+    exclude_internal: bool = False
+    # Set by `resolved`: the documents the graph filters match (None: not resolved).
+    doc_ids: frozenset[str] | None = field(default=None, repr=False)
+    complement: bool = field(default=False, repr=False)
+
     @classmethod
     def build(cls, **raw: Any) -> Self:
         """Validated, normalized filters from what a user typed (keywords: the FilterSpec names)."""
@@ -289,19 +255,6 @@ class _FilterMethods:
 
     def describe(self) -> dict[str, object]:
         return {s.describe: _as_json(getattr(self, s.name)) for s in FILTERS if s.describe}
-
-
-# The pushed-down form of resolved graph filters (`Filters.pushed`): no flag of their own.
-IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.IN_SET, DOC_ID)
-NOT_IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.NOT_IN_SET, DOC_ID)
-
-Filters = make_dataclass(
-    "Filters", [*((s.name, Any, field(default=s.empty)) for s in FILTERS),
-                # Set by `resolved`: the documents the graph filters match (None: not resolved).
-                ("doc_ids", Any, field(default=None, repr=False)), ("complement", bool, field(default=False, repr=False))],
-    bases=(_FilterMethods,), frozen=True,
-    namespace={"__doc__": "Validated search filters: one field per FilterSpec, named as its `name`.",
-               "__module__": __name__})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

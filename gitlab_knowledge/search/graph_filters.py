@@ -16,17 +16,14 @@ exceeds half the store.
 
 from typing import TYPE_CHECKING, Any
 
-import tantivy
-
 from gitlab_knowledge import kinds
-from gitlab_knowledge.search.filters import Filters, FilterSpec, Match
+from gitlab_knowledge.search.filters import Filters, FilterSpec
 
 if TYPE_CHECKING:  # a search without graph filters never opens DuckDB: no import for it either
     import duckdb
 
-    from gitlab_knowledge.config import Config
+    from gitlab_knowledge.workspace import Workspace
 
-ID_SETS = (Match.IN_SET, Match.NOT_IN_SET)  # how resolved graph filters reach the retrievers
 # Set sizes below this are pushed as they are: the complement saves nothing worth a second query.
 COMPLEMENT_FROM = 2_000
 
@@ -89,16 +86,14 @@ def matching_ids(con: "duckdb.DuckDBPyConnection", spec: FilterSpec, value: str)
     return {row[0] for row in con.execute(sql, params(value)).fetchall()}
 
 
-def resolve(config: "Config", filters: Filters) -> tuple[Filters, list[str]]:
+def resolve(workspace: "Workspace", filters: Filters) -> tuple[Filters, list[str]]:
     """`filters` with their graph filters resolved to document ids (all of them must match), and
     a warning when they match nothing. Filters without graph filters are returned as they are."""
     graph = filters.graph()
     if not graph or filters.doc_ids is not None:
         return filters, []
-    from gitlab_knowledge.store.db import read_connection
-
     warnings: list[str] = []
-    with read_connection(config.duckdb_path, config.sync.lock_wait_seconds) as con:
+    with workspace.read() as con:
         ids: set[str] | None = None
         for spec, value in graph:
             found = matching_ids(con, spec, value)
@@ -116,11 +111,3 @@ def resolve(config: "Config", filters: Filters) -> tuple[Filters, list[str]]:
                 return filters.resolved(frozenset(rest), complement=True), warnings
     return filters.resolved(frozenset(ids)), warnings
 
-
-def id_set_query(schema: tantivy.Schema, field: str, ids: frozenset[str], match: Match) -> tantivy.Query:
-    """The Tantivy clause of resolved graph filters: the document id is (not) one of `ids`."""
-    in_set = tantivy.Query.term_set_query(schema, field, sorted(ids))
-    if match is Match.IN_SET:
-        return in_set
-    return tantivy.Query.boolean_query([(tantivy.Occur.Must, tantivy.Query.all_query()),
-                                        (tantivy.Occur.MustNot, in_set)])

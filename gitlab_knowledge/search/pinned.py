@@ -13,16 +13,20 @@ through one short connection per query that pins an item. A store that cannot be
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tantivy
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.config import Config
+from gitlab_knowledge.documents.columns import DOC_ID, DocFields
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.lexical.analysis import code_identifiers, references
-from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
-from gitlab_knowledge.search.filters import DOC_ID, Filters
+from gitlab_knowledge.lexical.index import LexicalIndex
+from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.lexical_retriever import filter_queries
+
+if TYPE_CHECKING:
+    from gitlab_knowledge.workspace import Workspace
 
 PIN_MAX_WORDS = 24
 LINK_KINDS = ("closes", "closed_by")
@@ -51,15 +55,13 @@ LINKED_SQL = f"""
 Linker = Callable[[list[str]], dict[str, list[str]]]
 
 
-def linked_items(config: Config, item_ids: list[str], warnings: list[str]) -> dict[str, list[str]]:
+def linked_items(workspace: "Workspace", item_ids: list[str], warnings: list[str]) -> dict[str, list[str]]:
     """item document id → the ids of the item documents it closes or is closed by. A store that
     cannot be read adds a warning and links nothing."""
     if not item_ids:
         return {}
-    from gitlab_knowledge.store.db import read_connection
-
     try:
-        with read_connection(config.duckdb_path, LINK_WAIT_SECONDS) as con:
+        with workspace.read(LINK_WAIT_SECONDS) as con:
             found = con.execute(LINKED_SQL, {"items": item_ids}).fetchall()
     except (StoreBusyError, StoreError) as exc:
         warnings.append(f"items linked to the referenced ones are not shown: {exc}")
@@ -79,26 +81,25 @@ def pinned_identifiers(text: str) -> list[str]:
     return code_identifiers(text)
 
 
-def _reference_order(doc: dict[str, Any]) -> tuple[Any, ...]:
+def _reference_order(doc: DocFields) -> tuple[Any, ...]:
     return TYPE_ORDER.get(doc["source_type"], 2), doc["project"] or "", doc["created_at"] or 0, doc["doc_id"]
 
 
-def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict[str, dict[str, Any]],
+def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict[str, DocFields],
                   lexical_hits: list[Any], linker: Linker) -> list[tuple[str, str]]:
     """(document id, how) of the documents pinned first: `exact_reference`, `linked` (closes /
     closed by a referenced item) or `exact_identifier`. Every one passes `filters`. Their stored
     fields are added to `fields`."""
-    searcher = index.index.searcher()
-    must_filters = [(tantivy.Occur.Must, q) for q in index.filter_queries(filters)]
+    searcher = index.searcher()
+    must_filters = [(tantivy.Occur.Must, q) for q in filter_queries(index, filters)]
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
 
-    def run(query: tantivy.Query, limit: int, filtered: bool = True) -> list[dict[str, Any]]:
+    def run(query: tantivy.Query, limit: int, filtered: bool = True) -> list[DocFields]:
         clauses = [(tantivy.Occur.Must, query), *(must_filters if filtered else [])]
-        found = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit, count=False).hits
-        return [stored_fields(searcher.doc(address)) for _score, address in found]
+        return [doc for _score, doc in index.find(tantivy.Query.boolean_query(clauses), limit, searcher)]
 
-    def pin(docs: list[dict[str, Any]], how: str) -> None:
+    def pin(docs: list[DocFields], how: str) -> None:
         for doc in docs:
             if doc["doc_id"] not in seen:
                 seen.add(doc["doc_id"])
@@ -106,7 +107,7 @@ def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict
                 out.append((doc["doc_id"], how))
 
     for project, kind, iid in references(text):
-        ref = index._term("refs", kinds.kind(kind).ref(iid, project))
+        ref = index.term("refs", kinds.kind(kind).ref(iid, project))
         docs = sorted(run(ref, 50), key=_reference_order)
         pin([d for d in docs if d["source_type"] != kinds.DISCUSSION], "exact_reference")
         # Links are followed from the referenced item even when a filter leaves the item itself
@@ -123,7 +124,7 @@ def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict
         pin([d for d in docs if d["source_type"] == kinds.DISCUSSION], "exact_reference")
     idents = pinned_identifiers(text)
     if idents:
-        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, index._term("idents", t)) for t in idents])
+        query = tantivy.Query.boolean_query([(tantivy.Occur.Must, index.term("idents", t)) for t in idents])
         docs = run(query, 50)
         lexical_rank = {h.doc_id: i for i, h in enumerate(lexical_hits)}
         docs.sort(key=lambda d: (lexical_rank.get(d["doc_id"], len(lexical_rank)), d["doc_id"]))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.lexical.index import LONG_QUERY_TERMS
+from gitlab_knowledge.search.lexical_retriever import LONG_QUERY_TERMS
 from gitlab_knowledge.search.snippets import body_of
 
 SEMANTIC_FLOOR = 0.35

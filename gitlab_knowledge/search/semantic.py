@@ -13,8 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gitlab_knowledge.documents.columns import COLUMNS, DocFields
 from gitlab_knowledge.embeddings.vectors import VectorStore, sql_in, sql_str
-from gitlab_knowledge.search.filters import COLUMNS, DATES, FILTERS, Filters, Match, start_of
+from gitlab_knowledge.search.filters import DATES, FILTERS, Filters, Match, start_of
 
 DISPLAY_COLUMNS = ["doc_id", "chunk", "excerpt", *(c.name for c in COLUMNS)]
 
@@ -23,7 +24,7 @@ DISPLAY_COLUMNS = ["doc_id", "chunk", "excerpt", *(c.name for c in COLUMNS)]
 class SemanticHit:
     doc_id: str
     distance: float  # LanceDB's squared L2 between unit vectors: 0 (same) … 4 (opposite)
-    fields: dict[str, Any]
+    fields: DocFields
     excerpt: str
     chunk: int = 0
 
@@ -78,7 +79,7 @@ def search_vectors(store: VectorStore, vector: np.ndarray, filters: Filters, lim
         for row in rows:
             doc_id = row["doc_id"]
             if doc_id not in best or row["_distance"] < best[doc_id].distance:
-                fields = {k: row[k] for k in DISPLAY_COLUMNS if k not in ("chunk", "excerpt")}
+                fields = DocFields(**{k: row[k] for k in DISPLAY_COLUMNS if k not in ("chunk", "excerpt")})
                 best[doc_id] = SemanticHit(doc_id, float(row["_distance"]), fields, row["excerpt"] or "",
                                            chunk=int(row["chunk"]))
         if len(best) >= limit or len(rows) < fetch:
@@ -220,5 +221,5 @@ class MemoryVectors:
         picked = self.meta.take(pa.array(rows, pa.int64())).to_pylist()
         # |a-b|² = 2 - 2·cos for unit vectors: the same distance LanceDB reports.
         return [SemanticHit(m["doc_id"], float(2.0 - 2.0 * scores[r]),
-                            {k: m[k] for k in DISPLAY_COLUMNS if k not in ("chunk", "excerpt")}, "",
+                            DocFields(**{k: m[k] for k in DISPLAY_COLUMNS if k not in ("chunk", "excerpt")}), "",
                             chunk=int(m["chunk"])) for r, m in zip(rows, picked, strict=True)]

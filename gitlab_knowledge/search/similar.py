@@ -9,13 +9,13 @@ its own threads are left out. Unless `--type` says otherwise, only issues and MR
 
 import dataclasses
 import re
-from typing import Any
 
 import numpy as np
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.documents.columns import DocFields
 from gitlab_knowledge.errors import StoreError, UsageError
-from gitlab_knowledge.lexical.index import LexicalIndex, stored_fields
+from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.relevance import item_key
@@ -25,20 +25,18 @@ _DOC = re.compile(r"^(" + "|".join(re.escape(k.name) for k in kinds.ITEM_KINDS) 
 FETCH = 100  # results asked of the search before the item's own documents are taken out
 
 
-def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> dict[str, Any]:
+def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> DocFields:
     """The stored fields of the issue/MR document a reference names."""
     ref = ref.strip()
-    searcher = index.index.searcher()
     if _DOC.match(ref):
-        term = index._term("doc_id", ref)
+        term = index.term("doc_id", ref)
     else:
         parsed = kinds.parse_reference(ref)
         if parsed is None:
             raise UsageError(f"similar expects #IID, !IID, group/project#IID, an issue/MR URL or a document id, "
                              f"got {ref!r}")
-        term = index._term("refs", parsed.kind.ref(parsed.iid, parsed.project or project))
-    hits = searcher.search(term, limit=1000, count=False).hits
-    docs = [stored_fields(searcher.doc(address)) for _score, address in hits]
+        term = index.term("refs", parsed.kind.ref(parsed.iid, parsed.project or project))
+    docs = [doc for _score, doc in index.find(term, 1000)]
     docs = [d for d in docs if d["source_type"] != kinds.DISCUSSION]
     if not docs:
         raise UsageError(f"no {ref} in the index" + (f" of {project}" if project else "") + ": sync first?")

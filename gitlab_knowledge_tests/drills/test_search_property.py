@@ -12,6 +12,7 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.search.engine import Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.output import render_human, response_json
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import REPO
 
 SCHEMA = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_text())
@@ -66,4 +67,4 @@ _cache: dict[int, Searcher] = {}
 
 def _searcher(sample) -> Searcher:
     # One warm searcher for every example (hypothesis calls the test body many times).
-    return _cache.setdefault(id(sample), Searcher(sample.config, warm=True))
+    return _cache.setdefault(id(sample), Workspace(sample.config).searcher(warm=True))

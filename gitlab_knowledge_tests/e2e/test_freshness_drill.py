@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.errors import StoreError
-from gitlab_knowledge.search.engine import Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
@@ -94,7 +93,7 @@ class Drill:
         config = load_config(self.config_path)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(c.found is None for c in changes):
-            searcher = Searcher(config)
+            searcher = Workspace(config).searcher()
             for change in changes:
                 try:
                     hits = searcher.search(change.word, Filters(), "lexical", 5).results

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gitlab_knowledge.config import Config
+from gitlab_knowledge.documents.columns import COLUMNS, Column, ColumnType
 from gitlab_knowledge.embeddings import refresh as embeddings
 from gitlab_knowledge.embeddings import vectors
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
@@ -17,7 +18,6 @@ from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.lexical import index as lexical_index
 from gitlab_knowledge.lexical import refresh as lexical
 from gitlab_knowledge.search.engine import Searcher
-from gitlab_knowledge.search.filters import COLUMNS, Column, ColumnType
 from gitlab_knowledge.store.db import read_connection
 from gitlab_knowledge.workspace import Workspace
 
@@ -52,9 +52,9 @@ def _documents(config: Config, project: str | None = None) -> dict[str, tuple[st
 
 
 def _searcher(config: Config) -> Searcher:
-    searcher = Searcher(config)
-    searcher._provider = TinyProvider()
-    return searcher
+    # The configured model embeds the queries: a TinyProvider set on the searcher here never took,
+    # as choosing the table replaced it with the configured model before the first embedding.
+    return Workspace(config).searcher()
 
 
 # -- the lexical index ----------------------------------------------------------------------
@@ -128,8 +128,7 @@ def test_vector_table_of_another_format_is_absent_then_rebuilt(synced, monkeypat
     response = _searcher(synced).search("authentication", mode="hybrid")
     assert response.effective_mode == "lexical" and response.results
     assert any(w.startswith("no embeddings yet for model") for w in response.warnings)
-    warm = Searcher(synced, warm=True)
-    warm._provider = TinyProvider()
+    warm = Workspace(synced).searcher(warm=True)
     assert warm.search("authentication", mode="semantic").effective_mode == "lexical"
 
     workspace = Workspace(synced)

@@ -23,7 +23,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.mcp.local import server_status, socket_path
+from gitlab_knowledge.search.resident_client import server_status, socket_path
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 

@@ -9,7 +9,7 @@ import threading
 
 import jsonschema
 
-from gitlab_knowledge.search.engine import Searcher
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 from gitlab_knowledge_tests.helpers import run_layers
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
@@ -35,16 +35,16 @@ def test_switching_models_never_leaves_search_without_vectors(synced):
 
         def search_all_along() -> None:
             while not stop.is_set():
-                response = Searcher(switched).search("websocket reconnects", limit=3)
+                response = Workspace(switched).searcher().search("websocket reconnects", limit=3)
                 seen.append((response.effective_mode, response.model, tuple(response.warnings)))
 
         searching = threading.Thread(target=search_all_along)
         searching.start()
         try:
             run_layers(keeping, [first], ["document_embeddings"])
-            partial = Searcher(switched).search("websocket reconnects", limit=3)
+            partial = Workspace(switched).searcher().search("websocket reconnects", limit=3)
             run_layers(keeping, [second], ["document_embeddings"])
-            complete = Searcher(switched).search("websocket reconnects", limit=3)
+            complete = Workspace(switched).searcher().search("websocket reconnects", limit=3)
         finally:
             stop.set()
             searching.join(60)
@@ -54,7 +54,7 @@ def test_switching_models_never_leaves_search_without_vectors(synced):
     # Every query was answered from vectors: the old table until the new one was complete.
     assert all(mode == "hybrid" and model in (EMBEDDED, OLLAMA) for mode, model, _ in seen), seen
     # Asked for by name, a model is used as it is (here: its table is complete).
-    assert Searcher(switched, "ollama", "nomic-embed-text").vectors() is not None
+    assert Workspace(switched).searcher(provider="ollama", model="nomic-embed-text").vectors() is not None
 
 
 def _cli(args, config_path):

@@ -151,10 +151,10 @@ def test_a_second_models_table_is_built_beside_the_first(sandbox, synced, provid
         second = vectors(config, "nomic-embed-text", "ollama")
         assert second.name != vectors(config).name
         assert second.count(project)[0] == vectors(config).count(project)[0]
-        from gitlab_knowledge.search.engine import Searcher
+        from gitlab_knowledge.workspace import Workspace
 
-        for searcher in (Searcher(config), Searcher(config, "ollama", "nomic-embed-text")):
-            searcher._provider = ollama if searcher._provider_name == "ollama" else provider
+        fakes = Workspace(config, embedder_factory=lambda _c, name, _m: ollama if name == "ollama" else provider)
+        for searcher in (fakes.searcher(), fakes.searcher(provider="ollama", model="nomic-embed-text")):
             response = searcher.search("redis cache", mode="semantic", limit=5)
             assert response.results and response.effective_mode == "semantic"
         assert response.model == "ollama/nomic-embed-text"

@@ -18,7 +18,7 @@ from gitlab_knowledge.embeddings.provider import Chunk
 from gitlab_knowledge.embeddings.refresh import EmbedStats
 from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.errors import EmbeddingUnavailable
-from gitlab_knowledge.search.engine import Searcher
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.helpers import scalar, shared_instance, workspace
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
@@ -52,7 +52,7 @@ def test_a_provider_answering_nonsense_costs_no_stored_vector(synced, kind):
     assert all(s.embedded == 0 for s in stats)
     assert store.count() == before  # every old vector is still there
     title = scalar(synced, "SELECT title FROM documents WHERE source_type = 'issue' ORDER BY id LIMIT 1")
-    response = Searcher(synced).search(title, mode="semantic")
+    response = Workspace(synced).searcher().search(title, mode="semantic")
     assert response.effective_mode == "semantic" and response.results
 
 
@@ -87,8 +87,9 @@ def test_a_query_vector_of_another_size_falls_back_to_keywords_with_a_warning(sy
         def embed_query(self, text: str) -> np.ndarray:
             return np.ones(512, np.float32) / 512 ** 0.5
 
-    searcher = Searcher(synced, "embedded", EmbeddedProvider.MODEL)  # this model's table, by name
-    searcher._provider = Resized("wrong size")  # the model behind the name now gives 512 dimensions
+    # This model's table, by name; the model behind the name now gives 512 dimensions.
+    searcher = Workspace(synced, embedder_factory=lambda *_: Resized("wrong size")).searcher(
+        provider="embedded", model=EmbeddedProvider.MODEL)
     title = scalar(synced, "SELECT title FROM documents WHERE source_type = 'issue' ORDER BY id LIMIT 1")
     response = searcher.search(title, mode="hybrid")
     assert response.effective_mode == "lexical" and response.results

@@ -227,9 +227,9 @@ def test_a_project_removed_from_the_config_is_purged_with_yes(synced, sandbox, t
         assert scalar(synced, f"SELECT count(*) FROM {table} WHERE project_id = ?", [gone_id]) == 0, table
     assert scalar(synced, "SELECT count(*) FROM documents") == docs_before - gone_docs > 0
 
-    from gitlab_knowledge.search.engine import Searcher  # search finds nothing of it any more
+    from gitlab_knowledge.workspace import Workspace  # search finds nothing of it any more
 
-    results = Searcher(synced).search("the", mode="lexical", limit=50).results
+    results = Workspace(synced).searcher().search("the", mode="lexical", limit=50).results
     assert results and all(r.fields["project"] == keep for r in results)
     assert main(["--config", str(config_path), "sync", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["removed_projects"] == []

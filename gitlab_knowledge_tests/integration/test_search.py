@@ -14,6 +14,7 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.search.engine import UNAVAILABLE, Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.output import render_human, response_json
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 from gitlab_knowledge_tests.helpers import rows, scalar
 
@@ -23,7 +24,7 @@ SCHEMA = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_
 
 @pytest.fixture(scope="session")
 def searcher(sample) -> Searcher:
-    return Searcher(sample.config)
+    return Workspace(sample.config).searcher()
 
 
 def test_golden_queries(sample):
@@ -124,8 +125,9 @@ def test_degrades_to_lexical_when_the_embedding_service_is_down(sample, tmp_path
     from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
     from gitlab_knowledge.embeddings.vectors import VectorStore
 
-    down = Searcher(config, "ollama", "nomic-embed-text")
-    down._provider = OllamaProvider(host="http://127.0.0.1:9", timeout=2)
+    unreachable = OllamaProvider(host="http://127.0.0.1:9", timeout=2)
+    down = Workspace(config, embedder_factory=lambda *_: unreachable).searcher(provider="ollama",
+                                                                            model="nomic-embed-text")
     down._vectors = VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8")  # a table exists
     started = time.monotonic()
     response = down.search("why did we choose redis", limit=5)
@@ -222,7 +224,7 @@ def test_search_works_while_a_writer_holds_the_duckdb_file(sample):
 @pytest.mark.parametrize("filters", [{}, {"types": ["discussion"]}, {"labels": ["auth"], "after": "2024-06-01"},
                                      {"project": "acme/web-app", "exclude_internal": True}])
 def test_in_memory_vectors_rank_exactly_like_the_lancedb_scan(sample, filters):
-    cold, warm = Searcher(sample.config), Searcher(sample.config, warm=True)
+    cold, warm = Workspace(sample.config).searcher(), Workspace(sample.config).searcher(warm=True)
     for query in ("why did we choose redis", "roll back a deploy", "translations"):
         a = cold.search(query, Filters.build(**filters), "semantic", 20, floor=False).results
         b = warm.search(query, Filters.build(**filters), "semantic", 20, floor=False).results

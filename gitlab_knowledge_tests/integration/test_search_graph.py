@@ -46,7 +46,7 @@ class GraphStore:
     closed_issue: int  # an issue (not #234) that the sample says !853 closed
 
     def searcher(self) -> Searcher:
-        return Searcher(self.config)
+        return Workspace(self.config).searcher()
 
 
 def _config(data_dir: Path, **search: int) -> Config:
@@ -183,7 +183,7 @@ def test_participant_covers_authors_assignees_and_reviewers_of_items(graph):
 def test_graph_filters_apply_before_each_retrievers_cut(graph, tmp_path):
     """With the default 50 candidates, the filtered documents the unfiltered top 50 leaves out are
     found all the same: the ids are pushed into both retrievers, not applied to their top 50."""
-    searcher = Searcher(_config(graph.config.data_dir))
+    searcher = Workspace(_config(graph.config.data_dir)).searcher()
     users = {r[0] for r in rows(graph.config, "SELECT DISTINCT author_username FROM notes")}
     user = min(sorted(users), key=lambda u: len(_participant_oracle(graph, u)))
     expected = _participant_oracle(graph, user)
@@ -211,9 +211,9 @@ def test_graph_filters_compose_with_each_other_and_the_column_filters(graph, mod
 
 def test_the_in_memory_vectors_and_the_complement_agree_with_the_lancedb_set(graph):
     """The warm path masks by the same ids; a set pushed as its complement matches the same documents."""
-    filters, _ = resolve(graph.config, Filters.build(participant="johndoe"))
+    filters, _ = resolve(Workspace(graph.config), Filters.build(participant="johndoe"))
     complement = filters.resolved(frozenset(graph.docs - filters.doc_ids), complement=True)
-    cold, warm = graph.searcher(), Searcher(graph.config, warm=True)
+    cold, warm = graph.searcher(), Workspace(graph.config).searcher(warm=True)
     expected = _participant_oracle(graph, "johndoe")
     for searcher in (cold, warm):
         for pushed in (filters, complement):
@@ -229,7 +229,7 @@ def test_a_set_larger_than_half_the_store_is_pushed_as_its_complement(graph, mon
     # Every MR on the path and every thread: more than half of the documents, by construction here.
     monkeypatch.setitem(graph_filters.RESOLVERS, "path", (
         "SELECT id FROM documents WHERE source_type <> 'issue'", lambda _path: {}, graph_filters._path_empty))
-    filters, warnings = resolve(graph.config, Filters.build(path="anything"))
+    filters, warnings = resolve(Workspace(graph.config), Filters.build(path="anything"))
     assert filters.complement and not warnings
     assert filters.doc_ids == {d for d in graph.docs if d.startswith("issue:")}
     found = _ids(graph.searcher().search("the", filters, "semantic", 500, floor=False))
@@ -323,7 +323,7 @@ def test_cli_flags_json_and_bad_input(graph):
 def test_on_the_synced_sample_the_mr_that_closes_234_follows_it(sample):
     """The graph as the pipeline builds it from the sample (no rows written by this test): !847's
     description closes #234 and changes services/auth/jwt.py."""
-    searcher = Searcher(sample.config)
+    searcher = Workspace(sample.config).searcher()
     top = [(r.fields["project"], r.fields["source_type"], r.fields["iid"], r.match)
            for r in searcher.search("#234", limit=3).results]
     assert top[0] == (PLATFORM, "issue", 234, "exact_reference")

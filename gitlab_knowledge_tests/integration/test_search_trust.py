@@ -12,6 +12,7 @@ import pytest
 from gitlab_knowledge.search.engine import Searcher
 from gitlab_knowledge.search.output import render_human, response_json
 from gitlab_knowledge.search.similar import similar
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 from gitlab_knowledge_tests.helpers import rows
 
@@ -28,7 +29,7 @@ NONSENSE = ["xyznonexistent123", "qwpeoiruty zmxncbv", "asdkjh 83742 lkjq", "a8f
 
 @pytest.fixture(scope="module")
 def searcher(sample) -> Searcher:
-    return Searcher(sample.config)
+    return Workspace(sample.config).searcher()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -15,8 +15,8 @@ from gitlab_knowledge.errors import ConfigError, UsageError
 from gitlab_knowledge.mcp import digest
 from gitlab_knowledge.mcp.bounds import cut
 from gitlab_knowledge.mcp.comments import CommentsRequest, Source, comment, envelope
-from gitlab_knowledge.mcp.local import request_of, socket_path
 from gitlab_knowledge.mcp.tools import schema
+from gitlab_knowledge.search.resident_client import request_of, socket_path
 from gitlab_knowledge_tests.conftest import REPO
 
 FIXTURES = REPO / "gitlab_knowledge_tests" / "fixtures" / "gitlab-api" / "discussions"

@@ -5,12 +5,14 @@ import json
 
 import pytest
 
+from gitlab_knowledge.documents.columns import COLUMN
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.lexical.analysis import identifier_terms, query_words, references, word_analyzer
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.__main__ import build_parser
-from gitlab_knowledge.search.filters import COLUMN, FILTERS, Filters, Match
+from gitlab_knowledge.search.filters import FILTERS, Filters, Match
 from gitlab_knowledge.search.graph_filters import RESOLVERS
+from gitlab_knowledge.search.lexical_retriever import filter_queries
 from gitlab_knowledge.search.rrf import normalized, rrf
 from gitlab_knowledge.search.semantic import SQL, MemoryVectors, where_clause
 from gitlab_knowledge.search.snippets import make_snippet
@@ -101,8 +103,8 @@ def test_filters_derive_from_one_registry(tmp_path):
     assert [spec.name for spec, _ in built.active()] == [s.name for s in FILTERS]
     index = LexicalIndex(tmp_path / "tantivy", create=True)
     with pytest.raises(AssertionError, match="unresolved"):
-        index.filter_queries(built)
-    clauses = index.filter_queries(built.resolved(frozenset({"issue:1"})))
+        filter_queries(index, built)
+    clauses = filter_queries(index, built.resolved(frozenset({"issue:1"})))
     # One clause per filter, except that --after and --before make one range, each label is a term
     # and the graph filters are one set of ids.
     assert len(clauses) == len(FILTERS) - 1 + (len(EVERY_FILTER["labels"]) - 1) - 1

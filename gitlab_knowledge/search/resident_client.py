@@ -65,7 +65,7 @@ _ANSWERED = {"query", "mode", "limit", "model", "json", "explain", "config"}
 
 def request_of(args: argparse.Namespace, color: bool) -> dict[str, Any] | None:
     """What the search command asks the server, or None when it uses a flag the server cannot honour."""
-    from gitlab_knowledge.search.__main__ import build_parser
+    from gitlab_knowledge.search.arguments import build_parser
     from gitlab_knowledge.search.filters import FILTERS
 
     filters = {spec.name: getattr(args, spec.dest) for spec in FILTERS}

@@ -1,0 +1,115 @@
+"""The document metadata both indexes carry, declared once (COLUMNS).
+
+Every document carries these columns from the DuckDB `documents` table into the vector table
+(embeddings/vectors.py `vector_schema`, `metadata_of`) and the lexical index (lexical/index.py
+`build_schema`, `document`, `stored_fields`); documents/stage.py copies them out of DuckDB, and
+both retrievers hand them on as one `DocFields` record (derived from COLUMNS). Search filters on
+them and shows them: search/filters.py declares the filters, each reading one column.
+
+A new filter on a new column touches these files (test_search_registry exercises the derivations):
+
+1. this file: a `Column` in COLUMNS (a new column changes the vector and lexical layouts: both
+   notice it and rebuild themselves on the next sync);
+2. search/filters.py: its `FilterSpec` in FILTERS and the matching `Filters` field;
+3. documents/build.py: the `Document` field that fills the column, and the field in `metadata()`
+   so that `meta_hash` changes and both indexes rewrite the documents whose value changed;
+4. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
+   watermark in `layer_state`, so that existing documents are rebuilt with it);
+5. documents/refresh.py: the column in the `documents` insert;
+6. search/schema.json: its key under `filters`, when the filter is reported (`describe`);
+7. mcp/tools.py: its property in `SEARCH_INPUT` and its keyword in `search()`, for agents to use it.
+
+So seven, six of them runtime; only the first two are registries. Items 5-7 are written by hand
+today: the documents insert, the JSON schema and the MCP input schema could derive from these
+registries, which would leave four (the two registries, the document builder and a migration).
+"""
+
+from dataclasses import dataclass, make_dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class ColumnType(StrEnum):
+    TEXT = "text"
+    TEXT_LIST = "text_list"
+    INT = "int"
+    TIMESTAMP = "timestamp"
+    BOOL = "bool"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str  # in the vector table, the lexical index and a result's fields
+    source: str  # the `documents` column it is copied from
+    type: ColumnType
+    lexical_field: str | None = None  # the Tantivy field, when `name` is taken by a scoring field
+
+    @property
+    def field(self) -> str:
+        return self.lexical_field or self.name
+
+
+# In the vector table's column order: a reordering would change its layout and rebuild it.
+COLUMNS: tuple[Column, ...] = (
+    Column("source_type", "source_type", ColumnType.TEXT),
+    Column("project", "project_path", ColumnType.TEXT),
+    Column("parent_type", "parent_type", ColumnType.TEXT),
+    Column("iid", "parent_iid", ColumnType.INT),
+    Column("title", "title", ColumnType.TEXT, lexical_field="parent_title"),
+    Column("url", "url", ColumnType.TEXT),
+    Column("author", "author_username", ColumnType.TEXT),
+    Column("labels", "labels", ColumnType.TEXT_LIST),
+    Column("state", "state", ColumnType.TEXT),
+    Column("created_at", "created_at", ColumnType.TIMESTAMP),
+    Column("updated_at", "updated_at", ColumnType.TIMESTAMP),
+    Column("confidential", "confidential", ColumnType.BOOL),
+    Column("internal", "internal", ColumnType.BOOL),
+)
+COLUMN = {c.name: c for c in COLUMNS}
+DOC_ID = "doc_id"  # the document id in both indexes (not a metadata column: each index's own)
+
+
+def column_value(column: Column, doc: dict[str, Any]) -> Any:
+    """A documents-table row's value of `column`, as the indexes store it."""
+    value = doc[column.source]
+    if column.type is ColumnType.TEXT_LIST:
+        return list(value or [])
+    if column.type is ColumnType.BOOL:
+        return bool(value)
+    return value
+
+
+# The Python type of each kind of column, as both indexes return it (a missing text is None).
+PYTHON_TYPES: dict[ColumnType, Any] = {
+    ColumnType.TEXT: str | None,
+    ColumnType.TEXT_LIST: list[str],
+    ColumnType.INT: int | None,
+    ColumnType.TIMESTAMP: datetime | None,
+    ColumnType.BOOL: bool,
+}
+
+
+class _ByName:
+    """Read a column by its registry name as well (`fields["url"]`): how results were read when
+    they were dicts, and how code that walks the registry reads them."""
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return getattr(self, name, default)
+
+
+def record_type(columns: tuple[Column, ...]) -> type:
+    """A frozen dataclass of a document's id and `columns`, each typed by its ColumnType."""
+    return make_dataclass("DocFields", [(DOC_ID, str), *((c.name, PYTHON_TYPES[c.type]) for c in columns)],
+                          bases=(_ByName,), frozen=True,
+                          namespace={"__doc__": "A document's id and metadata columns, as a search result carries them.",
+                                     "__module__": __name__})
+
+
+DocFields = record_type(COLUMNS)
