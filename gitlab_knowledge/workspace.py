@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge.config import Config, load_config
-from gitlab_knowledge.sync.progress import LogProgress, SyncProgress
+from gitlab_knowledge.progress import LogProgress, SyncProgress
 
 if TYPE_CHECKING:
     import duckdb
@@ -82,7 +82,7 @@ def real_gitlab(config: Config) -> "GitLabClient":
 
 
 def real_embedder(config: Config, provider: str | None = None, model: str | None = None) -> "EmbeddingProvider":
-    from gitlab_knowledge.embeddings.provider import get_provider
+    from gitlab_knowledge.embeddings.providers import get_provider
 
     return get_provider(config, provider, model)
 

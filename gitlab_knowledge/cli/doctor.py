@@ -97,7 +97,7 @@ def _permissions_check(config: Config) -> Check:
 
 
 def _embedding_check(config: Config) -> Check:
-    from gitlab_knowledge.embeddings.provider import get_provider
+    from gitlab_knowledge.embeddings.providers import get_provider
 
     try:
         return Check("embeddings", "ok", get_provider(config).check())

@@ -121,7 +121,7 @@ def _section(title: str, entries: list[dict[str, Any]], line: Callable[[dict[str
 
 
 def me_cmd(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.graph.queries import me
+    from gitlab_knowledge.graph.people import me
     from gitlab_knowledge.workspace import Workspace
 
     result = me(Workspace(config), args.user, args.since, args.project)
@@ -147,7 +147,7 @@ def me_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def person_cmd(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.graph.queries import person
+    from gitlab_knowledge.graph.people import person
     from gitlab_knowledge.workspace import Workspace
 
     result = person(Workspace(config), args.user, args.project, args.since, args.limit)

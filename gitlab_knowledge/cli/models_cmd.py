@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def models_list(config: Config) -> dict:
     """What `models list` reports: every vector table against the documents in the store."""
-    from gitlab_knowledge.embeddings.provider import get_provider
+    from gitlab_knowledge.embeddings.providers import get_provider
     from gitlab_knowledge.embeddings.tables import as_dict, list_tables
     from gitlab_knowledge.workspace import Workspace
 
@@ -54,7 +54,7 @@ def models_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def _drop(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.embeddings.provider import get_provider
+    from gitlab_knowledge.embeddings.providers import get_provider
     from gitlab_knowledge.embeddings.tables import drop_table
 
     if not args.model:

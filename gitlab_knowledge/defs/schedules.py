@@ -5,7 +5,8 @@ import dagster as dg
 from gitlab_knowledge.defs.checks import projects_synced_recently
 from gitlab_knowledge.defs.jobs import QUIET_LOGS, sync_project_job
 from gitlab_knowledge.defs.partitions import ensure_partitions
-from gitlab_knowledge.defs.sensors import PROJECT_TAG, SCHEDULE_STATUS, TRIGGER_TAG
+from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG
+from gitlab_knowledge.defs.sensors import SCHEDULE_STATUS
 from gitlab_knowledge.layers import RAW
 from gitlab_knowledge.workspace import Workspace
 

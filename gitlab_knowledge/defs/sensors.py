@@ -14,6 +14,7 @@ import dagster as dg
 
 from gitlab_knowledge.defs.jobs import sync_project_job
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
+from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG, reap_dead_runs
 from gitlab_knowledge.errors import StoreBusyError
 from gitlab_knowledge.workspace import Workspace
 
@@ -25,8 +26,6 @@ REAPER_INTERVAL_SECONDS = min(60, INTERVAL_SECONDS)
 AUTOMATION_ON = os.environ.get("GITLAB_KNOWLEDGE_AUTOMATION", "on").strip().lower() not in ("off", "0", "false", "no")
 SENSOR_STATUS = dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultSensorStatus.STOPPED
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
-TRIGGER_TAG = "gitlab_knowledge/trigger"
-PROJECT_TAG = "gitlab_knowledge/project"
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED]
 
@@ -99,7 +98,6 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
                 "dead CLI sync or a force-terminated run never blocks the runs behind it.",
 )
 def dead_run_reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-    from gitlab_knowledge.defs.runner import reap_dead_runs
 
     reaped = reap_dead_runs(context.instance)
     for run_id in reaped:

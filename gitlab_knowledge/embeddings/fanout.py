@@ -41,7 +41,7 @@ from gitlab_knowledge.embeddings.refresh import (
     plan_documents,
 )
 from gitlab_knowledge.embeddings.vectors import checked_rows, table_name
-from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
+from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.workspace import Workspace, private_dir
 
 STAGING = "embed-staging"  # under the data directory: every worker mounts it

@@ -1,11 +1,9 @@
-"""The embedding provider interface, and picking one from the config."""
+"""The embedding provider interface (embeddings/providers.py picks one from the config)."""
 
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
-from gitlab_knowledge.config import Config
 
 
 @dataclass
@@ -32,21 +30,3 @@ class EmbeddingProvider(Protocol):
     def check(self) -> str:
         """A one-line description of a working provider, or EmbeddingUnavailable."""
         ...
-
-
-def get_provider(config: Config, provider: str | None = None, model: str | None = None) -> EmbeddingProvider:
-    name = provider or config.embedding.provider
-    chosen_model = model or (config.embedding.model if name == config.embedding.provider else None)
-    if name == "ollama":
-        from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
-
-        return OllamaProvider(host=config.embedding.ollama_host, model=chosen_model or OllamaProvider.DEFAULT_MODEL,
-                              timeout=config.embedding.timeout, batch_size=config.embedding.batch_size)
-    from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
-
-    if chosen_model and chosen_model != EmbeddedProvider.MODEL:
-        from gitlab_knowledge.errors import ConfigError
-
-        raise ConfigError(f"config field embedding.model: the embedded provider has one model, "
-                          f"{EmbeddedProvider.MODEL!r}, not {chosen_model!r}")
-    return EmbeddedProvider()

@@ -28,7 +28,7 @@ from gitlab_knowledge.errors import EmbeddingUnavailable
 from gitlab_knowledge.freshness import EntryState, compare
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import EMBEDDINGS
-from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
+from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 

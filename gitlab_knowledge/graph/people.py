@@ -15,7 +15,6 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.answers import Changes, Me, Person
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
-from gitlab_knowledge.sync.identity import recorded_username
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
@@ -73,6 +72,13 @@ def _item_of(kind: kinds.Kind) -> str:
 
 
 # -- me -----------------------------------------------------------------------------------------
+
+
+def recorded_username(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str | None:
+    """The token's user as last recorded for this GitLab (a user recorded for another URL may be
+    someone else)."""
+    row = con.execute("SELECT username FROM gitlab_identity WHERE gitlab_url = ?", [gitlab_url]).fetchone()
+    return row[0] if row else None
 
 
 def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:

@@ -17,7 +17,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import NoteNotStored, resolve
-from gitlab_knowledge.graph.answers import History, Me, Person, Related
+from gitlab_knowledge.graph.answers import History, Related
 from gitlab_knowledge.graph.paths import repo_path
 from gitlab_knowledge.store.queries import check_project
 from gitlab_knowledge.workspace import Workspace
@@ -325,24 +325,3 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
                         "closes": [{k: c[k] for k in ("reference", "title", "state", "url")} for c in closes],
                         "threads": _threads(con, hit["threads"])})
     return History(path=base, project=project, total=len(hits), renames=renames, merge_requests=out)
-
-
-# -- people (graph/people.py) -------------------------------------------------------------------
-# people.py builds on the helpers above, so it is imported when called: importing it here at the
-# top would be a cycle.
-
-
-def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
-       project: str | None = None) -> Me:
-    """What needs the user's attention (the token's user unless named), and what changed on their items."""
-    from gitlab_knowledge.graph import people
-
-    return people.me(workspace, user, since, project)
-
-
-def person(workspace: Workspace, user: str, project: str | None = None, since: datetime | None = None,
-           limit: int = 20) -> Person:
-    """What a person authored, reviewed, commented on and was assigned; their labels, paths and activity."""
-    from gitlab_knowledge.graph import people
-
-    return people.person(workspace, user, project, since, limit)

@@ -1,6 +1,6 @@
 """The knowledge-graph tools: `related`, `file_history`, `me`.
 
-Each calls the function its CLI command calls (graph/queries.py) and returns that command's --json
+Each calls the function its CLI command calls (graph/queries.py, graph/people.py) and returns that command's --json
 document, validated by the same schema (cli/schemas/<name>.json), plus a short text rendering. The
 reads go through a workspace that sees only what agents may see (store/visibility.py), so a
 confidential issue or an internal note never reaches an answer without the config's opt-in.
@@ -166,11 +166,11 @@ def _since(value: Any) -> datetime | None:
 
 
 async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    from gitlab_knowledge.graph import queries
+    from gitlab_knowledge.graph import people
 
     since = _since(args.get("since"))
     try:
-        out = (await asyncio.to_thread(queries.me, ctx.workspace(visible_only=True), args.get("user") or None,
+        out = (await asyncio.to_thread(people.me, ctx.workspace(visible_only=True), args.get("user") or None,
                                        since, args.get("project") or None)).as_dict()
     except UsageError as exc:
         raise for_agent(exc) from None

@@ -33,13 +33,13 @@ from typing import Any
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, NotFoundError, first_error
 from gitlab_knowledge.gitlab.client import GitLabClient, Page
+from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.sync import files, listing, runs, writes
 from gitlab_knowledge.sync.identity import refresh_identity
 from gitlab_knowledge.sync.parents import Parent, fetch_threads
 from gitlab_knowledge.sync.pipeline import PagePipeline
-from gitlab_knowledge.sync.progress import NullProgress, SyncProgress
 from gitlab_knowledge.sync.stats import RawStats, ResourceStats, SyncResult
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace

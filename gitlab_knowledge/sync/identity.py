@@ -1,4 +1,5 @@
-"""Who the token belongs to, recorded by the sync so `me` needs no `--user` and no API call.
+"""Who the token belongs to, recorded by the sync so `me` needs no `--user` and no API call
+(graph/people.py reads the record).
 
 `GET /user` is asked at most once an hour per GitLab (the token rarely changes hands, and a
 sync every few minutes should not spend a call on it each time). A token that may not read its
@@ -10,8 +11,6 @@ import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import duckdb
-
 from gitlab_knowledge.errors import AuthError, GitLabError
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.timeutil import utcnow
@@ -22,13 +21,6 @@ if TYPE_CHECKING:  # `me` reads the record without loading the HTTP client
 
 REFRESH_AFTER = timedelta(hours=1)
 log = logging.getLogger(__name__)
-
-
-def recorded_username(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str | None:
-    """The token's user as last recorded for this GitLab (a user recorded for another URL may be
-    someone else)."""
-    row = con.execute("SELECT username FROM gitlab_identity WHERE gitlab_url = ?", [gitlab_url]).fetchone()
-    return row[0] if row else None
 
 
 async def refresh_identity(workspace: Workspace, client: "GitLabClient") -> None:

@@ -138,7 +138,7 @@ flags = st.lists(st.one_of(
 @pytest.fixture(scope="module")
 def shared_embedder() -> Iterator[None]:
     """One loaded embedded model for every search of the module (each CLI call would load its own)."""
-    from gitlab_knowledge.embeddings import provider as provider_module
+    from gitlab_knowledge.embeddings import providers as provider_module
 
     real, loaded = provider_module.get_provider, {}
 

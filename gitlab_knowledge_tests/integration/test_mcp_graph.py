@@ -17,7 +17,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.graph import queries
+from gitlab_knowledge.graph import people, queries
 from gitlab_knowledge.mcp.bounds import GRAPH_LIST
 from gitlab_knowledge.mcp.tools import schema
 from gitlab_knowledge.workspace import Workspace
@@ -147,8 +147,8 @@ def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[
         queries.related(workspace, "acme/platform#234").as_dict(),
         queries.history(workspace, "services/auth/jwt.py", "acme/platform").as_dict(),
         queries.history(workspace, "./services/", None, 3).as_dict(),
-        queries.me(workspace, "johndoe", since).as_dict(),
-        queries.me(workspace, "sam.okafor", since, "acme/platform").as_dict(),
+        people.me(workspace, "johndoe", since).as_dict(),
+        people.me(workspace, "sam.okafor", since, "acme/platform").as_dict(),
     ]
     results = opted_in[1]
     for (name, _), result, want in zip(CALLS, results, expected, strict=False):
@@ -163,7 +163,7 @@ def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[
     secret = answer(opted_in[1][len(CALLS)], schema("cli/schemas/related.json"))
     assert secret["item"]["reference"] == "acme/platform#215"
     # A list past GRAPH_LIST keeps its newest entries, and the text says how many there were.
-    everything = queries.me(workspace, "johndoe", datetime.fromisoformat("2000-01-01")).as_dict()
+    everything = people.me(workspace, "johndoe", datetime.fromisoformat("2000-01-01")).as_dict()
     capped = answer(results[9], schema("cli/schemas/me.json"))
     assert len(everything["changes"]["notes"]) > GRAPH_LIST
     assert capped["changes"]["notes"] == everything["changes"]["notes"][:GRAPH_LIST]

@@ -15,7 +15,7 @@ import pytest
 from gitlab_knowledge.config import Config, parse_config
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.ollama_provider import EXCERPT_CHARS, OllamaProvider
-from gitlab_knowledge.embeddings.provider import get_provider
+from gitlab_knowledge.embeddings.providers import get_provider
 from gitlab_knowledge.errors import EmbeddingUnavailable
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama, fake_embedding
 

@@ -12,15 +12,8 @@ import dagster as dg
 import pytest
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from gitlab_knowledge.defs.runner import (
-    HOST_TAG,
-    PID_TAG,
-    PROCESS_START_TAG,
-    TRIGGER_TAG,
-    dagster_instance,
-    reap_dead_runs,
-    run_sync,
-)
+from gitlab_knowledge.defs.run_slots import HOST_TAG, PID_TAG, PROCESS_START_TAG, TRIGGER_TAG, reap_dead_runs
+from gitlab_knowledge.defs.runner import dagster_instance, run_sync
 from gitlab_knowledge.errors import SyncInProgressError
 from gitlab_knowledge.layers import DUCKDB_POOL
 from gitlab_knowledge.sync.runs import HOSTNAME, process_start

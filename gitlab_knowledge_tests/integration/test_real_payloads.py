@@ -103,7 +103,7 @@ def test_a_thread_repeated_in_one_response_is_stored_once(sandbox, config_for, c
 
 
 def test_malformed_items_are_rejected_by_name_and_the_rest_of_the_page_kept(synced, sandbox, capsys) -> None:
-    from gitlab_knowledge.sync.progress import LogProgress
+    from gitlab_knowledge.progress import LogProgress
 
     config = synced
     project = first_project(sandbox)

@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.graph.people import mentions_user
-from gitlab_knowledge.graph.queries import history, me, person, related
+from gitlab_knowledge.graph.people import me, mentions_user, person
+from gitlab_knowledge.graph.queries import history, related
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import store_config

@@ -1,0 +1,85 @@
+"""Which Dagster runs hold the store's pool slots, and freeing the slots of runs that died.
+
+A run the CLI starts is tagged with its process (PID, host, start time), so that a later command or
+the reaper sensor can tell a live run from one whose process was killed, and give back the pool
+slots it held; a command refuses at once while a live run holds them.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+
+from gitlab_knowledge.errors import SyncInProgressError
+from gitlab_knowledge.sync.runs import HOSTNAME, process_alive
+
+PROJECT_TAG = "gitlab_knowledge/project"
+TRIGGER_TAG = "gitlab_knowledge/trigger"
+PID_TAG = "gitlab_knowledge/pid"
+HOST_TAG = "gitlab_knowledge/host"
+PROCESS_START_TAG = "gitlab_knowledge/process_start"
+
+def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Fail the in-process runs whose process died (kill -9, a crash) and give back every pool
+    slot state they left: claimed slots, and steps queued for a slot, whether or not a slot was
+    already assigned to them. Nothing else does it for a run the CLI started (Dagster's run
+    monitoring watches the runs its own launcher started), and a slot held by a dead run, or
+    assigned to a dead run's waiting step, makes every later run of the pool wait forever."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+
+    reaped = []
+    live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
+    for run in instance.get_runs(RunsFilter(statuses=live, tags={TRIGGER_TAG: "cli"})):
+        pid = run.tags.get(PID_TAG, "")
+        if run.tags.get(HOST_TAG) != HOSTNAME or not pid.isdigit():
+            continue
+        if process_alive(int(pid), run.tags.get(PROCESS_START_TAG) or None) is False:
+            instance.report_run_failed(run, f"the process running this sync (PID {pid}) ended without finishing: "
+                                            "killed or crashed; the next sync resumed from the cursor")
+            reaped.append(run.run_id)
+    terminal = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+    storage = instance.event_log_storage
+    for run_id in _pool_run_ids(instance):
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.status in terminal:
+            storage.free_concurrency_slots_for_run(run_id)  # its claimed slots and its queued steps
+    return reaped
+
+
+def _pool_run_ids(instance: dg.DagsterInstance) -> dict[str, str]:
+    """run id -> pool, for every run holding a pool slot or queued for one."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return {}
+    out: dict[str, str] = {}
+    for pool in storage.get_concurrency_keys():
+        info = storage.get_concurrency_info(pool)
+        for run_id in [s.run_id for s in info.claimed_slots] + [s.run_id for s in info.pending_steps]:
+            out.setdefault(run_id, pool)
+    return out
+
+
+def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> None:
+    """Refuse at once (`SyncInProgressError`, exit 5) while another live run holds or waits for a
+    pool slot, or runs one of `projects`. Started anyway, this run's first step would wait in the
+    pool's queue for as long as the other run takes, and Dagster's in-process executor waits
+    there in a busy loop that no Ctrl-C reaches. Call after `reap_dead_runs`: what is left is alive."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+
+    live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
+    for project in projects:
+        for run in instance.get_runs(RunsFilter(statuses=live, tags={"dagster/partition": project}), limit=1):
+            raise SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
+                                      f"{_started_by(run)}): try again when it finishes")
+    for run_id, pool in _pool_run_ids(instance).items():
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.status in live:
+            raise SyncInProgressError(f"another run is writing the store (Dagster run {run_id}, "
+                                      f"{run.tags.get(PROJECT_TAG) or run.tags.get('dagster/partition') or run.job_name}, "
+                                      f"{_started_by(run)}, pool {pool}): try again when it finishes")
+
+
+def _started_by(run: Any) -> str:
+    if run.tags.get(TRIGGER_TAG) == "cli":
+        return f"a CLI command, PID {run.tags.get(PID_TAG, '?')}"
+    return "started from Dagster (UI, sensor or schedule)"
