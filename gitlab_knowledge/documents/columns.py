@@ -9,7 +9,7 @@ the Document has no field of that name), hashes them (`metadata()`, `meta_hash`)
 documents/refresh.py inserts them, all by walking COLUMNS. Search filters on them and shows them:
 search/filters.py declares the filters, each reading one column.
 
-A new filter on a new column touches three files (test_search_registry exercises the rest):
+A new filter on a new column is written in three files (test_search_registry exercises the rest):
 
 1. this file: a `Column` in COLUMNS, with `take` reading its value from what the document builder
    has (`Source`: the issue/MR row, every column of its table, and a thread's notes). A new column
@@ -18,12 +18,16 @@ A new filter on a new column touches three files (test_search_registry exercises
    themselves on the next sync;
 2. search/filters.py: its `FilterSpec` in FILTERS and the matching `Filters` field (the CLI flag,
    both retrievers' clauses, the MCP search tool's argument and the JSON output's key derive from
-   the spec; search/schema.json's `filters` is regenerated from FILTERS, see search/filter_schemas.py);
+   the spec);
 3. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
    watermark in `layer_state`, so that existing documents are rebuilt with it).
 
-A value the issue/MR row does not hold yet is first a column of a normalized table (the recipe in
-store/migrations.py), which is not a document column's concern.
+A filter reported in the JSON output (`describe`) also changes a fourth file without writing it:
+search/schema.json, whose `filters` `scripts/write_filter_schema.py` regenerates from FILTERS (the
+published contract lists every key; test_search_registry fails until it is regenerated).
+
+A value the issue/MR row does not hold yet is first a column of a normalized table: a change of the
+normalized layer, before this one (its recipe is in store/migrations.py).
 """
 
 from collections.abc import Callable, Mapping, Sequence

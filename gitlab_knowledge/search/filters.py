@@ -13,9 +13,10 @@ FILTERS:
   of search/schema.json, which is regenerated from FILTERS (a test fails while it is not).
 
 `Filters` is written out (one typed field per FilterSpec, in FILTERS' order, defaulting to the
-spec's `empty`); test_search_registry holds the two together. A new filter on a new column touches
-three files (documents/columns.py lists them). A filter on a column already carried is a
-`FilterSpec` and its `Filters` field here (and search/schema.json regenerated, when it is described).
+spec's `empty`); test_search_registry holds the two together. A new filter on a new column is
+written in three files, and search/schema.json regenerated (documents/columns.py lists them). A
+filter on a column already carried is a `FilterSpec` and its `Filters` field here, and
+search/schema.json regenerated when it is described (`scripts/write_filter_schema.py`).
 A new kind of matching (a new `Match`) also needs its translations in search/semantic.py and
 search/lexical_retriever.py, and its JSON Schemas in search/filter_schemas.py.
 
