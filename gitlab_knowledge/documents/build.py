@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.documents.columns import COLUMNS, ColumnType, Source
 
 # The version of what this module writes (BUILDER_VERSION) and of how the embedding providers cut
 # a document into windows (CHUNKING_VERSION: embeddings/embedded.py's WINDOW and OVERLAP). Bump
@@ -75,6 +76,8 @@ class Document:
     truncated: bool
     raw_payload_ids: list[int] = field(default_factory=list)
     sync_run_id: int | None = None
+    # The values of the columns declared with a `take` (documents/columns.py), by `source`.
+    taken: dict[str, Any] = field(default_factory=dict)
 
     @property
     def content_hash(self) -> str:
@@ -88,15 +91,20 @@ class Document:
     def token_count(self) -> int:
         return -(-len(self.content_text) // CHARS_PER_TOKEN)
 
+    def columns(self) -> dict[str, Any]:
+        """The document's value of every column in COLUMNS, by `documents` column (`source`)."""
+        return {c.source: self.taken[c.source] if c.take else getattr(self, c.source) for c in COLUMNS}
+
     def metadata(self) -> dict[str, Any]:
-        """What search filters on and shows, besides the text."""
-        return {
-            "source_type": self.source_type, "project_path": self.project_path, "parent_type": self.parent_type,
-            "parent_iid": self.parent_iid, "title": self.title, "author_username": self.author_username,
-            "labels": sorted(self.labels), "state": self.state, "created_at": self.created_at,
-            "updated_at": self.updated_at, "url": self.url, "confidential": self.confidential,
-            "internal": self.internal,
-        }
+        """What search filters on and shows, besides the text: its columns, lists in sorted order
+        (the labels' order is not a change)."""
+        values = self.columns()
+        return {c.source: sorted(values[c.source] or ()) if c.type is ColumnType.TEXT_LIST else values[c.source]
+                for c in COLUMNS}
+
+
+def _taken(source: Source) -> dict[str, Any]:
+    return {c.source: c.take(source) for c in COLUMNS if c.take}
 
 
 def sha256(text: str) -> str:
@@ -152,6 +160,7 @@ def parent_document(kind: str, parent: dict[str, Any], project_path: str, raw_pa
         url=parent.get("web_url"), confidential=bool(parent.get("confidential")), internal=False,
         content_text=text, truncated=body != description,
         raw_payload_ids=[raw_payload_id] if raw_payload_id is not None else [], sync_run_id=sync_run_id,
+        taken=_taken(Source(kind, parent)),
     )
 
 
@@ -186,7 +195,7 @@ def thread_document(kind: str, parent: dict[str, Any], thread: dict[str, Any], n
         url=kinds.note_url(url, first['id']) if url else None, confidential=bool(parent.get("confidential")),
         internal=any(bool(n.get("internal")) for n in notes), content_text=text, truncated=truncated,
         raw_payload_ids=[i for i in (parent_raw_id, thread.get("raw_payload_id")) if i is not None],
-        sync_run_id=sync_run_id,
+        sync_run_id=sync_run_id, taken=_taken(Source(kind, parent, notes)),
     )
 
 

@@ -3,27 +3,34 @@
 Every document carries these columns from the DuckDB `documents` table into the vector table
 (embeddings/vectors.py `vector_schema`, `metadata_of`) and the lexical index (lexical/index.py
 `build_schema`, `document`, `stored_fields`); documents/stage.py copies them out of DuckDB, and
-both retrievers hand them on as one `DocFields` record (derived from COLUMNS). Search filters on
-them and shows them: search/filters.py declares the filters, each reading one column.
+both retrievers hand them on as one `DocFields` record (derived from COLUMNS). The document
+builder takes each column's value (documents/build.py `Document.columns`, by `Column.take` when
+the Document has no field of that name), hashes them (`metadata()`, `meta_hash`) and
+documents/refresh.py inserts them, all by walking COLUMNS. Search filters on them and shows them:
+search/filters.py declares the filters, each reading one column.
 
-A new filter on a new column touches these files (test_search_registry exercises the derivations):
+A new filter on a new column is written in three files (test_search_registry exercises the rest):
 
-1. this file: a `Column` in COLUMNS (a new column changes the vector and lexical layouts: both
-   notice it and rebuild themselves on the next sync);
-2. search/filters.py: its `FilterSpec` in FILTERS and the matching `Filters` field;
-3. documents/build.py: the `Document` field that fills the column, and the field in `metadata()`
-   so that `meta_hash` changes and both indexes rewrite the documents whose value changed;
-4. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
-   watermark in `layer_state`, so that existing documents are rebuilt with it);
-5. documents/refresh.py: the column in the `documents` insert;
-6. search/schema.json: its key under `filters`, when the filter is reported (`describe`);
-7. mcp/tools.py: its property in `SEARCH_INPUT` and its keyword in `search()`, for agents to use it.
+1. this file: a `Column` in COLUMNS, with `take` reading its value from what the document builder
+   has (`Source`: the issue/MR row, every column of its table, and a thread's notes). A new column
+   changes the document's metadata, so `meta_hash` changes and both indexes rewrite the documents
+   whose value changed; it changes the vector and lexical layouts too: both notice it and rebuild
+   themselves on the next sync;
+2. search/filters.py: its `FilterSpec` in FILTERS and the matching `Filters` field (the CLI flag,
+   both retrievers' clauses, the MCP search tool's argument and the JSON output's key derive from
+   the spec);
+3. store/migrations.py: a migration adding the column to `documents` (and resetting the documents
+   watermark in `layer_state`, so that existing documents are rebuilt with it).
 
-So seven, six of them runtime; only the first two are registries. Items 5-7 are written by hand
-today: the documents insert, the JSON schema and the MCP input schema could derive from these
-registries, which would leave four (the two registries, the document builder and a migration).
+A filter reported in the JSON output (`describe`) also changes a fourth file without writing it:
+search/schema.json, whose `filters` `scripts/write_filter_schema.py` regenerates from FILTERS (the
+published contract lists every key; test_search_registry fails until it is regenerated).
+
+A value the issue/MR row does not hold yet is first a column of a normalized table: a change of the
+normalized layer, before this one (its recipe is in store/migrations.py).
 """
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, make_dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -39,11 +46,24 @@ class ColumnType(StrEnum):
 
 
 @dataclass(frozen=True)
+class Source:
+    """What the document builder has when it takes a column's value: the issue or MR row (every
+    column of its table) and, for a thread's document, the thread's notes in order."""
+
+    kind: str  # the parent's kind: issue | merge_request
+    parent: Mapping[str, Any]
+    notes: Sequence[Mapping[str, Any]] = ()  # empty for the issue's or MR's own document
+
+
+@dataclass(frozen=True)
 class Column:
     name: str  # in the vector table, the lexical index and a result's fields
     source: str  # the `documents` column it is copied from
     type: ColumnType
     lexical_field: str | None = None  # the Tantivy field, when `name` is taken by a scoring field
+    # How the document builder takes the value; None: the Document's field named `source` (the
+    # columns the builder computes itself, e.g. a thread's author is its first note's).
+    take: Callable[[Source], Any] | None = None
 
     @property
     def field(self) -> str:

@@ -8,6 +8,7 @@ document. Documents of parents that no longer exist are removed at the end of ev
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar
 
 import duckdb
@@ -207,18 +208,22 @@ def _compare(con: duckdb.DuckDBPyConnection, kind: str, ids: list[int], docs: li
 def _write(con: duckdb.DuckDBPyConnection, changed: list[Document], gone: list[str], dagster_run_id: str | None) -> None:
     _delete(con, [d.id for d in changed] + gone)
     now, version = utcnow(), document_version()
-    insert_rows(con, "documents", [{
-        "id": d.id, "source_type": d.source_type, "source_id": d.source_id, "project_id": d.project_id,
-        "project_path": d.project_path, "parent_type": d.parent_type, "parent_id": d.parent_id,
-        "parent_iid": d.parent_iid, "parent_title": d.parent_title, "title": d.title,
-        "author_username": d.author_username, "labels": d.labels, "state": d.state, "created_at": d.created_at,
-        "updated_at": d.updated_at, "url": d.url, "confidential": d.confidential, "internal": d.internal,
-        "content_text": d.content_text, "content_hash": d.content_hash, "meta_hash": d.meta_hash,
-        "token_count": d.token_count, "truncated": d.truncated, "raw_payload_ids": d.raw_payload_ids,
-        "sync_run_id": d.sync_run_id, "dagster_run_id": dagster_run_id, "built_at": now, "builder_version": version,
-    } for d in changed], {"change_seq": "nextval('change_seq')"})
+    insert_rows(con, "documents", [document_row(d, dagster_run_id, now, version) for d in changed],
+                {"change_seq": "nextval('change_seq')"})
     insert_rows(con, "document_labels", [{"document_id": d.id, "label_name": name}
                                          for d in changed for name in sorted(set(d.labels))])
+
+
+def document_row(d: Document, dagster_run_id: str | None, built_at: datetime, version: str) -> dict[str, Any]:
+    """A document's `documents` row: its metadata columns (COLUMNS, through the Document), then
+    what only the documents table keeps (ids, text, hashes, provenance)."""
+    return {
+        "id": d.id, **d.columns(), "source_id": d.source_id, "project_id": d.project_id, "parent_id": d.parent_id,
+        "parent_title": d.parent_title, "content_text": d.content_text, "content_hash": d.content_hash,
+        "meta_hash": d.meta_hash, "token_count": d.token_count, "truncated": d.truncated,
+        "raw_payload_ids": d.raw_payload_ids, "sync_run_id": d.sync_run_id, "dagster_run_id": dagster_run_id,
+        "built_at": built_at, "builder_version": version,
+    }
 
 
 def _closed_issues(con: duckdb.DuckDBPyConnection, project_id: int,

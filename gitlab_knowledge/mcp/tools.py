@@ -21,6 +21,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.mcp.bounds import SEARCH_LIMIT
 from gitlab_knowledge.mcp.context import Context
+from gitlab_knowledge.search import filter_schemas
 
 Result = tuple[str, dict[str, Any]]
 Handler = Callable[[Context, dict[str, Any]], Awaitable[Result]]
@@ -63,40 +64,32 @@ def _optional_string(description: str) -> dict[str, Any]:
 
 # -- search -------------------------------------------------------------------------------------
 
-SEARCH_INPUT = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["query"],
-    "properties": {
-        "query": {"type": "string", "minLength": 1, "description": "What to look for: words, a question, an "
-                  "identifier, a path, or a reference such as #234, !847 or group/project#12."},
-        "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPES)},
-                 "description": "Only these document types (issues, MRs, discussion threads)."},
-        "author": _optional_string("Only documents by this username."),
-        "label": {"type": "array", "items": {"type": "string"}, "description": "Every label must match."},
-        "after": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created on or after (YYYY-MM-DD)."},
-        "before": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created before (YYYY-MM-DD)."},
-        "project": _optional_string("Only this project (group/project)."),
-        "state": _optional_string("opened, closed, merged, ..."),
-        "path": _optional_string("Only MRs that changed this file, or a file under this directory, and review "
-                                 "threads positioned on it (e.g. services/auth or services/auth/jwt.py)."),
-        "participant": _optional_string("Only threads this username wrote a note in, and issues/MRs they "
-                                        "authored, are assigned or review."),
-        "mode": {"enum": ["hybrid", "lexical", "semantic"], "default": "hybrid",
-                 "description": "hybrid (default) fuses keywords and meaning; lexical is keywords only."},
-        "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT, "default": 10},
-    },
-}
+def search_input() -> dict[str, Any]:
+    """The search tool's input schema: the query, the filters (one per described FilterSpec,
+    search/filter_schemas.py), the mode and the limit."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["query"],
+        "properties": {
+            "query": {"type": "string", "minLength": 1, "description": "What to look for: words, a question, an "
+                      "identifier, a path, or a reference such as #234, !847 or group/project#12."},
+            **filter_schemas.arguments(),
+            "mode": {"enum": ["hybrid", "lexical", "semantic"], "default": "hybrid",
+                     "description": "hybrid (default) fuses keywords and meaning; lexical is keywords only."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": SEARCH_LIMIT, "default": 10},
+        },
+    }
+
+
+SEARCH_INPUT = search_input()
 
 
 async def search(ctx: Context, args: dict[str, Any]) -> Result:
     from gitlab_knowledge.search.filters import Filters
     from gitlab_knowledge.search.output import render_human, response_json
 
-    filters = Filters.build(types=args.get("type"), author=args.get("author"), labels=args.get("label"),
-                            after=args.get("after"), before=args.get("before"), project=args.get("project"),
-                            state=args.get("state"), path=args.get("path"), participant=args.get("participant"),
-                            exclude_confidential=not ctx.include_confidential,
+    filters = Filters.build(**filter_schemas.keywords(args), exclude_confidential=not ctx.include_confidential,
                             exclude_internal=not ctx.include_internal)
     limit = args.get("limit", 10)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:

@@ -7,15 +7,18 @@ FILTERS:
   `Filters` does with its fields: validation (`Filters.build`), `is_empty()`, `pushed()` and
   `describe()` (the JSON output's `filters`);
 - the LanceDB where-clause and the in-memory mask (search/semantic.py, one translation per `Match`);
-- the Tantivy must-clauses (search/lexical_retriever.py `filter_queries`, one translation per `Match`).
+- the Tantivy must-clauses (search/lexical_retriever.py `filter_queries`, one translation per `Match`);
+- the JSON Schemas (search/filter_schemas.py): the MCP search tool's arguments (a filter with a
+  `describe` key is an argument of that name, described by `summary`) and the `filters` object
+  of search/schema.json, which is regenerated from FILTERS (a test fails while it is not).
 
 `Filters` is written out (one typed field per FilterSpec, in FILTERS' order, defaulting to the
-spec's `empty`); test_search_registry holds the two together. Where a new filter on a new column
-goes, file by file, is in documents/columns.py. A filter on a column already carried is a
-`FilterSpec` and its `Filters` field here, its key in search/schema.json when it is described
-(`describe`), and, for agents, its property in mcp/tools.py `SEARCH_INPUT` and `search()`. A new
-kind of matching (a new `Match`) also needs its translations in search/semantic.py and
-search/lexical_retriever.py.
+spec's `empty`); test_search_registry holds the two together. A new filter on a new column is
+written in three files, and search/schema.json regenerated (documents/columns.py lists them). A
+filter on a column already carried is a `FilterSpec` and its `Filters` field here, and
+search/schema.json regenerated when it is described (`scripts/write_filter_schema.py`).
+A new kind of matching (a new `Match`) also needs its translations in search/semantic.py and
+search/lexical_retriever.py, and its JSON Schemas in search/filter_schemas.py.
 
 Graph filters (`Match.GRAPH`: `--path`, `--participant`) read no column: they ask the store's
 relation tables (merge request files, diff positions, note authors) which documents match, at
@@ -39,7 +42,8 @@ from gitlab_knowledge.documents.columns import DOC_ID
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.paths import repo_path
 
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"  # what a date filter accepts (also in its JSON Schema)
+_DATE = re.compile(DATE_PATTERN)
 # Both indexes keep timestamps as 64-bit nanoseconds: 1677-09-21 to 2262-04-11.
 FIRST_DAY, LAST_DAY = date(1678, 1, 1), date(2262, 1, 1)
 
@@ -73,6 +77,9 @@ class FilterSpec:
     choose: Callable[[str], str | None] | None = None  # ANY_OF: a typed word → its canonical value
     expects: str = ""  # ANY_OF, GRAPH: the choices or the expected form, for the error message
     clean: Callable[[str], str | None] | None = None  # GRAPH: a typed value → its canonical form (None: invalid)
+    choices: tuple[str, ...] = ()  # ANY_OF: the canonical values, listed in the JSON Schemas
+    summary: str | None = None  # the MCP search tool's description of its argument (the `describe` key)
+    reported: str | None = None  # the description of its key in search/schema.json's `filters`
 
     @property
     def dest(self) -> str:
@@ -98,22 +105,31 @@ _TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} o
 # In the search command's flag order, which is also the order of describe().
 FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("types", "--type", Match.ANY_OF, "source_type", help=f"{_TYPE_WORDS} (repeatable)", metavar="TYPE",
-               describe="type", choose=_source_type, expects=_TYPE_WORDS),
-    FilterSpec("author", "--author", Match.EXACT, "author", metavar="USER", describe="author", strip="@"),
+               describe="type", choose=_source_type, expects=_TYPE_WORDS, choices=kinds.SOURCE_TYPES,
+               summary="Only these document types (issues, MRs, discussion threads)."),
+    FilterSpec("author", "--author", Match.EXACT, "author", metavar="USER", describe="author", strip="@",
+               summary="Only documents by this username."),
     FilterSpec("labels", "--label", Match.ALL_OF, "labels", help="repeatable: every label must match",
-               metavar="LABEL", describe="label"),
+               metavar="LABEL", describe="label", summary="Every label must match."),
     FilterSpec("after", "--after", Match.ON_OR_AFTER, "created_at", help="created on or after this date",
-               metavar="YYYY-MM-DD", describe="after"),
+               metavar="YYYY-MM-DD", describe="after", summary="Created on or after (YYYY-MM-DD)."),
     FilterSpec("before", "--before", Match.BEFORE, "created_at", help="created before this date",
-               metavar="YYYY-MM-DD", describe="before"),
-    FilterSpec("project", "--project", Match.EXACT, "project", metavar="PATH", describe="project"),
+               metavar="YYYY-MM-DD", describe="before", summary="Created before (YYYY-MM-DD)."),
+    FilterSpec("project", "--project", Match.EXACT, "project", metavar="PATH", describe="project",
+               summary="Only this project (group/project)."),
     FilterSpec("state", "--state", Match.EXACT, "state", help="opened, closed, merged, ...", metavar="STATE",
-               describe="state"),
+               describe="state", summary="opened, closed, merged, ..."),
     FilterSpec("path", "--path", Match.GRAPH, DOC_ID, metavar="PATH", describe="path", clean=repo_path,
                expects="a file or directory path in the repository, e.g. services/auth",
-               help="merge requests that changed this file or directory, and threads on its diff lines"),
+               help="merge requests that changed this file or directory, and threads on its diff lines",
+               summary="Only MRs that changed this file, or a file under this directory, and review threads "
+                       "positioned on it (e.g. services/auth or services/auth/jwt.py).",
+               reported="--path: MRs that changed this file or directory, threads on its diff lines."),
     FilterSpec("participant", "--participant", Match.GRAPH, DOC_ID, metavar="USER", describe="participant",
-               strip="@", help="issues and MRs the user wrote, is assigned to or reviews; threads the user wrote in"),
+               strip="@", help="issues and MRs the user wrote, is assigned to or reviews; threads the user wrote in",
+               summary="Only threads this username wrote a note in, and issues/MRs they authored, are assigned "
+                       "or review.",
+               reported="--participant: items the user wrote, is assigned to or reviews; threads the user wrote in."),
     FilterSpec("exclude_confidential", "--no-confidential", Match.EXCLUDE_TRUE, "confidential",
                help="leave out confidential issues and their threads"),
     FilterSpec("exclude_internal", "--no-internal", Match.EXCLUDE_TRUE, "internal",

@@ -3,6 +3,7 @@
 from datetime import datetime
 
 from gitlab_knowledge.documents.build import MAX_CHARS, parent_document, sha256, thread_document
+from gitlab_knowledge.documents.refresh import document_row
 
 ISSUE = {"id": 76, "iid": 234, "project_id": 1, "title": "Authentication redesign", "description": "We need JWT.",
          "labels": ["auth", "security"], "state": "opened", "author_username": "janedoe", "confidential": False,
@@ -103,3 +104,42 @@ def test_hashes_are_stable_and_sensitive():
                                        "group/project-one", 1, 1)
     assert thread.content_hash == relabeled_thread.content_hash  # a thread's text does not hold labels...
     assert thread.meta_hash != relabeled_thread.meta_hash  # ...but its filterable metadata does
+
+
+# Pinned: the metadata hash the stored documents and both indexes compare. A change here rebuilds
+# every document and rewrites both indexes of every store (COLUMNS or `metadata()` changed).
+PINNED_META_HASHES = {
+    "issue": "76ec9adf42cda48c6935edd5b0dfcab855c0108b251c584add76121f919e0311",
+    "merge_request": "61d91afe3cbc065e0deb4242bcb606b603f554bdf5a0a4888babfab1b2ea991e",
+    "thread": "41e5269fce0b7ae56c548499faebb47ee85d5abe7c7e0a2ff6d6619d2960d441",
+}
+
+
+def test_metadata_hashes_are_pinned():
+    issue = parent_document("issue", ISSUE, "group/project-one", 1, 1)
+    mr = parent_document("merge_request", MR, "group/project-one", 1, 1)
+    thread = thread_document("issue", ISSUE, {"id": "t"}, [note(1, "x", "hi", 1, internal=True), note(2, "y", "ho", 2)],
+                             "group/project-one", 1, 1)
+    assert {"issue": issue.meta_hash, "merge_request": mr.meta_hash, "thread": thread.meta_hash} == PINNED_META_HASHES
+    assert issue.metadata() == {
+        "source_type": "issue", "project_path": "group/project-one", "parent_type": "issue", "parent_iid": 234,
+        "title": "Authentication redesign", "author_username": "janedoe", "labels": ["auth", "security"],
+        "state": "opened", "created_at": datetime(2024, 2, 28), "updated_at": datetime(2024, 3, 16),
+        "url": ISSUE["web_url"], "confidential": False, "internal": False}
+
+
+def test_the_documents_row_is_the_document():
+    # The row documents/refresh.py inserts, column for column as it was written out by hand.
+    d = thread_document("issue", {**ISSUE, "labels": ["security", "auth"]}, {"id": "t", "raw_payload_id": 9},
+                        [note(1, "x", "hi", 1, internal=True)], "group/project-one", 7, 3)
+    now = datetime(2024, 4, 1)
+    assert document_row(d, "run-1", now, "1.1") == {
+        "id": d.id, "source_type": d.source_type, "source_id": d.source_id, "project_id": d.project_id,
+        "project_path": d.project_path, "parent_type": d.parent_type, "parent_id": d.parent_id,
+        "parent_iid": d.parent_iid, "parent_title": d.parent_title, "title": d.title,
+        "author_username": d.author_username, "labels": ["security", "auth"], "state": d.state,
+        "created_at": d.created_at, "updated_at": d.updated_at, "url": d.url, "confidential": d.confidential,
+        "internal": True, "content_text": d.content_text, "content_hash": d.content_hash, "meta_hash": d.meta_hash,
+        "token_count": d.token_count, "truncated": d.truncated, "raw_payload_ids": [7, 9],
+        "sync_run_id": 3, "dagster_run_id": "run-1", "built_at": now, "builder_version": "1.1",
+    }
