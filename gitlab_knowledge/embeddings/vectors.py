@@ -1,7 +1,7 @@
 """The LanceDB side: one vector table per (provider, model), plus a table of embedding failures.
 
 Each row is one chunk of one document and carries everything search filters on and shows, so the
-search path never opens DuckDB. Whether a document needs embedding is decided against this table
+vector retriever never opens DuckDB. Whether a document needs embedding is decided against this table
 itself (its `content_hash` per document), which makes the layer self-healing after a crash.
 
 A table records the format it was written in, FORMAT_VERSION, in its schema metadata. A table of

@@ -9,7 +9,7 @@ all of them next, in BM25 order.
 
 Links live in the DuckDB store (the lexical index does not know which mention closes what), read
 through one short connection per query that pins an item. A store that cannot be read in time
-(a sync is writing it) costs the links only, with a warning: the search itself never needs DuckDB.
+(a sync is writing it) costs the links only, with a warning: a search without references or graph filters never opens DuckDB.
 """
 
 from collections.abc import Callable

@@ -1,6 +1,6 @@
 """`similar REF`: the issues and merge requests most like a given one (duplicates, prior art).
 
-The item is found in the lexical index (search never opens DuckDB); its own text (title and
+The item is found in the lexical index (finding it opens no DuckDB); its own text (title and
 description, without the header's reference and state lines) is the keyword query, and its stored
 vector (its first window: title and the start of the description) is the semantic query, so
 nothing is embedded again. The two are fused like any search, with the same filters; the item and
