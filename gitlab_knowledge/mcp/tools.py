@@ -70,8 +70,8 @@ SEARCH_INPUT = {
     "properties": {
         "query": {"type": "string", "minLength": 1, "description": "What to look for: words, a question, an "
                   "identifier, a path, or a reference such as #234, !847 or group/project#12."},
-        "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPES)},
-                 "description": "Only these document types (issues, MRs, discussion threads)."},
+        "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPE_WORDS)},
+                 "description": "Only these document types: issue, merge_request (or mr), discussion."},
         "author": _optional_string("Only documents by this username."),
         "label": {"type": "array", "items": {"type": "string"}, "description": "Every label must match."},
         "after": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created on or after (YYYY-MM-DD)."},

@@ -111,9 +111,7 @@ def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str |
             SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
             WHERE t.iid = ?{where}
         """, [iid, *params])
-        # Mid-sentence a word is lower-cased, an acronym is not: "no issue #5", "no MR !5".
-        noun = kind.display if kind.display.isupper() else kind.display.lower()
-        label = f"{noun} {kind.ref(iid)}"
+        label = f"{kind.noun} {kind.ref(iid)}"
         if not found:
             raise ItemNotFound(label, kind.name, iid, project)
         if len(found) > 1:
