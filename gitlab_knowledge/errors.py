@@ -40,6 +40,7 @@ class Face:
         return f"add {self.option(name)}" if self.flags else f"pass {self.option(name)}"
 
     def pass_(self, name: str) -> str:
+        """`pass --project` on a command line, `pass project` for agents."""
         return f"pass {self.option(name)}"
 
 

@@ -41,7 +41,8 @@ def one_line(text: str) -> str:
 
 
 def tool_error(exc: BaseException) -> str:
-    """The one line an agent reads when a tool fails: what went wrong and what to do."""
+    """The one line an agent reads when a tool fails: what went wrong and what to do, worded for an
+    agent (`pass project`, where the command line says `add --project`)."""
     if isinstance(exc, GitLabError) and exc.status is None and "failed after" in exc.message:
         return one_line(f"{exc} — GitLab is unreachable or failing: check gitlab.url in the config and the "
                         "network, or try again later")
