@@ -3,7 +3,51 @@
 Every failure a user can cause or fix (bad config, wrong token, GitLab down, store busy) is a
 `KnowledgeError`: the CLI prints its message on one line and exits with `exit_code`, never a
 traceback. Messages must not contain secrets; `redact` is applied to them anyway.
+
+An error a user can fix by passing something carries what it is about as fields (the candidate
+projects of an ambiguous reference, the field and valid values of a bad value) and each face words
+the fix its own way: a person types flags (`--project`), an agent passes arguments (`project`).
+`message` is the command line's wording; `worded(AGENT)` the MCP server's. `error_document` is the
+one JSON error envelope.
 """
+
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Face:
+    """How one entry point names what a user passes: flags on a command line, arguments for agents."""
+
+    name: str
+    flags: bool
+
+    def option(self, name: str) -> str:
+        """An option as this face's user writes it: `--user USERNAME` / `user (a GitLab username)`."""
+        metavar, about = _ARGUMENTS.get(name, ("", ""))
+        if self.flags:
+            return f"--{name}" + (f" {metavar}" if metavar else "")
+        return name + (f" ({about})" if about else "")
+
+    def flag(self, name: str) -> str:
+        """An option's name alone: `--mode` / `mode`."""
+        return f"--{name}" if self.flags else name
+
+    def add(self, name: str) -> str:
+        """The fix "supply this option": `add --project` on a command line, `pass project` for agents."""
+        return f"add {self.option(name)}" if self.flags else f"pass {self.option(name)}"
+
+    def pass_(self, name: str) -> str:
+        """`pass --project` on a command line, `pass project` for agents."""
+        return f"pass {self.option(name)}"
+
+
+# An option's placeholder on a command line and its gloss for agents, where a bare name says too little.
+_ARGUMENTS = {"user": ("USERNAME", "a GitLab username")}
+CLI = Face("cli", flags=True)  # `python -m gitlab_knowledge` and `python -m gitlab_knowledge.search`
+AGENT = Face("mcp", flags=False)  # the MCP server's tool errors
 
 
 class KnowledgeError(Exception):
@@ -20,6 +64,19 @@ class KnowledgeError(Exception):
 
         return redact(self.message)
 
+    def worded(self, face: Face) -> str:
+        """The message as `face` says it (redacted); only errors with a fix to pass differ by face."""
+        from gitlab_knowledge.redact import redact
+
+        return redact(self._text(face))
+
+    def _text(self, face: Face) -> str:
+        return self.message
+
+    def fields(self) -> dict[str, Any]:
+        """What the error is about, for machines (empty unless a subclass carries data)."""
+        return {}
+
 
 class ConfigError(KnowledgeError):
     """Missing or invalid configuration (names the field)."""
@@ -31,6 +88,95 @@ class UsageError(KnowledgeError):
     """Bad command-line input."""
 
     exit_code = 2
+
+
+class _Worded(UsageError):
+    """A usage error whose message is built from its fields for each face."""
+
+    def __init__(self) -> None:
+        super().__init__(self._text(CLI))
+
+
+class UnknownProject(UsageError):
+    """`project` names no synced project; `known`: the ones that are."""
+
+    def __init__(self, project: str, known: list[str]) -> None:
+        self.project, self.known = project, list(known)
+        super().__init__(f"project {project!r} is not in the store (synced projects: {', '.join(known) or 'none yet'})")
+
+    def fields(self) -> dict[str, Any]:
+        return {"project": self.project, "known_projects": self.known}
+
+
+class ItemNotFound(UsageError):
+    """No stored item is what `label` names (`issue #5`, `!847`)."""
+
+    def __init__(self, label: str, kind: str, iid: int, project: str | None) -> None:
+        self.label, self.kind, self.iid, self.project = label, kind, iid, project
+        super().__init__(f"no {label} in the store" + (f" for {project}" if project else ""))
+
+    def fields(self) -> dict[str, Any]:
+        return {"kind": self.kind, "iid": self.iid, "project": self.project}
+
+
+class AmbiguousReference(_Worded):
+    """A short reference names items in several projects (`candidates`). The fix: name the project,
+    as an option or, with `qualified`, in the reference itself (`group/project#5`); `written_as`
+    puts the reference form first (`write it as group/project#IID or pass --project`)."""
+
+    def __init__(self, label: str, candidates: list[str], *, qualified: str | None = None,
+                 written_as: str | None = None) -> None:
+        self.label, self.candidates = label, sorted(candidates)
+        self.qualified, self.written_as = qualified, written_as
+        super().__init__()
+
+    def _text(self, face: Face) -> str:
+        if self.written_as:
+            fix = f"write it as {self.written_as} or {face.pass_('project')}"
+        else:
+            fix = face.add("project") + (f" or write {self.qualified}" if self.qualified else "")
+        return f"{self.label} exists in several projects ({', '.join(self.candidates)}): {fix}"
+
+    def fields(self) -> dict[str, Any]:
+        return {"reference": self.label, "candidate_projects": self.candidates}
+
+
+class BadReference(UsageError):
+    """`ref` is none of the reference forms `command` reads (`forms` lists them)."""
+
+    def __init__(self, command: str, ref: str, forms: str) -> None:
+        self.command, self.ref, self.forms = command, ref, forms
+        super().__init__(f"{command} expects {forms}, got {ref!r}")
+
+    def fields(self) -> dict[str, Any]:
+        return {"reference": self.ref}
+
+
+class BadValue(_Worded):
+    """An option's value is not one it takes: `field`, the value given and the valid ones
+    (`expects` says them when a list of words does not: `embedded or ollama[:MODEL]`)."""
+
+    def __init__(self, field: str, value: Any, valid: tuple[str, ...], expects: str | None = None) -> None:
+        self.field, self.value, self.valid = field, value, tuple(valid)
+        self.expects = expects or f"one of {', '.join(valid)}"
+        super().__init__()
+
+    def _text(self, face: Face) -> str:
+        return f"{face.flag(self.field)} expects {self.expects}, got {self.value!r}"
+
+    def fields(self) -> dict[str, Any]:
+        return {"field": self.field, "value": self.value, "valid": list(self.valid)}
+
+
+class MissingUser(_Worded):
+    """Nobody to answer for: no user was named and no sync has recorded the token's."""
+
+    def _text(self, face: Face) -> str:
+        return ("no GitLab user is recorded in the store yet: run a sync (`python -m gitlab_knowledge sync`) or "
+                + face.pass_("user"))
+
+    def fields(self) -> dict[str, Any]:
+        return {"field": "user"}
 
 
 class AuthError(KnowledgeError):
@@ -71,6 +217,16 @@ class EmbeddingUnavailable(KnowledgeError):
     """The embedding provider cannot embed right now (server down, model missing, timeout)."""
 
     exit_code = 6
+
+
+def error_document(message: str, exit_code: int, error: BaseException | None = None) -> dict[str, Any]:
+    """The JSON error envelope: what `--json` prints on stdout when a command fails, and what the
+    search command's warm server answers it with. `details`: the error's fields, when it has any."""
+    document: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "error": message, "exit_code": exit_code}
+    details = error.fields() if isinstance(error, KnowledgeError) else {}
+    if details:
+        document["details"] = details
+    return document
 
 
 def first_error(group: BaseExceptionGroup) -> BaseException:

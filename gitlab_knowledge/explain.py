@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import AmbiguousReference, BadReference, ItemNotFound, UsageError
 from gitlab_knowledge.freshness import EntryState, document_hashes, state_of
 from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.store.watermarks import get_watermark
@@ -49,8 +49,9 @@ class NoteNotStored(UsageError):
         self.project, self.kind, self.iid, self.note = project, kind, iid, note
 
 
-def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> str:
-    """A document id for a reference (#234, group/p!847, a URL, or a document id)."""
+def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None, command: str = "explain") -> str:
+    """A document id for a reference (#234, group/p!847, a URL, or a document id); `command`: the
+    one the reference was typed for, as an unreadable reference's message names it."""
     ref = ref.strip()
     if _DOC.match(ref):
         if not con.execute("SELECT 1 FROM documents WHERE id = ?", [ref]).fetchone():
@@ -62,8 +63,8 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
     parsed = kinds.parse_reference(ref)
     url = parsed is not None and "://" in ref
     if parsed is None:
-        raise UsageError(f"explain expects #IID, !IID, group/project#IID, a GitLab URL or a document id "
-                         f"(issue:…, merge_request:…, discussion:…), got {ref!r}")
+        raise BadReference(command, ref, "#IID, !IID, group/project#IID, a GitLab URL or a document id "
+                                         "(issue:…, merge_request:…, discussion:…)")
     kind, iid, project, note = parsed.kind, parsed.iid, parsed.project or project, parsed.note
     if note is not None:
         found = con.execute("SELECT 'discussion:' || discussion_id FROM notes WHERE id = ?", [note]).fetchone()
@@ -84,10 +85,9 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> st
                            f"ON p.id = t.project_id WHERE replace(t.web_url, '/-/', '/') = ?", [bare]).fetchall()
     label = kind.ref(iid)
     if not rows:
-        raise UsageError(f"no {label} in the store" + (f" for {project}" if project else ""))
+        raise ItemNotFound(label, kind.name, iid, project)
     if len(rows) > 1:
-        raise UsageError(f"{label} exists in several projects ({', '.join(sorted(r[1] for r in rows))}): "
-                         "add --project or write group/project" + label)
+        raise AmbiguousReference(label, [r[1] for r in rows], qualified="group/project" + label)
     return f"{kind.name}:{rows[0][0]}"
 
 

@@ -37,6 +37,11 @@ class Kind:
     plural_display: str  # Issues, Merge requests
     cli_names: tuple[str, ...]  # what a person may type for it
 
+    @property
+    def noun(self) -> str:
+        """The display name mid-sentence: a word lower-cased, an acronym not ("no issue #5", "no MR !5")."""
+        return self.display if self.display.isupper() else self.display.lower()
+
     def ref(self, iid: int | str, project: str | None = None) -> str:
         """GitLab's short reference: `#12`, or `group/project!34` with a project."""
         return f"{project or ''}{self.sigil}{iid}"
@@ -56,6 +61,9 @@ MERGE_REQUEST = Kind(name="merge_request", api_path="merge_requests", table="mer
 ITEM_KINDS: tuple[Kind, ...] = (ISSUE, MERGE_REQUEST)
 SOURCE_TYPES: tuple[str, ...] = (ISSUE.name, MERGE_REQUEST.name, DISCUSSION)  # what a document can be
 
+# Every word an input takes for a document type (a person's `mr`, the JSON's `merge_request`): the
+# MCP search tool's `type` as the search command's --type.
+SOURCE_TYPE_WORDS: tuple[str, ...] = (*(word for k in ITEM_KINDS for word in k.cli_names), DISCUSSION, DISCUSSION + "s")
 _BY_NAME = {k.name: k for k in ITEM_KINDS}
 _BY_SIGIL = {k.sigil: k for k in ITEM_KINDS}
 _BY_NOTEABLE = {k.noteable_type: k for k in ITEM_KINDS}

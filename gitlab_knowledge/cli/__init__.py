@@ -94,6 +94,11 @@ def build_parser() -> OneLineParser:
     eval_cmd.add_parser(sub)
     similar_cmd.add_parser(sub)
     models_cmd.add_parser(sub)
+    # --config before the command or after it (the search command takes it anywhere); a command's
+    # parser defaults it to nothing, so it does not undo a --config written before the command.
+    for command in sub.choices.values():
+        command.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                             help="config file (also accepted before the command)")
     return parser
 
 

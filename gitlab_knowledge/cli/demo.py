@@ -9,6 +9,8 @@ be launched and watched from the browser.
 import argparse
 import importlib.util
 import os
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +44,17 @@ def write_demo_config(directory: Path, url: str, projects: list[str]) -> Path:
     path.write_text("# Written by `python -m gitlab_knowledge demo`: the sandbox GitLab serving the bundled sample.\n"
                     + tomli_w.dumps(doc), encoding="utf-8")
     return path
+
+
+def activate_hint() -> str | None:
+    """`source .venv/bin/activate` for the virtual environment this demo runs in (what `scripts/demo.sh`
+    made), so the `python -m ...` hints run in a new shell; None outside one."""
+    prefix = Path(sys.prefix)
+    if prefix == Path(sys.base_prefix):
+        return None
+    script = prefix / "bin" / "activate"
+    shown = script.relative_to(Path.cwd()) if script.is_relative_to(Path.cwd()) else script
+    return f"source {shlex.quote(str(shown))}"
 
 
 def require_sandbox() -> None:
@@ -87,6 +100,8 @@ def run(args: argparse.Namespace, _config: Config | None) -> int:
             console.out.print(render_human(response, color=console.out.is_terminal), markup=False, highlight=False)
         console.out.print(
             "[bold]Next[/]\n"
+            + (f"  in a new shell:    {activate}   (first: the commands below use its python)\n"
+               if (activate := activate_hint()) else "") +
             f"  search the demo:   python -m gitlab_knowledge.search \"authentication redesign\" --config {config_path}\n"
             f"  inspect it:        python -m gitlab_knowledge --config {config_path} show issue 234\n"
             f"  its provenance:    python -m gitlab_knowledge --config {config_path} explain '#234'\n"

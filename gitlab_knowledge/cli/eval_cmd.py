@@ -4,7 +4,7 @@ import argparse
 
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import BadValue
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def eval_cmd(args: argparse.Namespace, config: Config) -> int:
 
     for model in args.model or []:
         if model.partition(":")[0] not in ("embedded", "ollama"):
-            raise UsageError(f"--model expects embedded or ollama[:MODEL], got {model!r}")
+            raise BadValue("model", model, ("embedded", "ollama"), "embedded or ollama[:MODEL]")
     cases = load_cases(args.file)
     report = evaluate(config, cases, modes=args.mode or ("lexical", "semantic", "hybrid"),
                       models=args.model or (None,), per_query=args.per_query)

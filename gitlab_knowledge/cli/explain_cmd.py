@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
 
@@ -70,6 +71,7 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
         for reason in result.reasons:
             o.print(f"  - {escape(reason)}")
     if result.related:
-        o.print(f"\n{len(result.related)} other document(s) of the same {doc['source_type'] if doc['source_type'] != 'discussion' else 'parent'}: "
+        parent = kinds.kind(doc["source_type"]).noun if doc["source_type"] != kinds.DISCUSSION else "parent"
+        o.print(f"\n{len(result.related)} other document(s) of the same {parent}: "
                 + ", ".join(result.related[:5]) + (" …" if len(result.related) > 5 else ""))
     return 0

@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
@@ -146,6 +147,14 @@ def me_cmd(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _person_list(key: str) -> str:
+    """A list of `person` as people read it: `authored_mrs` is "authored merge requests" (the kind
+    table's plural), `commented_on` "commented on"."""
+    verb, _, what = key.partition("_")
+    kind = kinds.from_cli(what) if what else None
+    return f"{verb} {kind.plural_display.lower()}" if kind else key.replace("_", " ")
+
+
 def person_cmd(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.graph.people import person
     from gitlab_knowledge.workspace import Workspace
@@ -158,12 +167,12 @@ def person_cmd(args: argparse.Namespace, config: Config) -> int:
     name = f" ({escape(result.name)})" if result.name else ""
     o.print(f"[bold]@{escape(result.user)}[/]{name}" + (f" since {_when(result.since)}" if result.since else ""))
     counts = result.counts
-    o.print(", ".join(f"{n} {key.replace('_', ' ')}" for key, n in counts.items()))
+    o.print(", ".join(f"{n} {_person_list(key)}" for key, n in counts.items()))
     for key in ("authored_issues", "authored_mrs", "reviewed_mrs", "commented_on", "assigned"):
         entries = getattr(result, key)
         if entries:
             shown = f", newest {len(entries)}" if counts[key] > len(entries) else ""
-            o.print(f"\n[bold]{key.replace('_', ' ').capitalize()}[/] ({counts[key]}{shown})")
+            o.print(f"\n[bold]{_person_list(key).capitalize()}[/] ({counts[key]}{shown})")
             for entry in entries:
                 o.print("  " + _item(entry))
     if result.top_labels:

@@ -16,7 +16,7 @@ from rich.table import Table
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.cli.sync_cmd import BarProgress, raise_if_interrupted, selected_projects
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.errors import EmbeddingUnavailable, UsageError
+from gitlab_knowledge.errors import BadValue, EmbeddingUnavailable
 
 
 def _model(value: str | None) -> tuple[str | None, str | None]:
@@ -24,7 +24,7 @@ def _model(value: str | None) -> tuple[str | None, str | None]:
         return None, None
     provider, _, model = value.partition(":")
     if provider not in ("embedded", "ollama"):
-        raise UsageError(f"--model expects embedded or ollama[:MODEL], got {value!r}")
+        raise BadValue("model", value, ("embedded", "ollama"), "embedded or ollama[:MODEL]")
     return provider, model or None
 
 

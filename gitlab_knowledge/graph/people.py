@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import MissingUser, UsageError
 from gitlab_knowledge.graph.answers import Changes, Me, Person
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
 from gitlab_knowledge.timeutil import naive_utc, utcnow
@@ -84,8 +84,7 @@ def recorded_username(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str | 
 def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:
     username = recorded_username(con, gitlab_url)
     if username is None:
-        raise UsageError("no GitLab user is recorded in the store yet: run a sync "
-                         "(`python -m gitlab_knowledge sync`) or pass --user USERNAME")
+        raise MissingUser()
     return username
 
 

@@ -86,13 +86,10 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
     the item it belongs to)."""
     project_id(con, project)  # an unknown --project is said as such, not as an unknown item
     try:
-        doc_id = resolve(con, ref, project)
+        doc_id = resolve(con, ref, project, command)
     except NoteNotStored as missing:
         # The item is what matters here, not the note: any note of it names it.
         doc_id = resolve(con, missing.kind.ref(missing.iid, missing.project), None)
-    except UsageError as exc:
-        # The shared parser names the command it was written for; say which one was typed.
-        raise UsageError(exc.message.replace("explain expects", f"{command} expects", 1)) from None
     name, _, key = doc_id.partition(":")
     if name == kinds.DISCUSSION:
         thread = con.execute(f"SELECT noteable_type, {', '.join(k.thread_column for k in kinds.ITEM_KINDS)} "

@@ -8,7 +8,6 @@ Lists are cut at GRAPH_LIST entries; the text says when one was.
 """
 
 import asyncio
-import re
 from datetime import datetime
 from typing import Any
 
@@ -52,13 +51,6 @@ ME_INPUT = {
 }
 
 
-def for_agent(exc: KnowledgeError) -> UsageError:
-    """A CLI message with an agent's words: it passes arguments, not flags."""
-    message = exc.message.replace("--user USERNAME", "user (a GitLab username)")
-    message = re.sub(r"\badd --(project|user)\b", r"pass \1", message)
-    return UsageError(re.sub(r"--(project|user|since|limit)\b", r"\1", message))
-
-
 def _cap(values: list[Any]) -> list[Any]:
     return values[:GRAPH_LIST]
 
@@ -82,10 +74,10 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
     ref, project = str(args["ref"]).strip(), args.get("project") or None
     try:
         out = (await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)).as_dict()
-    except UsageError as exc:
+    except UsageError:
         if not ctx.include_confidential:
             await asyncio.to_thread(_refuse_confidential, ctx, ref, project)
-        raise for_agent(exc) from None
+        raise
     full = {g: len(v) for g, v in out["links"].items()}
     out["links"] = {g: _cap(v) for g, v in out["links"].items()}
     lines = [f"# {_item(out['item'])}", out["item"]["url"] or ""]
@@ -125,11 +117,8 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
     limit = args.get("limit", HISTORY_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= HISTORY_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {HISTORY_LIMIT}, got {limit!r}")
-    try:
-        out = (await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
-                                       args.get("project") or None, limit)).as_dict()
-    except UsageError as exc:
-        raise for_agent(exc) from None
+    out = (await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
+                                   args.get("project") or None, limit)).as_dict()
     mrs = out["merge_requests"]
     more = f", the newest {len(mrs)} shown" if out["total"] > len(mrs) else ""
     lines = [f"# History of `{out['path']}`: {out['total']} merge request(s){more}"]
@@ -169,11 +158,8 @@ async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import people
 
     since = _since(args.get("since"))
-    try:
-        out = (await asyncio.to_thread(people.me, ctx.workspace(visible_only=True), args.get("user") or None,
-                                       since, args.get("project") or None)).as_dict()
-    except UsageError as exc:
-        raise for_agent(exc) from None
+    out = (await asyncio.to_thread(people.me, ctx.workspace(visible_only=True), args.get("user") or None,
+                                   since, args.get("project") or None)).as_dict()
     changes = out["changes"]
     sections = [
         ("Issues assigned", out["assigned_issues"], _item),

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import AmbiguousReference, UsageError
 from gitlab_knowledge.mcp.bounds import (
     BODY_CHARS,
     DESCRIPTION_CHARS,
@@ -44,11 +44,10 @@ def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | No
 
     try:
         item = show_item(workspace, kind, iid, project)
-    except UsageError as exc:
+    except UsageError:
         if kind is kinds.ISSUE:
             _refuse_hidden(workspace, iid, project)
-        # show_item words its hints for the command line; an agent passes an argument instead.
-        raise UsageError(exc.message.replace("add --project", "pass project")) from None
+        raise
     links, files, hidden = graph_of(workspace, kind, item)
     out = shape(kind, item, hidden)
     out["links"] = {group: [{k: link[k] for k in ("reference", "type", "title", "state")}
@@ -75,8 +74,7 @@ def _refuse_hidden(workspace: Workspace, iid: int, project: str | None) -> None:
     if len(hidden) == 1:
         raise confidential_refusal(kinds.ISSUE.ref(iid, hidden[0]))
     if hidden:
-        raise UsageError(f"issue {kinds.ISSUE.ref(iid)} exists in several projects ({', '.join(hidden)}): "
-                         "pass project")
+        raise AmbiguousReference(f"issue {kinds.ISSUE.ref(iid)}", hidden)
 
 
 def graph_of(workspace: Workspace, kind: kinds.Kind,

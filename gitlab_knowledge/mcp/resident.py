@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.errors import KnowledgeError
+from gitlab_knowledge.errors import KnowledgeError, error_document
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.resident_client import (
@@ -131,7 +131,7 @@ def answer(resident: ResidentSearch, message: Any) -> dict[str, Any]:
         out, err = render(response, as_json=bool(message.get("json")), color=bool(message.get("color")),
                           explain=bool(message.get("explain")))
     except KnowledgeError as exc:
-        return {**reply, "error": str(exc), "exit_code": exc.exit_code}
+        return {**reply, **error_document(str(exc), exc.exit_code, exc)}
     except Exception:  # noqa: BLE001 - the command searches in-process and reports it its own way
         log.exception("a search for the search command failed")
         return {**reply, "decline": "internal error"}

@@ -17,7 +17,7 @@ from jsonschema import Draft202012Validator
 from mcp.server.lowlevel import Server
 
 from gitlab_knowledge import __version__
-from gitlab_knowledge.errors import GitLabError, KnowledgeError
+from gitlab_knowledge.errors import AGENT, GitLabError, KnowledgeError
 from gitlab_knowledge.mcp.context import Context
 from gitlab_knowledge.mcp.resident import Resident
 from gitlab_knowledge.mcp.tools import Tool, all_tools
@@ -41,12 +41,13 @@ def one_line(text: str) -> str:
 
 
 def tool_error(exc: BaseException) -> str:
-    """The one line an agent reads when a tool fails: what went wrong and what to do."""
+    """The one line an agent reads when a tool fails: what went wrong and what to do, worded for an
+    agent (`pass project`, where the command line says `add --project`)."""
     if isinstance(exc, GitLabError) and exc.status is None and "failed after" in exc.message:
         return one_line(f"{exc} — GitLab is unreachable or failing: check gitlab.url in the config and the "
                         "network, or try again later")
     if isinstance(exc, KnowledgeError):
-        return one_line(str(exc))
+        return one_line(exc.worded(AGENT))
     if os.environ.get(DEBUG_ENV):
         log.exception("tool failed")
     return one_line(f"internal error: {type(exc).__name__}: {exc} (the server's log has more with "

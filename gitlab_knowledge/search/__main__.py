@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gitlab_knowledge.argparsing import require_text
-from gitlab_knowledge.errors import KnowledgeError, UsageError
+from gitlab_knowledge.errors import BadValue, KnowledgeError, error_document
 from gitlab_knowledge.redact import redact
 from gitlab_knowledge.search.arguments import build_parser
 from gitlab_knowledge.search.filters import Filters
@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.model:
             provider, _, model = args.model.partition(":")
             if provider not in ("embedded", "ollama"):
-                raise UsageError(f"--model expects embedded or ollama[:MODEL], got {args.model!r}")
+                raise BadValue("model", args.model, ("embedded", "ollama"), "embedded or ollama[:MODEL]")
         color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         # A running MCP server answers from its warm searcher, rendered by `render` (search/resident_client.py).
         from gitlab_knowledge.search.resident_client import ask_resident, request_of
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(output[0])
         return 0
     except KnowledgeError as exc:
-        return _fail(str(exc), exc.exit_code, as_json)
+        return _fail(str(exc), exc.exit_code, as_json, exc)
     except KeyboardInterrupt:
         return _fail("interrupted", 130, as_json)
     except BrokenPipeError:
@@ -72,9 +72,9 @@ def render(response: "Response", *, as_json: bool, color: bool, explain: bool) -
     return render_human(response, color=color, explain=explain), warnings
 
 
-def _fail(message: str, code: int, as_json: bool) -> int:
+def _fail(message: str, code: int, as_json: bool, error: BaseException | None = None) -> int:
     if as_json:
-        sys.stdout.write(json.dumps({"schema_version": 1, "error": message, "exit_code": code}) + "\n")
+        sys.stdout.write(json.dumps(error_document(message, code, error)) + "\n")
     sys.stderr.write(f"error: {message}\n")
     return code
 

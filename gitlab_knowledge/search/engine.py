@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import DocFields
-from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError, UsageError
+from gitlab_knowledge.errors import BadValue, EmbeddingUnavailable, StoreError, UsageError
 from gitlab_knowledge.lexical.analysis import query_words, word_analyzer
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search import relevance
@@ -379,7 +379,7 @@ class _BodyCache:
 def _query_text(query: str, mode: str) -> str:
     """The query with its whitespace collapsed; an unknown mode or an empty query is a usage error."""
     if mode not in MODES:
-        raise UsageError(f"--mode expects one of {', '.join(MODES)}, got {mode!r}")
+        raise BadValue("mode", mode, MODES)
     text = " ".join((query or "").split())
     if not text:
         raise UsageError("nothing to search for: the query is empty")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import BadValue, UsageError
 from gitlab_knowledge.search.engine import MODES, Searcher, parent_kind
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.workspace import Workspace
@@ -136,7 +136,7 @@ def evaluate(config: Config, cases: Sequence[Case], modes: Sequence[str] = MODES
     """Every case in every (model, mode); lexical does not depend on the model and runs once."""
     for mode in modes:
         if mode not in MODES:
-            raise UsageError(f"--mode expects one of {', '.join(MODES)}, got {mode!r}")
+            raise BadValue("mode", mode, MODES)
     runs: list[Run] = []
     details: list[dict[str, Any]] = []
     pairs = [(m, None) for m in modes if m == "lexical"] + [(m, model) for model in models

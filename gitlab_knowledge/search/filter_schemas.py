@@ -19,9 +19,11 @@ def _strings(spec: FilterSpec) -> dict[str, Any]:
 
 
 def _argument(spec: FilterSpec) -> dict[str, Any]:
-    """What an agent passes for `spec`: the form a user types on the command line."""
+    """What an agent passes for `spec`: the form a user types on the command line (any spelling
+    the filter reads, as on the command line)."""
     if spec.match in (Match.ANY_OF, Match.ALL_OF):
-        shape: dict[str, Any] = {"type": "array", "items": _strings(spec)}
+        items = {"enum": list(spec.accepts)} if spec.accepts else _strings(spec)
+        shape: dict[str, Any] = {"type": "array", "items": items}
     elif spec.match in DATES:
         shape = {"type": "string", "pattern": DATE_PATTERN}
     elif spec.match is Match.EXCLUDE_TRUE:

@@ -78,6 +78,7 @@ class FilterSpec:
     expects: str = ""  # ANY_OF, GRAPH: the choices or the expected form, for the error message
     clean: Callable[[str], str | None] | None = None  # GRAPH: a typed value → its canonical form (None: invalid)
     choices: tuple[str, ...] = ()  # ANY_OF: the canonical values, listed in the JSON Schemas
+    accepts: tuple[str, ...] = ()  # ANY_OF: every spelling an agent may pass (default: `choices`)
     summary: str | None = None  # the MCP search tool's description of its argument (the `describe` key)
     reported: str | None = None  # the description of its key in search/schema.json's `filters`
 
@@ -106,7 +107,8 @@ _TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} o
 FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("types", "--type", Match.ANY_OF, "source_type", help=f"{_TYPE_WORDS} (repeatable)", metavar="TYPE",
                describe="type", choose=_source_type, expects=_TYPE_WORDS, choices=kinds.SOURCE_TYPES,
-               summary="Only these document types (issues, MRs, discussion threads)."),
+               accepts=kinds.SOURCE_TYPE_WORDS,
+               summary="Only these document types: issue, merge_request (or mr), discussion."),
     FilterSpec("author", "--author", Match.EXACT, "author", metavar="USER", describe="author", strip="@",
                summary="Only documents by this username."),
     FilterSpec("labels", "--label", Match.ALL_OF, "labels", help="repeatable: every label must match",

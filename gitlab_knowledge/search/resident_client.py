@@ -52,9 +52,13 @@ def fingerprint(config: Config) -> dict[str, Any]:
 class ResidentError(KnowledgeError):
     """The server's search failed: the same message and exit code the in-process search gives."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.details = details or {}
+
+    def fields(self) -> dict[str, Any]:
+        return self.details
 
 
 # The search command's arguments the server knows how to answer; `config` picked the settings,
@@ -95,7 +99,9 @@ def ask_resident(config: Config, request: dict[str, Any] | None) -> tuple[str, s
     if not isinstance(answer, dict) or answer.get("protocol") != PROTOCOL or answer.get("decline"):
         return None
     if "error" in answer:
-        raise ResidentError(str(answer["error"]), int(answer.get("exit_code") or 1))
+        details = answer.get("details")
+        raise ResidentError(str(answer["error"]), int(answer.get("exit_code") or 1),
+                            details if isinstance(details, dict) else None)
     return str(answer.get("stdout") or ""), str(answer.get("stderr") or "")
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import DocFields
-from gitlab_knowledge.errors import StoreError, UsageError
+from gitlab_knowledge.errors import AmbiguousReference, BadReference, StoreError, UsageError
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
@@ -33,16 +33,14 @@ def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> DocFields:
     else:
         parsed = kinds.parse_reference(ref)
         if parsed is None:
-            raise UsageError(f"similar expects #IID, !IID, group/project#IID, an issue/MR URL or a document id, "
-                             f"got {ref!r}")
+            raise BadReference("similar", ref, "#IID, !IID, group/project#IID, an issue/MR URL or a document id")
         term = index.term("refs", parsed.kind.ref(parsed.iid, parsed.project or project))
     docs = [doc for _score, doc in index.find(term, 1000)]
     docs = [d for d in docs if d["source_type"] != kinds.DISCUSSION]
     if not docs:
         raise UsageError(f"no {ref} in the index" + (f" of {project}" if project else "") + ": sync first?")
     if len(docs) > 1:
-        raise UsageError(f"{ref} exists in several projects ({', '.join(sorted(d['project'] for d in docs))}): "
-                         "write it as group/project#IID or pass --project")
+        raise AmbiguousReference(ref, [d["project"] for d in docs], written_as="group/project#IID")
     return docs[0]
 
 

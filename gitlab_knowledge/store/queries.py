@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import AmbiguousReference, ItemNotFound, UnknownProject, UsageError
 from gitlab_knowledge.store.projects import canonical_path, project_id_for
 
 if TYPE_CHECKING:  # the workspace hands the read modules their connections: it sits above them
@@ -65,8 +65,7 @@ def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> int | 
         return None
     project_id = project_id_for(con, project)
     if project_id is None or not con.execute("SELECT 1 FROM projects WHERE id = ?", [project_id]).fetchone():
-        known = ", ".join(known_projects(con)) or "none yet"
-        raise UsageError(f"project {project!r} is not in the store (synced projects: {known})")
+        raise UnknownProject(project, known_projects(con))
     return project_id
 
 
@@ -112,14 +111,11 @@ def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str |
             SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
             WHERE t.iid = ?{where}
         """, [iid, *params])
-        # Mid-sentence a word is lower-cased, an acronym is not: "no issue #5", "no MR !5".
-        noun = kind.display if kind.display.isupper() else kind.display.lower()
-        label = f"{noun} {kind.ref(iid)}"
+        label = f"{kind.noun} {kind.ref(iid)}"
         if not found:
-            raise UsageError(f"no {label} in the store" + (f" for {project}" if project else ""))
+            raise ItemNotFound(label, kind.name, iid, project)
         if len(found) > 1:
-            projects = ", ".join(sorted(r["project"] for r in found))
-            raise UsageError(f"{label} exists in several projects ({projects}): add --project")
+            raise AmbiguousReference(label, [r["project"] for r in found])
         item = found[0]
         threads = _rows(con, f"""
             SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count

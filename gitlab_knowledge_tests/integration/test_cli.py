@@ -122,6 +122,22 @@ def test_the_good_token_is_stored_and_logged_nowhere(synced):
             assert DEFAULT_TOKEN.encode() not in path.read_bytes(), path
 
 
+def test_config_goes_before_or_after_the_command(synced, tmp_path):
+    from gitlab_knowledge.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["--config", "a.toml", "count", "issues"]).config == "a.toml"
+    assert parse(["count", "issues", "--config", "b.toml"]).config == "b.toml"
+    assert parse(["--config", "a.toml", "related", "#1", "--config", "b.toml"]).config == "b.toml"
+    assert parse(["models", "list"]).config is None
+    _, home, _ = synced
+    config = str(home / "gitlab_knowledge.toml")
+    before = cli("--config", config, "count", "issues", "--json", cwd=tmp_path)
+    after = cli("count", "issues", "--json", "--config", config, cwd=tmp_path)
+    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
+    assert json.loads(before.stdout) == json.loads(after.stdout) and json.loads(after.stdout)["count"] > 0
+
+
 def test_missing_token_and_config_are_one_line(tmp_path):
     none = cli("count", "issues", cwd=tmp_path)
     assert none.returncode == 2 and "no configuration" in none.stderr and none.stderr.count("\n") == 1

@@ -211,3 +211,4 @@ def test_human_output(home):
     assert "followed: services/session_store.py → services/auth/session_store.py" in texts["history"].stdout
     assert "@janedoe (the token's user)" in texts["me"].stdout and "Unresolved threads mentioning you (1)" in texts["me"].stdout
     assert texts["person"].stdout.startswith("@janedoe (Jane Doe)")
+    assert "authored merge requests" in texts["person"].stdout and "authored mrs" not in texts["person"].stdout

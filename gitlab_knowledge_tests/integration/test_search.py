@@ -205,6 +205,18 @@ def test_cli_json_and_degradation_and_bad_input(sample):
         assert "Traceback" not in result.stderr
 
 
+def test_json_errors_validate_against_the_shipped_schema(sample):
+    validator = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
+    for bad in (["redis", "--model", "bogus"], ["redis", "--after", "2024-13-01"], [""]):
+        result = _cli([*bad, "--json"], sample.config_path)
+        error = json.loads(result.stdout)
+        validator.validate(error)
+        assert error["exit_code"] == result.returncode == 2 and result.stderr == f"error: {error['error']}\n"
+        if "--model" in bad:
+            assert error["details"] == {"field": "model", "value": "bogus", "valid": ["embedded", "ollama"]}
+            assert error["error"] == "--model expects embedded or ollama[:MODEL], got 'bogus'"
+
+
 def test_search_works_while_a_writer_holds_the_duckdb_file(sample):
     config, path = sample.config, sample.config_path
     holder = subprocess.Popen([sys.executable, "-c",

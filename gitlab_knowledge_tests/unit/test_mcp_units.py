@@ -121,3 +121,43 @@ def test_the_search_command_finds_the_server_by_its_data_directory(tmp_path: Pat
     assert request_of(args, False)["query"] == "a b"
     args.some_new_flag = "on"  # a flag the server does not know: the command searches in-process
     assert request_of(args, False) is None
+
+
+def test_the_search_tool_takes_every_spelling_of_a_type() -> None:
+    from gitlab_knowledge import kinds
+    from gitlab_knowledge.mcp.tools import SEARCH_INPUT
+    from gitlab_knowledge.search.filters import Filters
+
+    words = ["mr", "merge_request", "merge-requests", "issues", "discussion"]
+    jsonschema.validate({"query": "x", "type": words}, SEARCH_INPUT)
+    assert Filters.build(types=words).types == ("merge_request", "issue", "discussion")
+    # Every word the tool's schema lists is one the filter reads as a type (the JSON says its name).
+    assert set(Filters.build(types=list(kinds.SOURCE_TYPE_WORDS)).types) == set(kinds.SOURCE_TYPES)
+
+
+def test_errors_are_worded_for_each_face() -> None:
+    from gitlab_knowledge.errors import (
+        CLI,
+        AmbiguousReference,
+        BadValue,
+        MissingUser,
+        UnknownProject,
+        error_document,
+    )
+    from gitlab_knowledge.mcp.server import tool_error
+
+    ambiguous = AmbiguousReference("#5", ["b/q", "a/p"], qualified="group/project#5")
+    assert str(ambiguous) == ambiguous.worded(CLI) == "#5 exists in several projects (a/p, b/q): add --project or write group/project#5"
+    assert tool_error(ambiguous) == "#5 exists in several projects (a/p, b/q): pass project or write group/project#5"
+    assert ambiguous.fields() == {"reference": "#5", "candidate_projects": ["a/p", "b/q"]}
+    assert str(MissingUser()).endswith("or pass --user USERNAME")
+    assert tool_error(MissingUser()).endswith("or pass user (a GitLab username)")
+    bad = BadValue("mode", "fuzzy", ("hybrid", "lexical", "semantic"))
+    assert str(bad) == "--mode expects one of hybrid, lexical, semantic, got 'fuzzy'"
+    assert tool_error(bad) == "mode expects one of hybrid, lexical, semantic, got 'fuzzy'"
+    unknown = UnknownProject("no/such", ["a/p"])
+    assert tool_error(unknown) == str(unknown) == "project 'no/such' is not in the store (synced projects: a/p)"
+    assert error_document(str(unknown), unknown.exit_code, unknown) == {
+        "schema_version": 1, "error": str(unknown), "exit_code": 2,
+        "details": {"project": "no/such", "known_projects": ["a/p"]}}
+    assert error_document("interrupted", 130) == {"schema_version": 1, "error": "interrupted", "exit_code": 130}

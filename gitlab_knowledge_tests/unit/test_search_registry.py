@@ -55,7 +55,8 @@ SEVERITY = Column("severity", "severity", ColumnType.TEXT, take=lambda source: s
 BY_SEVERITY = FilterSpec("severity", "--severity", Match.EXACT, "severity", metavar="LEVEL", describe="severity",
                          summary="Only documents of this severity.")
 
-# The MCP search tool's input schema as it was written by hand before it derived from FILTERS.
+# The MCP search tool's input schema as it was written by hand before it derived from FILTERS
+# (with the type spellings it accepts since the kind vocabulary became one).
 HAND_WRITTEN_SEARCH_INPUT = {
     "type": "object",
     "additionalProperties": False,
@@ -63,8 +64,8 @@ HAND_WRITTEN_SEARCH_INPUT = {
     "properties": {
         "query": {"type": "string", "minLength": 1, "description": "What to look for: words, a question, an "
                   "identifier, a path, or a reference such as #234, !847 or group/project#12."},
-        "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPES)},
-                 "description": "Only these document types (issues, MRs, discussion threads)."},
+        "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPE_WORDS)},
+                 "description": "Only these document types: issue, merge_request (or mr), discussion."},
         "author": {"type": "string", "description": "Only documents by this username."},
         "label": {"type": "array", "items": {"type": "string"}, "description": "Every label must match."},
         "after": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created on or after (YYYY-MM-DD)."},
