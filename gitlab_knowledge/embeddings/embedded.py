@@ -15,6 +15,7 @@ import importlib.util
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +58,9 @@ class EmbeddedProvider:
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._lock = threading.Lock()
-        self._session = None
-        self._tokenizer = None
+        # Set by _load on first use (onnxruntime is untyped; both load lazily).
+        self._session: Any = None
+        self._tokenizer: Any = None
 
     @property
     def dims(self) -> int:

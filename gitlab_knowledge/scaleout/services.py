@@ -116,6 +116,7 @@ class LocalPostgres(_Service):
 
             self.user = "pgserver"
             entry = ensure_user_exists(self.user)
+            assert entry is not None  # pgserver created the user or found it
             ensure_prefix_permissions(self.pgdata)
             ensure_folder_permissions(bin_dir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
             ensure_folder_permissions(bin_dir.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
