@@ -247,9 +247,9 @@ class LexicalIndex:
     def count(self, project: str | None = None) -> int:
         searcher = self.index.searcher()
         if project is None:
-            return searcher.num_docs
+            return int(searcher.num_docs)
         # tantivy's stub omits SearchResult.count (the extension has it)
-        return searcher.search(self.term("project", project), limit=1, count=True).count  # type: ignore[attr-defined]
+        return int(searcher.search(self.term("project", project), limit=1, count=True).count)  # type: ignore[attr-defined]
 
     def bodies(self, doc_ids: Sequence[str]) -> dict[str, str]:
         """The full stored text of these documents (for snippets)."""

@@ -32,7 +32,8 @@ from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, NotFoundError, first_error
-from gitlab_knowledge.gitlab.client import GitLabClient, Page
+from gitlab_knowledge.gitlab.client import GitLabClient
+from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.sync import files, listing, runs, writes
