@@ -3,7 +3,7 @@
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 from urllib.parse import urlparse
 
 from gitlab_knowledge.errors import ConfigError
@@ -21,7 +21,19 @@ def _key(name: Any) -> str:
     return name if isinstance(name, str) and name.isprintable() else show(name)
 
 
+T = TypeVar("T")
+
+
+@overload
+def expect(value: Any, kind: type[T], name: str) -> T: ...
+
+
+@overload
+def expect(value: Any, kind: tuple[type, ...], name: str) -> Any: ...
+
+
 def expect(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
+    """`value`, checked to be of type `kind` (or one of the types)."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     # TOML booleans are ints to Python; `rate_limit = true` is still a mistake.
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
@@ -79,8 +91,8 @@ def check_url(url: str, name: str) -> str:
 _SEGMENT = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.\-]*")
 
 
-def check_project(path: Any, name: str) -> str:
-    path = expect(path, str, name).strip().strip("/")
+def check_project(value: Any, name: str) -> str:
+    path = expect(value, str, name).strip().strip("/")
     parts = path.split("/")
     if len(parts) < 2 or any(not _SEGMENT.fullmatch(p) or p in (".", "..") for p in parts):
         raise ConfigError(f"config field {name} must be a project path like group/project (letters, digits, "

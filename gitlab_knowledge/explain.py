@@ -70,7 +70,7 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None, comma
         found = con.execute("SELECT 'discussion:' || discussion_id FROM notes WHERE id = ?", [note]).fetchone()
         if not found:
             raise NoteNotStored(f"no note {note} in the store", parsed.project or "", kind, iid, note)
-        return found[0]
+        return str(found[0])
     # A path as typed or as an older URL has it: GitLab resolves paths case-insensitively and
     # through renames, so the project is found by the id that path resolved to.
     project_id = project_id_for(con, project) if project else None
@@ -222,7 +222,8 @@ def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:
     async def fetch() -> dict[str, Any] | None:
         async with workspace.gitlab() as client:
             try:
-                return await client.get(path)
+                stored: dict[str, Any] = await client.get(path)
+                return stored
             except NotFoundError:
                 return None
 

@@ -12,6 +12,7 @@ from typing import Any
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.build import document_version
 from gitlab_knowledge.freshness import compare, document_hashes
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -60,10 +61,10 @@ def stats(workspace: Workspace) -> dict[str, Any]:
         last_sync = dict(con.execute("""
             SELECT project_path, max(finished_at) FROM sync_runs WHERE status = 'succeeded' GROUP BY 1
         """).fetchall())
-        counts = dict(zip(("issues", "merge_requests", "discussions", "notes"), con.execute(f"""
+        counts = dict(zip(("issues", "merge_requests", "discussions", "notes"), one_row(con.execute(f"""
             SELECT (SELECT count(*) FROM {kinds.ISSUE.table}), (SELECT count(*) FROM {kinds.MERGE_REQUEST.table}),
                    (SELECT count(*) FROM discussions), (SELECT count(*) FROM notes)
-        """).fetchone(), strict=True))
+        """)), strict=True))
     status = index_status(workspace)
     projects = []
     for entry in status["projects"]:

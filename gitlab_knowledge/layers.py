@@ -41,12 +41,14 @@ class Layer:
     @property
     def stats(self) -> type[Any]:
         """The layer's `LayerStats` subclass."""
-        return getattr(importlib.import_module(self.stats_module), self.stats_name)
+        stats: type[Any] = getattr(importlib.import_module(self.stats_module), self.stats_name)
+        return stats
 
     @property
     def refresh(self) -> Callable[..., Any]:
         """The layer's entry point: `refresh(workspace, project, ...)` returning its stats."""
-        return importlib.import_module(self.module).refresh
+        refresh: Callable[..., Any] = importlib.import_module(self.module).refresh
+        return refresh
 
 
 RAW = Layer("raw", asset="raw_gitlab_payloads", group="raw", prefix="", state="", pool=DUCKDB_POOL,

@@ -1,7 +1,7 @@
 """How a sync reports progress: a progress bar in a terminal, log lines in Dagster."""
 
 import logging
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class SyncProgress(Protocol):
@@ -15,7 +15,7 @@ class SyncProgress(Protocol):
 class LogProgress:
     """Progress as log lines (Dagster's context.log, or any logger)."""
 
-    def __init__(self, log: logging.Logger | logging.LoggerAdapter) -> None:
+    def __init__(self, log: "logging.Logger | logging.LoggerAdapter[Any]") -> None:
         self._log = log
         self._done: dict[tuple[str, str], int] = {}
         self._total: dict[tuple[str, str], int | None] = {}

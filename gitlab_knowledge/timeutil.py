@@ -1,6 +1,7 @@
 """GitLab timestamps in, naive-UTC datetimes out (what the store holds)."""
 
 from datetime import UTC, datetime
+from typing import overload
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -14,6 +15,14 @@ def parse_time(value: str | None) -> datetime | None:
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed
+
+
+@overload
+def naive_utc(value: datetime) -> datetime: ...
+
+
+@overload
+def naive_utc(value: None) -> None: ...
 
 
 def naive_utc(value: datetime | None) -> datetime | None:

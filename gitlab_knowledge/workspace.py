@@ -52,7 +52,7 @@ def remove_scratch_leftovers(data_dir: Path) -> list[str]:
     they hold Parquet copies of document text); returns their names."""
     import psutil
 
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(data_dir.iterdir())
     except OSError:
@@ -167,7 +167,8 @@ class Workspace:
         key = f"embedder:{provider}:{model}"
         if key not in self._cache:
             self._cache[key] = self.embedder_factory(self.config, provider, model)
-        return self._cache[key]
+        embedder: EmbeddingProvider = self._cache[key]
+        return embedder
 
     def progress_for(self, log: Any) -> SyncProgress:
         return self.progress or LogProgress(log)

@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _setup_logging(args.verbose)
         # The demo brings its own GitLab and config; everything else needs the user's.
         config = None if args.command == "demo" else load_config(args.config)
-        return _commands()[args.command](args, config)
+        return _commands()[args.command](args, config)  # type: ignore[arg-type]  # None: the demo only
     except KnowledgeError as exc:
         console.fail(str(exc))
         return exc.exit_code

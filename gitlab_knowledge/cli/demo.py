@@ -22,7 +22,7 @@ from gitlab_knowledge.errors import UsageError
 
 DEMO_TOKEN_ENV = "GITLAB_KNOWLEDGE_DEMO_TOKEN"
 SANDBOX_PACKAGE = "gitlab_knowledge_sandbox"
-EXAMPLES = (
+EXAMPLES: tuple[tuple[str, dict[str, list[str]]], ...] = (
     ("why did we choose redis", {}),
     ("AUTH_TOKEN_TTL", {}),
     ("how do we roll back a bad deploy", {"types": ["discussion"]}),

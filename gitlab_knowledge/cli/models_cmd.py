@@ -21,10 +21,11 @@ def models_list(config: Config) -> dict:
     """What `models list` reports: every vector table against the documents in the store."""
     from gitlab_knowledge.embeddings.providers import get_provider
     from gitlab_knowledge.embeddings.tables import as_dict, list_tables
+    from gitlab_knowledge.store.db import one_row
     from gitlab_knowledge.workspace import Workspace
 
     with Workspace(config).read() as con:
-        documents = con.execute("SELECT count(*) FROM documents").fetchone()[0]
+        documents = one_row(con.execute("SELECT count(*) FROM documents"))[0]
     configured = get_provider(config)
     wanted = (configured.provider, configured.model)
     tables = [as_dict(t, documents, wanted, config.embedding.models) for t in list_tables(config.lancedb_dir)]

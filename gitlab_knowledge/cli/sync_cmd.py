@@ -26,7 +26,7 @@ class BarProgress:
         self._progress.__enter__()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._progress.__exit__(*exc)
 
     def resource_started(self, project: str, resource: str, total: int | None) -> None:

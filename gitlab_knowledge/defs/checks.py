@@ -10,6 +10,7 @@ nothing syncs.
 import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import dagster as dg
 
@@ -63,7 +64,7 @@ def _store_rule(name: str, rule: Callable[..., integrity.Outcome], asset: dg.Ass
 STORE_CHECKS = [_store_rule(name, rule, ASSETS[layers.layer(layer).asset]) for name, (rule, layer) in integrity.RULES.items()]
 
 
-def _index_status(workspace: Workspace, project: str | None) -> dict:
+def _index_status(workspace: Workspace, project: str | None) -> dict[str, Any]:
     from gitlab_knowledge.index_status import index_status
 
     status = index_status(workspace)

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.layers import DOCUMENTS, GRAPH, NORMALIZED
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync.engine import THROTTLE_WINDOW_SECONDS
 from gitlab_knowledge.sync.probe import Probe
@@ -77,12 +78,12 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
                   AND (discussions_fetched_at IS NULL
                        OR discussions_fetched_at <= updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND)
             """, [pid, kinds.ISSUE.name, kinds.MERGE_REQUEST.name]).fetchall()
-            raw_seq, normalized_seq, = con.execute(f"""
+            raw_seq, normalized_seq, = one_row(con.execute(f"""
                 SELECT (SELECT coalesce(max(change_seq), 0) FROM raw_payloads WHERE project_id = $1),
                        (SELECT coalesce(max(change_seq), 0) FROM (
                             SELECT change_seq FROM {kinds.ISSUE.table} WHERE project_id = $1
                             UNION ALL SELECT change_seq FROM {kinds.MERGE_REQUEST.table} WHERE project_id = $1))
-            """, [pid]).fetchone()
+            """, [pid]))
             marks = dict(con.execute("SELECT layer, watermark FROM layer_state WHERE project_id = ?", [pid]).fetchall())
             behind = []
             # Each watermarked layer against the one upstream of it.

@@ -40,8 +40,8 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     terminal = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
     storage = instance.event_log_storage
     for run_id in _pool_run_ids(instance):
-        run = instance.get_run_by_id(run_id)
-        if run is None or run.status in terminal:
+        held = instance.get_run_by_id(run_id)
+        if held is None or held.status in terminal:
             storage.free_concurrency_slots_for_run(run_id)  # its claimed slots and its queued steps
     return reaped
 
@@ -72,11 +72,11 @@ def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> Non
             raise SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
                                       f"{_started_by(run)}): try again when it finishes")
     for run_id, pool in _pool_run_ids(instance).items():
-        run = instance.get_run_by_id(run_id)
-        if run is not None and run.status in live:
+        holder = instance.get_run_by_id(run_id)
+        if holder is not None and holder.status in live:
             raise SyncInProgressError(f"another run is writing the store (Dagster run {run_id}, "
-                                      f"{run.tags.get(PROJECT_TAG) or run.tags.get('dagster/partition') or run.job_name}, "
-                                      f"{_started_by(run)}, pool {pool}): try again when it finishes")
+                                      f"{holder.tags.get(PROJECT_TAG) or holder.tags.get('dagster/partition') or holder.job_name}, "
+                                      f"{_started_by(holder)}, pool {pool}): try again when it finishes")
 
 
 def _started_by(run: Any) -> str:

@@ -25,6 +25,7 @@ the middle of those two bodies); an issue or MR keeps the start and end of its d
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -133,7 +134,7 @@ def cut_middle(text: str, budget: int) -> str:
 
 
 def parent_document(kind: str, parent: dict[str, Any], project_path: str, raw_payload_id: int | None,
-                    sync_run_id: int | None, closes: list[tuple[str, str | None]] = ()) -> Document:
+                    sync_run_id: int | None, closes: Sequence[tuple[str, str | None]] = ()) -> Document:
     """The document of an issue or merge request. `closes`: the issues an MR closes, (reference,
     title): named in the text so that a query about an issue's topic finds the MR that did it."""
     header = [f"{reference(kind, parent['iid'])}: {parent.get('title') or ''}".rstrip()]
@@ -181,8 +182,8 @@ def thread_document(kind: str, parent: dict[str, Any], thread: dict[str, Any], n
         header += f"\nFile: {path}" + (f" (line {line})" if line else "")
     blocks = [_note_block(n) for n in notes]
     text, truncated = _fit_thread(header, blocks)
-    stamps = [n.get("updated_at") or n.get("created_at") for n in notes]
-    stamps = [s for s in stamps if s is not None]
+    stamped: list[datetime | None] = [n.get("updated_at") or n.get("created_at") for n in notes]
+    stamps = [s for s in stamped if s is not None]
     first = notes[0]
     url = parent.get("web_url")
     return Document(

@@ -3,7 +3,7 @@
 Every document carries these columns from the DuckDB `documents` table into the vector table
 (embeddings/vectors.py `vector_schema`, `metadata_of`) and the lexical index (lexical/index.py
 `build_schema`, `document`, `stored_fields`); documents/stage.py copies them out of DuckDB, and
-both retrievers hand them on as one `DocFields` record (derived from COLUMNS). The document
+both retrievers hand them on as one `DocFields` record (COLUMNS written out, held to them by a test). The document
 builder takes each column's value (documents/build.py `Document.columns`, by `Column.take` when
 the Document has no field of that name), hashes them (`metadata()`, `meta_hash`) and
 documents/refresh.py inserts them, all by walking COLUMNS. Search filters on them and shows them:
@@ -132,4 +132,23 @@ def record_type(columns: tuple[Column, ...]) -> type:
                                      "__module__": __name__})
 
 
-DocFields = record_type(COLUMNS)
+@dataclass(frozen=True)
+class DocFields(_ByName):
+    """A document's id and metadata columns, as a search result carries them: COLUMNS written out
+    (`record_type(COLUMNS)` typed by hand, so that a type checker sees the fields;
+    test_search_registry holds the two together)."""
+
+    doc_id: str
+    source_type: str | None
+    project: str | None
+    parent_type: str | None
+    iid: int | None
+    title: str | None
+    url: str | None
+    author: str | None
+    labels: list[str]
+    state: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    confidential: bool
+    internal: bool

@@ -18,6 +18,7 @@ from gitlab_knowledge.documents.build import Document, document_version, parent_
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import DOCUMENTS
 from gitlab_knowledge.store.bulk import insert_rows
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.store.watermarks import run_batches, set_watermark
 from gitlab_knowledge.timeutil import utcnow
@@ -98,8 +99,8 @@ def _changed_parents(con: duckdb.DuckDBPyConnection, project_id: int, low: int, 
 
 
 def _outdated(con: duckdb.DuckDBPyConnection, project_id: int) -> bool:
-    return bool(con.execute("SELECT count(*) FROM documents WHERE project_id = ? AND builder_version IS DISTINCT FROM ?",
-                            [project_id, document_version()]).fetchone()[0])
+    return bool(one_row(con.execute("SELECT count(*) FROM documents WHERE project_id = ? AND builder_version IS DISTINCT FROM ?",
+                                    [project_id, document_version()]))[0])
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:

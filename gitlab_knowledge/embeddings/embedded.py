@@ -15,6 +15,7 @@ import importlib.util
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -57,8 +58,9 @@ class EmbeddedProvider:
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._lock = threading.Lock()
-        self._session = None
-        self._tokenizer = None
+        # Set by _load on first use (onnxruntime is untyped; both load lazily).
+        self._session: Any = None
+        self._tokenizer: Any = None
 
     @property
     def dims(self) -> int:
@@ -123,7 +125,8 @@ class EmbeddedProvider:
                                           "token_type_ids": np.zeros_like(input_ids)})[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)).astype(np.float32)
+        unit: np.ndarray = (pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None))
+        return unit.astype(np.float32)
 
     def embed_windows(self, windows: list[list[int]]) -> np.ndarray:
         """Vectors for token windows, batched by similar length (padding is what costs)."""
@@ -150,4 +153,5 @@ class EmbeddedProvider:
 
     def embed_query(self, text: str) -> np.ndarray:
         # A query longer than one window is embedded by its first window.
-        return self.embed_windows([self.windows(text)[0][0]])[0]
+        first: np.ndarray = self.embed_windows([self.windows(text)[0][0]])[0]
+        return first

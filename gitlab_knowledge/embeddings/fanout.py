@@ -124,7 +124,8 @@ def split_staged(staged: Path, chunk_documents: int, out_dir: Path, prefix: str)
         raise ValueError("chunk_documents must be at least 1")
     source = pq.ParquetFile(staged)
     writer: pq.ParquetWriter | None = None
-    path, ids, index = out_dir, [], 0
+    ids: list[str] = []
+    path, index = out_dir, 0
     for batch in source.iter_batches(batch_size=min(chunk_documents, 4096)):
         while batch.num_rows:
             if writer is None:

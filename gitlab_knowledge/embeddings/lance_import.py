@@ -25,6 +25,7 @@ def _defer_package_init(name: str) -> bool:
     spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None or not spec.submodule_search_locations:
         return False
+    loader = spec.loader
     stub = types.ModuleType(name)
     stub.__spec__ = spec
     stub.__path__ = list(spec.submodule_search_locations)
@@ -36,10 +37,10 @@ def _defer_package_init(name: str) -> bool:
         if attr.startswith("__"):
             raise AttributeError(attr)
         del stub.__dict__["__getattr__"]  # from here on, missing names fail normally
-        spec.loader.exec_module(stub)
+        loader.exec_module(stub)
         return getattr(stub, attr)
 
-    stub.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    stub.__getattr__ = __getattr__  # type: ignore[method-assign]  # a module's PEP 562 hook, not a method
     sys.modules[name] = stub
     return True
 

@@ -63,7 +63,7 @@ class OllamaProvider:
                 raise EmbeddingUnavailable(f"Ollama has no model {self.model!r}: run `ollama pull {self.model}`") from None
             raise EmbeddingUnavailable(f"Ollama refused to embed with {self.model} "
                                        f"({exc.status_code}: {exc.error})") from None
-        vectors = list(response.embeddings or [])
+        vectors = [list(v) for v in response.embeddings or []]
         if len(vectors) != len(texts):
             raise EmbeddingUnavailable(f"Ollama returned {len(vectors)} embeddings for {len(texts)} inputs")
         if vectors and self._dims is None:

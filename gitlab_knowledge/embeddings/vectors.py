@@ -60,7 +60,7 @@ def is_current(schema: pa.Schema) -> bool:
     index = schema.get_field_index("vector")
     if index < 0 or not pa.types.is_fixed_size_list(schema.field(index).type):
         return False
-    return schema.equals(vector_schema(schema.field(index).type.list_size), check_metadata=False)
+    return bool(schema.equals(vector_schema(schema.field(index).type.list_size), check_metadata=False))
 
 
 FAILURE_SCHEMA = pa.schema([

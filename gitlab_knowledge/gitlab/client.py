@@ -66,7 +66,7 @@ class ClientStats:
     throttled: int = 0  # 429 answers
     throttle_wait: float = 0.0  # seconds slept because GitLab said 429
     limiter_wait: float = 0.0  # seconds spent waiting for our own limiter slot
-    failures: Counter = field(default_factory=Counter)  # retried failures by kind
+    failures: Counter[str] = field(default_factory=Counter)  # retried failures by kind
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -351,11 +351,13 @@ class GitLabClient:
     # -- endpoints --------------------------------------------------------------------------
 
     async def current_user(self) -> dict[str, Any]:
-        return await self.get("/user")
+        user: dict[str, Any] = await self.get("/user")
+        return user
 
     async def project(self, project: str | int) -> dict[str, Any]:
         try:
-            return await self.get(f"/projects/{encode_project(project)}")
+            found: dict[str, Any] = await self.get(f"/projects/{encode_project(project)}")
+            return found
         except NotFoundError:
             raise NotFoundError(
                 f"GitLab project {project!r} not found at {self.settings.display_url} (or the token cannot see it)",

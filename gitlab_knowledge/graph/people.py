@@ -45,7 +45,7 @@ def _username(user: str) -> str:
 def mentions_user(body: str | None, user: str) -> bool:
     """Whether the text mentions @user: not @user.other or @username, nor an email address."""
     pattern = rf"(?<![\w.@/-])@{re.escape(user)}(?![\w-]|\.[\w-])"
-    return bool(body) and re.search(pattern, body, re.IGNORECASE) is not None
+    return body is not None and re.search(pattern, body, re.IGNORECASE) is not None
 
 
 def _entries(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, where: str, params: list[Any],
@@ -143,7 +143,8 @@ def _mine(kind: kinds.Kind) -> str:
 
 def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime,
              pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    notes, states = [], []
+    notes: list[dict[str, Any]] = []
+    states: list[dict[str, Any]] = []
     for kind in kinds.ITEM_KINDS:
         mine = _mine(kind)
         who = [u] * mine.count("?")
@@ -288,7 +289,7 @@ def _activity(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: da
               limit: int) -> list[dict[str, Any]]:
     """The user's latest notes and the items they opened, newest first."""
     scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
-    out = []
+    out: list[dict[str, Any]] = []
     for kind in kinds.ITEM_KINDS:
         since_note, since_item = (" AND n.created_at >= ?", " AND t.created_at >= ?") if start else ("", "")
         for r in rows(con, f"""

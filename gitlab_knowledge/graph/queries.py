@@ -205,6 +205,7 @@ class _Target:
         return value is not None and (value == self.base or (self.prefix and value.startswith(self.base + "/")))
 
     def scope(self) -> tuple[str, list[Any]]:
+        params: list[Any]
         where, params = "", []
         if self.project_id is not None:
             where, params = " AND m.project_id = ?", [self.project_id]

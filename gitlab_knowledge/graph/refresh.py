@@ -26,6 +26,7 @@ from gitlab_knowledge.graph.refs import extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import GRAPH, NORMALIZED
 from gitlab_knowledge.store.bulk import insert_rows
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.projects import canonical_path
 from gitlab_knowledge.store.watermarks import get_watermark, next_batch_end, run_batches
 from gitlab_knowledge.sync.files import RESOURCE as FILES
@@ -68,8 +69,8 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
         # Once per run, after the last batch: the same global pass after each batch would redo
         # what the next one redoes.
         _resolve_targets(con)
-        stats.external = int(con.execute(
-            "SELECT count(*) FROM item_references WHERE project_id = ? AND external", [project_id]).fetchone()[0])
+        stats.external = int(one_row(con.execute(
+            "SELECT count(*) FROM item_references WHERE project_id = ? AND external", [project_id]))[0])
 
     stats.batches = run_batches(
         workspace.write, project_path, GRAPH.state, batch_end=batch_end,

@@ -123,13 +123,13 @@ def extract(
     for match in _URL_RE.finditer(scan):
         url = match.group().rstrip(_URL_TRAILING)
         end = match.start() + len(url)
-        ref = kinds.parse_url(url, gitlab_url)
-        if ref is not None:
-            tokens.append(_token(ref, match.start(), end, project_path))
+        linked = kinds.parse_url(url, gitlab_url)
+        if linked is not None:
+            tokens.append(_token(linked, match.start(), end, project_path))
         chars[match.start() : end] = _BLANK * (end - match.start())
     scan = "".join(chars)
-    for ref, start, end in kinds.find_references(scan):
-        tokens.append(_token(ref, start, end, project_path))
+    for written, start, end in kinds.find_references(scan):
+        tokens.append(_token(written, start, end, project_path))
     tokens.sort(key=lambda t: t.start)
 
     found: list[tuple[int, Ref]] = []

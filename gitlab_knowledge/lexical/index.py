@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import tantivy
 
@@ -86,6 +86,14 @@ def _write_format(directory: Path) -> None:
     tmp = directory / (FORMAT_FILE + ".tmp")
     tmp.write_text(json.dumps(index_format()))
     os.replace(tmp, directory / FORMAT_FILE)
+
+
+@overload
+def as_utc(value: datetime) -> datetime: ...
+
+
+@overload
+def as_utc(value: None) -> None: ...
 
 
 def as_utc(value: datetime | None) -> datetime | None:
@@ -239,8 +247,9 @@ class LexicalIndex:
     def count(self, project: str | None = None) -> int:
         searcher = self.index.searcher()
         if project is None:
-            return searcher.num_docs
-        return searcher.search(self.term("project", project), limit=1, count=True).count
+            return int(searcher.num_docs)
+        # tantivy's stub omits SearchResult.count (the extension has it)
+        return int(searcher.search(self.term("project", project), limit=1, count=True).count)  # type: ignore[attr-defined]
 
     def bodies(self, doc_ids: Sequence[str]) -> dict[str, str]:
         """The full stored text of these documents (for snippets)."""

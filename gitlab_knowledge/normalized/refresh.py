@@ -189,10 +189,11 @@ def _skip(message: str, stats: NormalizeStats) -> None:
     log.warning("skipped %s", message)
 
 
-def _checked(build: Callable[[Any], Any], text: str, problem_of: Callable[[Any], str | None],
-             name_of: Callable[[Any], str], stats: NormalizeStats) -> Any:
+def _checked(build: Callable[..., Any], text: str, problem_of: Callable[[Any], str | None],
+             name_of: Callable[..., str], stats: NormalizeStats) -> Any:
     """`build(payload)` for a stored payload that passes its checks, else None (logged and
-    counted): a bad row written by an older version must not fail this and every later run."""
+    counted): a bad row written by an older version must not fail this and every later run.
+    (`...`: callers bind loop values as lambda defaults, which mypy cannot match to `[Any]`.)"""
     payload = None
     try:
         payload = json.loads(text)

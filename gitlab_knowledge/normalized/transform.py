@@ -150,8 +150,8 @@ def thread_rows(thread: dict[str, Any], *, parent_type: str, parent_id: int, pro
     `system_note_rows`); the discussion row is None when the thread holds no user note."""
     parent_kind = kinds.kind(parent_type)
     noteable_type = parent_kind.noteable_type
-    notes = []
-    positions = []
+    notes: list[dict[str, Any]] = []
+    positions: list[dict[str, Any]] = []
     for note in thread.get("notes") or []:
         if note.get("system"):
             continue

@@ -37,7 +37,7 @@ def fanout_config(chunk_documents: int) -> dict[str, Any]:
 def build_scaleout_defs(workspace: Any = workspace_resource) -> dg.Definitions:
     base = build_defs(workspace)
     key = dg.AssetKey(ASSET_KEY)
-    assets = [a for a in base.assets if not (isinstance(a, dg.AssetsDefinition) and key in a.keys)]
+    assets = [a for a in base.assets or () if not (isinstance(a, dg.AssetsDefinition) and key in a.keys)]
     sync_job = dg.define_asset_job(SYNC_JOB, selection=dg.AssetSelection.all(), executor_def=distributed_executor,
                                    config=QUIET_LOGS,
                                    description="Sync one GitLab project through every layer, steps on Celery workers.")
@@ -45,12 +45,13 @@ def build_scaleout_defs(workspace: Any = workspace_resource) -> dg.Definitions:
                                     executor_def=distributed_executor, config=QUIET_LOGS,
                                     description="(Re-)embed one project's documents, fanned out over the workers.")
     replaced = {SYNC_JOB: sync_job, EMBED_JOB: embed_job}
-    jobs = [replaced.get(j.name, j) for j in base.jobs]
+    jobs = [replaced.get(j.name, j) for j in base.jobs or ()]
     with warnings.catch_warnings():  # with_updated_job copies the sensor's beta `owners` parameter
         warnings.simplefilter("ignore", dg.BetaWarning)
         sensors = [s.with_updated_job(replaced[s.job_name]) if s.has_jobs and s.job_name in replaced else s
-                   for s in base.sensors]
-    schedules = [s.with_updated_job(replaced[s.job_name]) if s.job_name in replaced else s for s in base.schedules]
+                   for s in base.sensors or ()]
+    schedules = [s.with_updated_job(replaced[s.job_name])
+                 if isinstance(s, dg.ScheduleDefinition) and s.job_name in replaced else s for s in base.schedules or ()]
     return dg.Definitions(assets=[*assets, document_embeddings], asset_checks=base.asset_checks, jobs=jobs,
                           sensors=sensors, schedules=schedules, resources=base.resources,
                           executor=distributed_executor)

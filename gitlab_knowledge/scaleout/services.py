@@ -29,10 +29,11 @@ PG_PASSWORD = "trust-auth-on-loopback"  # the test server trusts 127.0.0.1; dags
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
-def _wait_port(port: int, timeout: float, process: subprocess.Popen, what: str, log: Path) -> None:
+def _wait_port(port: int, timeout: float, process: subprocess.Popen[bytes], what: str, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -43,7 +44,7 @@ def _wait_port(port: int, timeout: float, process: subprocess.Popen, what: str, 
     raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s: {log.read_text()[-2000:]}")
 
 
-def _stop_group(process: subprocess.Popen | None, first: int = signal.SIGTERM, wait: float = 20) -> None:
+def _stop_group(process: subprocess.Popen[bytes] | None, first: int = signal.SIGTERM, wait: float = 20) -> None:
     if process is None or process.poll() is not None:
         return
     for sig, seconds in ((first, wait), (signal.SIGKILL, 10)):
@@ -58,7 +59,7 @@ def _stop_group(process: subprocess.Popen | None, first: int = signal.SIGTERM, w
 
 
 class _Service:
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "_Service":
         raise NotImplementedError
@@ -116,6 +117,7 @@ class LocalPostgres(_Service):
 
             self.user = "pgserver"
             entry = ensure_user_exists(self.user)
+            assert entry is not None  # pgserver created the user or found it
             ensure_prefix_permissions(self.pgdata)
             ensure_folder_permissions(bin_dir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
             ensure_folder_permissions(bin_dir.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
@@ -201,7 +203,7 @@ class CeleryWorkers(_Service):
         self.base, self.count = base, count
         bin_dir = str(Path(sys.executable).parent)  # `dagster-celery worker start` runs `celery` from PATH
         self.env = {**env, "PATH": bin_dir + os.pathsep + env.get("PATH", os.environ.get("PATH", ""))}
-        self.processes: list[subprocess.Popen] = []
+        self.processes: list[subprocess.Popen[bytes]] = []
         self.names = [f"gk-worker-{i + 1}" for i in range(count)]
 
     def start(self) -> "CeleryWorkers":

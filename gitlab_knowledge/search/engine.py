@@ -26,7 +26,7 @@ from gitlab_knowledge.search.rrf import Fused, normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
 
 if TYPE_CHECKING:  # LanceDB and numpy load on a search's first semantic step, not at import
-    from gitlab_knowledge.search.semantic import SemanticHit
+    from gitlab_knowledge.search.semantic import MemoryVectors, SemanticHit
     from gitlab_knowledge.workspace import Workspace
 
 MODES = ("hybrid", "lexical", "semantic")
@@ -113,7 +113,7 @@ class Searcher:
         self.workspace = workspace
         self.config = workspace.config
         self.warm = warm
-        self._memory: Any = None
+        self._memory: MemoryVectors | None = None
         self._provider_name = provider
         self._model = model
         self._provider: Any = None
@@ -266,8 +266,8 @@ class Searcher:
         scores: dict[str, dict[str, float]] = {}
         for h in got.lexical:
             scores.setdefault(h.doc_id, {})["lexical"] = h.score
-        for h in got.semantic:
-            scores.setdefault(h.doc_id, {})["semantic"] = round(h.similarity, 6)
+        for s in got.semantic:
+            scores.setdefault(s.doc_id, {})["semantic"] = round(s.similarity, 6)
         return _Fusion(lists, rrf(lists, self.config.search.rrf_k), fields, scores)
 
     @staticmethod
@@ -386,7 +386,7 @@ def _query_text(query: str, mode: str) -> str:
     return text
 
 
-def parent_kind(fields: DocFields) -> kinds.Kind:
+def parent_kind(fields: relevance.ByName) -> kinds.Kind:
     """The kind of the issue/MR a result is (or is a thread on)."""
     try:
         return kinds.kind(fields.get("parent_type") or kinds.ISSUE.name)
@@ -394,5 +394,5 @@ def parent_kind(fields: DocFields) -> kinds.Kind:
         return kinds.ISSUE
 
 
-def reference_of(fields: DocFields) -> str:
+def reference_of(fields: relevance.ByName) -> str:
     return parent_kind(fields).ref(fields.get("iid"))

@@ -27,6 +27,7 @@ from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import BadValue, UsageError
 from gitlab_knowledge.search.engine import MODES, Searcher, parent_kind
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.relevance import ByName
 from gitlab_knowledge.workspace import Workspace
 
 DEPTH = 100  # results asked per query: recall@50 after exclusions still has 50 to look at
@@ -99,13 +100,13 @@ def load_cases(path: Path | str) -> list[Case]:
     return cases
 
 
-def _item_keys(fields: dict[str, Any]) -> set[str]:
+def _item_keys(fields: ByName) -> set[str]:
     """The references a document answers to: `#12`, `group/project#12`."""
     kind = parent_kind(fields)
     return {kind.ref(fields["iid"]), kind.ref(fields["iid"], fields["project"])}
 
 
-def judge(results: Sequence[dict[str, Any]], case: Case) -> list[int]:
+def judge(results: Sequence[ByName], case: Case) -> list[int]:
     """Binary gains of a ranking (documents' fields), excluded documents removed, each target once."""
     gains: list[int] = []
     found: set[str] = set()

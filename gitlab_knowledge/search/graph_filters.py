@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.search.filters import Filters, FilterSpec
+from gitlab_knowledge.store.db import one_row
 
 if TYPE_CHECKING:  # a search without graph filters never opens DuckDB: no import for it either
     import duckdb
@@ -63,7 +64,7 @@ def _path_params(path: str) -> dict[str, Any]:
 
 def _path_empty(con: "duckdb.DuckDBPyConnection", path: str) -> str:
     why = f"--path {path}: no merge request changed it and no thread is on its diff lines"
-    if con.execute("SELECT count(*) FROM mr_files").fetchone()[0] == 0:
+    if one_row(con.execute("SELECT count(*) FROM mr_files"))[0] == 0:
         why += " (the store holds no merge request file lists yet: a sync fetches them)"
     return why
 
@@ -105,7 +106,7 @@ def resolve(workspace: "Workspace", filters: Filters) -> tuple[Filters, list[str
             warnings.append(" and ".join(f"{spec.flag} {value}" for spec, value in graph)
                             + " each match documents, but no document matches all of them")
         if len(ids) >= COMPLEMENT_FROM:
-            total = con.execute("SELECT count(*) FROM documents").fetchone()[0]
+            total = one_row(con.execute("SELECT count(*) FROM documents"))[0]
             if len(ids) * 2 > total:
                 rest = {row[0] for row in con.execute("SELECT id FROM documents").fetchall()} - ids
                 return filters.resolved(frozenset(rest), complement=True), warnings

@@ -11,8 +11,8 @@ words the corpus lacks, other languages: none of their results do). A long query
 document, more than LONG_QUERY_TERMS words) is not judged: it always shares real words.
 """
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.search.lexical_retriever import LONG_QUERY_TERMS
@@ -24,12 +24,20 @@ JOINT_FLOOR = (0.28, 0.3)  # (cosine, coverage): both at once also vouch
 THIN_THREAD_CHARS = 600  # characters of notes, header excluded: a short paragraph
 
 
-def item_key(fields: dict[str, Any]) -> tuple[Any, ...]:
+class ByName(Protocol):
+    """A document's fields read by column name: a `DocFields` record, or a dict of the same keys."""
+
+    def __getitem__(self, name: str, /) -> Any: ...
+
+    def get(self, name: str, default: Any = None, /) -> Any: ...
+
+
+def item_key(fields: ByName) -> tuple[Any, ...]:
     """The issue/MR a document is (or is a thread on)."""
     return fields["project"], fields["parent_type"], fields["iid"]
 
 
-def items_before_threads(ranked: list[str], fields: dict[str, dict[str, Any]],
+def items_before_threads(ranked: list[str], fields: Mapping[str, ByName],
                          bodies: Callable[[list[str]], dict[str, str]],
                          says_more: Callable[[str, str], bool] | None = None) -> list[str]:
     """A thin thread (notes under THIN_THREAD_CHARS: "LGTM", "+1") ranked above its own issue/MR
@@ -61,7 +69,7 @@ def items_before_threads(ranked: list[str], fields: dict[str, dict[str, Any]],
     return out
 
 
-def one_per_item(ordered: list[tuple[str, str]], fields: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def one_per_item(ordered: list[tuple[str, str]], fields: Mapping[str, ByName]) -> list[tuple[str, str]]:
     """`--group`: each issue/MR once, as its best-ranked document (the item, or one of its threads)."""
     seen: set[tuple[Any, ...]] = set()
     out = []

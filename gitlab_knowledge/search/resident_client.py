@@ -108,7 +108,8 @@ def ask_resident(config: Config, request: dict[str, Any] | None) -> tuple[str, s
 def server_status(config: Config) -> dict[str, Any] | None:
     """What the server for this data directory says of itself, or None when none answers."""
     try:
-        return _exchange(socket_path(config), {"protocol": PROTOCOL, "status": True})
+        status: dict[str, Any] | None = _exchange(socket_path(config), {"protocol": PROTOCOL, "status": True})
+        return status
     except (OSError, ValueError):
         return None
 

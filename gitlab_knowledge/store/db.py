@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -29,6 +29,15 @@ _READ_ONLY_PATTERN = re.compile(r"Permission denied|Read-only file system", re.I
 _PID_PATTERN = re.compile(r"PID (\d+)")
 _schema_ready: set[str] = set()
 _schema_lock = threading.Lock()
+
+
+def one_row(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    """The row of a query that always returns one (an aggregate, `nextval`): DuckDB types
+    `fetchone()` as optional."""
+    row = cursor.fetchone()
+    if row is None:
+        raise AssertionError("a one-row query returned no row")
+    return row
 
 
 def _is_lock_error(exc: Exception) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 import duckdb
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.timeutil import parse_time, utcnow
 
 
@@ -31,7 +32,7 @@ def _scope(project_id: int | None, column: str = "project_id") -> tuple[str, lis
 
 def _count(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], description: str,
            sample_sql: str | None = None) -> Outcome:
-    n = int(con.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()[0])
+    n = int(one_row(con.execute(f"SELECT count(*) FROM ({sql})", params))[0])
     samples = []
     if n and sample_sql is not None:
         samples = [str(r[0]) for r in con.execute(f"SELECT {sample_sql} FROM ({sql}) LIMIT 5", params).fetchall()]

@@ -77,10 +77,10 @@ def latest_version() -> int:
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     """The store's version: 0 for a file no migration has touched."""
-    has_table = con.execute(
+    row = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'main' AND table_name = 'schema_info'").fetchone()[0]
-    if not has_table:
+        "AND schema_name = 'main' AND table_name = 'schema_info'").fetchone()
+    if row is None or not row[0]:
         return 0
     row = con.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchone()
     if row is None:
@@ -111,7 +111,7 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
     """
     version = current_version(con)
     refuse_newer(version)
-    applied = []
+    applied: list[int] = []
     for m in pending(version):
         con.execute("BEGIN TRANSACTION")
         try:

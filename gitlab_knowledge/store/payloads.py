@@ -130,11 +130,13 @@ def item_problem(payload: Any, utf8: bool = True) -> str | None:
     check, for text read back from the store (which holds only valid UTF-8)."""
     if not isinstance(payload, dict):
         return f"the item is {_describe(payload)}, not an object"
-    for check in (lambda: _check_int(payload, "id", INT64_MAX), lambda: _check_int(payload, "iid", INT32_MAX),
-                  lambda: _check_int(payload, "project_id", INT64_MAX),
-                  lambda: _check_time(payload, "updated_at", True), lambda: _check_time(payload, "created_at", False),
-                  lambda: _check_text(payload, _ITEM_TEXT), lambda: _check_labels(payload),
-                  lambda: _check_utf8(payload) if utf8 else None):
+    checks: tuple[Callable[[], str | None], ...] = (
+        lambda: _check_int(payload, "id", INT64_MAX), lambda: _check_int(payload, "iid", INT32_MAX),
+        lambda: _check_int(payload, "project_id", INT64_MAX),
+        lambda: _check_time(payload, "updated_at", True), lambda: _check_time(payload, "created_at", False),
+        lambda: _check_text(payload, _ITEM_TEXT), lambda: _check_labels(payload),
+        lambda: _check_utf8(payload) if utf8 else None)
+    for check in checks:
         problem = check()
         if problem:
             return problem

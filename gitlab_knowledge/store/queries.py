@@ -10,6 +10,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import AmbiguousReference, ItemNotFound, UnknownProject, UsageError
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.projects import canonical_path, project_id_for
 
 if TYPE_CHECKING:  # the workspace hands the read modules their connections: it sits above them
@@ -51,7 +52,7 @@ def project_counts(workspace: "Workspace", project: str | None = None) -> dict[s
         where, params = (" AND project_id = ?", [project_id]) if project else ("", [])
         out = {}
         for table in (*(k.table for k in kinds.ITEM_KINDS), *THREAD_TABLES):
-            out[table] = con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
+            out[table] = one_row(con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params))[0]
         return out
 
 
@@ -98,7 +99,7 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
     table = kind.table if kind else what
     with workspace.read() as con:
         where, params = _project_filter(con, project)
-        return con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params).fetchone()[0]
+        return int(one_row(con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params))[0])
 
 
 def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:

@@ -67,8 +67,8 @@ class RawRow:
 
     @classmethod
     def for_discussion(cls, parent_type: str, parent_id: int, position: int, discussion: dict[str, Any]) -> "RawRow":
-        stamps = [parse_time(n.get("updated_at") or n.get("created_at")) for n in discussion.get("notes") or []]
-        stamps = [s for s in stamps if s is not None]
+        parsed = [parse_time(n.get("updated_at") or n.get("created_at")) for n in discussion.get("notes") or []]
+        stamps = [s for s in parsed if s is not None]
         return cls(resource_type=DISCUSSION, gitlab_key=str(discussion["id"]), json=canonical_json(discussion),
                    updated_at=max(stamps) if stamps else None, parent_type=parent_type, parent_id=parent_id,
                    position=position)

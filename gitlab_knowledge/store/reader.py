@@ -33,7 +33,7 @@ ALIAS = "gk_store"
 
 def store_stamp(path: Path) -> Any:
     """What changes whenever DuckDB writes the store: the file's and its WAL's mtime, size, inode."""
-    stamp = []
+    stamp: list[tuple[int, int, int] | None] = []
     for file in (path, path.with_name(path.name + ".wal")):
         try:
             st = file.stat()

@@ -16,6 +16,7 @@ a view: deriving them costs ~10 ms at 100K documents, a hash lookup in them next
 import duckdb
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.reader import ALIAS, Lens
 
 _STORE = f"{ALIAS}.main"
@@ -110,8 +111,8 @@ def hidden_note_count(con: duckdb.DuckDBPyConnection, lens: Lens | None, noteabl
     """How many of an item's notes (system notes aside) `lens` hides, from the lens's own list."""
     if lens is None:
         return 0
-    return con.execute(f"SELECT count(*) FROM memory.{lens.schema}.hidden_notes WHERE NOT system "
-                       "AND noteable_type = ? AND noteable_id = ?", [noteable_type, noteable_id]).fetchone()[0]
+    return int(one_row(con.execute(f"SELECT count(*) FROM memory.{lens.schema}.hidden_notes WHERE NOT system "
+                                   "AND noteable_type = ? AND noteable_id = ?", [noteable_type, noteable_id]))[0])
 
 
 def hidden_notes_column(lens: Lens | None) -> str:

@@ -32,7 +32,8 @@ from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, NotFoundError, first_error
-from gitlab_knowledge.gitlab.client import GitLabClient, Page
+from gitlab_knowledge.gitlab.client import GitLabClient
+from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
@@ -74,6 +75,20 @@ class ProjectSync:
         self._project_id: int | None = None
         self._files: files.FileFetcher | None = None
 
+    @property
+    def project_id(self) -> int:
+        """The project's GitLab id, known once `_run` has read the project."""
+        if self._project_id is None:
+            raise AssertionError(f"{self.project_path}: the project is not read yet")
+        return self._project_id
+
+    @property
+    def sync_run_id(self) -> int:
+        """This sync's row in `sync_runs`, known once `run` has begun it."""
+        if self.result.sync_run_id is None:
+            raise AssertionError(f"{self.project_path}: the sync run is not begun yet")
+        return self.result.sync_run_id
+
     # -- entry point ------------------------------------------------------------------------
 
     def run(self) -> SyncResult:
@@ -93,7 +108,7 @@ class ProjectSync:
             # A failed step materializes nothing: the error carries what was done (API calls made,
             # items committed) to whoever reports it (`sync --json`).
             with contextlib.suppress(AttributeError, TypeError):
-                exc.raw_stats = RawStats.of(self.result)  # type: ignore[union-attr]
+                exc.raw_stats = RawStats.of(self.result)  # type: ignore[attr-defined]  # any exception carries it
             raise
         self._finish(started, client)
         return self.result
@@ -106,9 +121,9 @@ class ProjectSync:
         try:
             with self.workspace.write() as con, transaction(con):
                 if error is None:
-                    runs.finish_run(con, self.result.sync_run_id, stats)
+                    runs.finish_run(con, self.sync_run_id, stats)
                 else:
-                    runs.fail_run(con, self.result.sync_run_id, error, stats)
+                    runs.fail_run(con, self.sync_run_id, error, stats)
         except KnowledgeError:
             if error is None:
                 raise
@@ -140,7 +155,7 @@ class ProjectSync:
 
     async def _sync_resource(self, client: GitLabClient, resource: str, kind: str, stats: ResourceStats) -> None:
         with self.workspace.write() as con:
-            state = listing.load_state(con, self._project_id, kind, self.full)
+            state = listing.load_state(con, self.project_id, kind, self.full)
         page = await self._read_listing(client, resource, kind, stats, state)
         if self.full:
             # Removal follows from a complete listing only: GitLab must have marked its end.
@@ -203,7 +218,7 @@ class ProjectSync:
     async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]],
                              page: Page) -> list[Parent]:
         parents = [Parent(kind, int(it["id"]), int(it["iid"]), it) for it in items]
-        with_notes = [p for p in parents if int(p.item.get("user_notes_count") or 0) > 0]
+        with_notes = [p for p in parents if int(p.listed.get("user_notes_count") or 0) > 0]
         if kind == kinds.MERGE_REQUEST.name:
             try:
                 async with asyncio.TaskGroup() as group:
@@ -214,16 +229,17 @@ class ProjectSync:
         else:
             await self._fetch_threads(client, with_notes)
         for p in parents:
-            if p.fetched_at is None and p.threads is None and int(p.item.get("user_notes_count") or 0) == 0:
+            if p.fetched_at is None and p.threads is None and int(p.listed.get("user_notes_count") or 0) == 0:
                 # No user notes: nothing to fetch, and the list page's time is what we know them by.
                 p.threads, p.fetched_at = [], naive_utc(page.server_time) or utcnow()
         return parents
 
     async def _fetch_threads(self, client: GitLabClient, parents: Sequence[Parent]) -> None:
-        await fetch_threads(client, self._project_id, parents,
+        await fetch_threads(client, self.project_id, parents,
                             lambda resource, line: self._reject(self.result.resources[resource], line))
 
     async def _fetch_files(self, parents: Sequence[Parent]) -> None:
+        assert self._files is not None  # set by _run before any listing
         for p, got in zip(parents, await self._files.fetch_all([p.iid for p in parents]), strict=True):
             p.files = got
             if got is None:
@@ -234,14 +250,14 @@ class ProjectSync:
         """MRs stored without a file list (stores from before file lists, or a fetch GitLab
         refused last time) get theirs, in batches that each commit."""
         with self.workspace.write() as con:
-            items = files.missing_file_lists(con, self._project_id)
+            items = files.missing_file_lists(con, self.project_id)
         if items:
             self.progress.message(f"{self.project_path}: fetching the file lists of {len(items)} merge requests")
         for start in range(0, len(items), RECHECK_BATCH):
             batch = [Parent(kinds.MERGE_REQUEST.name, int(it["id"]), int(it["iid"]), it)
                      for it in items[start:start + RECHECK_BATCH]]
             await self._fetch_files(batch)
-            rows = [files.raw_row(p.item, p.files) for p in batch if p.files is not None]
+            rows = [files.raw_row(p.listed, p.files) for p in batch if p.files is not None]
             self._commit(lambda con, prov, rows=rows: raw.upsert_rows(con, rows, prov))
             stats.file_fetches += len(rows)
 
@@ -254,13 +270,15 @@ class ProjectSync:
     # -- commits ----------------------------------------------------------------------------
 
     def _provenance(self) -> raw.Provenance:
-        return raw.Provenance(project_id=self._project_id, sync_run_id=self.result.sync_run_id,
+        return raw.Provenance(project_id=self.project_id, sync_run_id=self.result.sync_run_id,
                               dagster_run_id=self.dagster_run_id, fetched_at=utcnow())
 
-    def _commit(self, work: Callable[[Any, raw.Provenance], Any]) -> Any:
+    def _commit(self, work: Callable[..., Any]) -> Any:
+        """`work(con, provenance)` in a transaction (`...`: a caller may bind loop values as lambda
+        defaults, which mypy cannot match to a two-argument callable)."""
         with self.workspace.write() as con, transaction(con):
             out = work(con, self._provenance())
-            runs.heartbeat(con, self.result.sync_run_id, self._project_id)
+            runs.heartbeat(con, self.sync_run_id, self.project_id)
             return out
 
     def _commit_parents(self, kind: str, resource: str, parents: Sequence[Parent], stats: ResourceStats,
@@ -270,7 +288,7 @@ class ProjectSync:
     async def _recheck(self, client: GitLabClient, kind: str, resource: str, done: set[int],
                        stats: ResourceStats) -> None:
         with self.workspace.write() as con:
-            candidates = raw.recheck_candidates(con, self._project_id, kind, THROTTLE_WINDOW_SECONDS)
+            candidates = raw.recheck_candidates(con, self.project_id, kind, THROTTLE_WINDOW_SECONDS)
         candidates = [(gid, iid) for gid, iid in candidates if gid not in done]
         if candidates:
             self.progress.message(f"{self.project_path}: rechecking {len(candidates)} {resource} "
@@ -291,7 +309,7 @@ class ProjectSync:
             self._commit_parents(kind, resource, batch, stats, None)
 
     async def _reconcile(self, kind: str, resource: str, seen: set[int], stats: ResourceStats) -> None:
-        removed = self._commit(lambda con, prov: writes.remove_unlisted(con, self._project_id, kind, seen))
+        removed = self._commit(lambda con, prov: writes.remove_unlisted(con, self.project_id, kind, seen))
         stats.deleted += removed
         if removed:
             self.progress.message(f"{self.project_path}: {removed} {resource} no longer in GitLab, removed")

@@ -13,7 +13,8 @@ from typing import Any
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.gitlab.client import GitLabClient, Page
+from gitlab_knowledge.gitlab.client import GitLabClient
+from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.store import payloads, raw
 from gitlab_knowledge.sync.parents import Parent
 from gitlab_knowledge.timeutil import parse_time

@@ -30,6 +30,13 @@ class Parent:
     keep_all: bool = False  # a rejected thread without a usable id: no stored thread goes
     files: list[dict[str, Any]] | None = None  # an MR's changed files (sync/files.py); None: not fetched
 
+    @property
+    def listed(self) -> dict[str, Any]:
+        """The item payload of a parent a listing brought (only a recheck's is None)."""
+        if self.item is None:
+            raise AssertionError(f"{self.kind} {self.gitlab_id}: a recheck has no listed payload")
+        return self.item
+
 
 async def fetch_threads(client: GitLabClient, project_id: int, parents: Sequence[Parent],
                         reject: Callable[[str, str], None]) -> None:

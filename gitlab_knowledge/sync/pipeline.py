@@ -11,7 +11,7 @@ the same states.
 import asyncio
 from collections.abc import Callable
 
-from gitlab_knowledge.gitlab.client import Page
+from gitlab_knowledge.gitlab.paging import Page
 
 
 class PagePipeline:

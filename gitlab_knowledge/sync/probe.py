@@ -54,7 +54,7 @@ def _is_stored(workspace: Workspace, kind: str, item: dict[str, Any]) -> bool:
     with workspace.read() as con:
         row = con.execute("SELECT payload_hash FROM raw_payloads WHERE resource_type = ? AND gitlab_key = ? "
                           "AND deleted_at IS NULL", [kind, str(item["id"])]).fetchone()
-    return bool(row) and row[0] == payload_hash(canonical_json(item))
+    return row is not None and row[0] == payload_hash(canonical_json(item))
 
 
 async def _probe_project(client: GitLabClient, workspace: Workspace, project: str,

@@ -27,6 +27,7 @@ import psutil
 
 from gitlab_knowledge.errors import SyncInProgressError
 from gitlab_knowledge.redact import redact
+from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.timeutil import utcnow
 
 HOSTNAME = socket.gethostname()
@@ -162,7 +163,7 @@ def begin_run(con: duckdb.DuckDBPyConnection, project_path: str, mode: str, *, f
         raise SyncInProgressError(
             f"a sync of {project_path} is already running (sync run {run_id}, {where}, "
             f"last heartbeat {ago}s ago); {hint}")
-    run_id = con.execute("SELECT nextval('sync_run_ids')").fetchone()[0]
+    run_id = one_row(con.execute("SELECT nextval('sync_run_ids')"))[0]
     con.execute("""
         INSERT INTO sync_runs (id, project_path, mode, status, started_at, heartbeat_at, pid, hostname,
                                dagster_run_id, stats)

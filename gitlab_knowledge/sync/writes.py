@@ -31,7 +31,8 @@ def write_parents(con: duckdb.DuckDBPyConnection, prov: raw.Provenance, kind: st
             "UPDATE raw_payloads SET discussions_fetched_at = ? WHERE resource_type = ? AND gitlab_key = ?",
             [[p.fetched_at, kind, str(p.gitlab_id)] for p in unchanged])
     threads = raw.replace_discussions(
-        con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads, p.kept, p.keep_all) for p in alive], prov)
+        con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads, p.kept, p.keep_all) for p in alive
+              if p.threads is not None], prov)
     deleted = raw.tombstone_parents(con, kind, gone)
     if cursor_item is not None:
         con.execute("""
@@ -44,7 +45,7 @@ def write_parents(con: duckdb.DuckDBPyConnection, prov: raw.Provenance, kind: st
     stats.new += counts.new
     stats.updated += counts.updated
     stats.deleted += deleted
-    stats.discussion_fetches += sum(1 for p in alive if p.recheck or int(p.item.get("user_notes_count") or 0) > 0)
+    stats.discussion_fetches += sum(1 for p in alive if p.recheck or int(p.listed.get("user_notes_count") or 0) > 0)
     stats.rechecked += len(rechecked)
     stats.threads_new += threads.new
     stats.threads_updated += threads.updated
