@@ -63,7 +63,7 @@ def test_created_objects_match_gitlab_schemas(sandbox: Any, client: Any) -> None
     jsonschema.validate([{k: v for k, v in n.items() if k != "project_id"} for n in notes], ref("schemas/notes.json"))
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/reference/gitlab-api is not next to this checkout")
+@pytest.mark.skipif(not SHARED.is_dir(), reason="no reference set to compare the copies with beside this checkout (SHARED)")
 def test_fixture_copies_match_the_shared_reference() -> None:
     copies = sorted(p.relative_to(REFERENCE) for p in REFERENCE.rglob("*.json"))
     assert len(copies) == 8
