@@ -34,6 +34,7 @@ class Kind:
     noteable_type: str  # GitLab's noteable_type of a note or discussion on the item
     sigil: str  # the reference sigil: #12, !34
     display: str  # what a person reads: Issue, MR
+    noun: str  # in a sentence: an issue, a merge request
     plural_display: str  # Issues, Merge requests
     column: str  # a table's column heading for a count of them: issues, MRs
     cli_names: tuple[str, ...]  # what a person may type for it
@@ -48,11 +49,11 @@ class Kind:
 
 
 ISSUE = Kind(name="issue", api_path="issues", table="issues", labels_table="issue_labels",
-             thread_column="issue_id", noteable_type="Issue", sigil="#", display="Issue", plural_display="Issues",
+             thread_column="issue_id", noteable_type="Issue", sigil="#", display="Issue", noun="issue", plural_display="Issues",
              column="issues", cli_names=("issue", "issues"))
 MERGE_REQUEST = Kind(name="merge_request", api_path="merge_requests", table="merge_requests",
                      labels_table="mr_labels", thread_column="merge_request_id", noteable_type="MergeRequest",
-                     sigil="!", display="MR", plural_display="Merge requests", column="MRs",
+                     sigil="!", display="MR", noun="merge request", plural_display="Merge requests", column="MRs",
                      cli_names=("mr", "mrs", "merge_request", "merge_requests", "merge-request", "merge-requests"))
 ITEM_KINDS: tuple[Kind, ...] = (ISSUE, MERGE_REQUEST)
 SOURCE_TYPES: tuple[str, ...] = (ISSUE.name, MERGE_REQUEST.name, DISCUSSION)  # what a document can be
