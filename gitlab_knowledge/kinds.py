@@ -31,6 +31,7 @@ class Kind:
     table: str  # the normalized table
     labels_table: str  # the item → label junction
     thread_column: str  # discussions' (and the junction's) foreign key to the item
+    people_columns: tuple[str, ...]  # its username-list columns of people taking part besides the author
     noteable_type: str  # GitLab's noteable_type of a note or discussion on the item
     sigil: str  # the reference sigil: #12, !34
     display: str  # what a person reads: Issue, MR
@@ -49,10 +50,11 @@ class Kind:
 
 
 ISSUE = Kind(name="issue", api_path="issues", table="issues", labels_table="issue_labels",
-             thread_column="issue_id", noteable_type="Issue", sigil="#", display="Issue", noun="issue", plural_display="Issues",
+             thread_column="issue_id", people_columns=("assignees",), noteable_type="Issue", sigil="#", display="Issue", noun="issue", plural_display="Issues",
              column="issues", cli_names=("issue", "issues"))
 MERGE_REQUEST = Kind(name="merge_request", api_path="merge_requests", table="merge_requests",
-                     labels_table="mr_labels", thread_column="merge_request_id", noteable_type="MergeRequest",
+                     labels_table="mr_labels", thread_column="merge_request_id",
+                     people_columns=("assignees", "reviewers"), noteable_type="MergeRequest",
                      sigil="!", display="MR", noun="merge request", plural_display="Merge requests", column="MRs",
                      cli_names=("mr", "mrs", "merge_request", "merge_requests", "merge-request", "merge-requests"))
 ITEM_KINDS: tuple[Kind, ...] = (ISSUE, MERGE_REQUEST)

@@ -43,8 +43,6 @@ PATH_SQL = f"""
 
 # GitLab usernames are unique regardless of case, and people type them either way.
 _HAS_USER = "list_contains(list_transform({c}, lambda u: lower(u)), $user)"
-# Who takes part in an item besides its author: its assignees, and an MR's reviewers (its own).
-_PEOPLE_COLUMNS = {kinds.MERGE_REQUEST.name: ("assignees", "reviewers")}
 _ITEM_PARTICIPANT = """
        OR (d.source_type = $kind_{i} AND d.parent_id IN (
               SELECT id FROM {table}
@@ -54,7 +52,7 @@ PARTICIPANT_SQL = f"""
     WHERE (d.source_type = '{kinds.DISCUSSION}' AND d.source_id IN (
               SELECT discussion_id FROM notes WHERE lower(author_username) = $user))""" + "".join(
     _ITEM_PARTICIPANT.format(i=i, table=k.table, people="\n                 OR ".join(
-        _HAS_USER.format(c=c) for c in _PEOPLE_COLUMNS.get(k.name, ("assignees",))))
+        _HAS_USER.format(c=c) for c in k.people_columns))
     for i, k in enumerate(kinds.ITEM_KINDS)) + "\n"
 _KIND_PARAMS = {f"kind_{i}": k.name for i, k in enumerate(kinds.ITEM_KINDS)}
 

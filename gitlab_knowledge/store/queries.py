@@ -95,7 +95,8 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
     """`what` is a kind as a person types it (`issues`, `mrs`, …) or one of THREAD_TABLES."""
     kind = kinds.from_cli(what)
     if kind is None and what not in THREAD_TABLES:
-        raise UsageError(f"cannot count {what!r}: expected issues, mrs, discussions or notes")
+        words = [*(k.column.lower() for k in kinds.ITEM_KINDS), *THREAD_TABLES]
+        raise UsageError(f"cannot count {what!r}: expected {', '.join(words[:-1])} or {words[-1]}")
     table = kind.table if kind else what
     with workspace.read() as con:
         where, params = _project_filter(con, project)
