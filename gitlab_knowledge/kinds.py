@@ -58,7 +58,7 @@ MERGE_REQUEST = Kind(name="merge_request", api_path="merge_requests", table="mer
                      sigil="!", display="MR", noun="merge request", plural_display="Merge requests", column="MRs",
                      cli_names=("mr", "mrs", "merge_request", "merge_requests", "merge-request", "merge-requests"))
 ITEM_KINDS: tuple[Kind, ...] = (ISSUE, MERGE_REQUEST)
-SOURCE_TYPES: tuple[str, ...] = (ISSUE.name, MERGE_REQUEST.name, DISCUSSION)  # what a document can be
+SOURCE_TYPES: tuple[str, ...] = (*(k.name for k in ITEM_KINDS), DISCUSSION)  # what a document can be
 
 _BY_NAME = {k.name: k for k in ITEM_KINDS}
 _BY_SIGIL = {k.sigil: k for k in ITEM_KINDS}
