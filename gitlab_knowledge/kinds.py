@@ -50,8 +50,8 @@ class Kind:
 
 
 ISSUE = Kind(name="issue", api_path="issues", table="issues", labels_table="issue_labels",
-             thread_column="issue_id", people_columns=("assignees",), noteable_type="Issue", sigil="#", display="Issue", noun="issue", plural_display="Issues",
-             column="issues", cli_names=("issue", "issues"))
+             thread_column="issue_id", people_columns=("assignees",), noteable_type="Issue", sigil="#",
+             display="Issue", noun="issue", plural_display="Issues", column="issues", cli_names=("issue", "issues"))
 MERGE_REQUEST = Kind(name="merge_request", api_path="merge_requests", table="merge_requests",
                      labels_table="mr_labels", thread_column="merge_request_id",
                      people_columns=("assignees", "reviewers"), noteable_type="MergeRequest",

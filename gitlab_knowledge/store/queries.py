@@ -95,6 +95,7 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
     """`what` is a kind as a person types it (`issues`, `mrs`, …) or one of THREAD_TABLES."""
     kind = kinds.from_cli(what)
     if kind is None and what not in THREAD_TABLES:
+        # A kind's column heading, lowered, is also a word `count` takes: issues, mrs.
         words = [*(k.column.lower() for k in kinds.ITEM_KINDS), *THREAD_TABLES]
         raise UsageError(f"cannot count {what!r}: expected {', '.join(words[:-1])} or {words[-1]}")
     table = kind.table if kind else what
