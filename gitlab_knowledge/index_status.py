@@ -61,10 +61,10 @@ def stats(workspace: Workspace) -> dict[str, Any]:
         last_sync = dict(con.execute("""
             SELECT project_path, max(finished_at) FROM sync_runs WHERE status = 'succeeded' GROUP BY 1
         """).fetchall())
-        counts = dict(zip(("issues", "merge_requests", "discussions", "notes"), one_row(con.execute(f"""
-            SELECT (SELECT count(*) FROM {kinds.ISSUE.table}), (SELECT count(*) FROM {kinds.MERGE_REQUEST.table}),
-                   (SELECT count(*) FROM discussions), (SELECT count(*) FROM notes)
-        """)), strict=True))
+        # The totals are keyed by table name: `issues`, `merge_requests`, then the threads and notes.
+        tables = (*(k.table for k in kinds.ITEM_KINDS), "discussions", "notes")
+        counts = dict(zip(tables, one_row(con.execute(
+            "SELECT " + ", ".join(f"(SELECT count(*) FROM {table})" for table in tables))), strict=True))
     status = index_status(workspace)
     projects = []
     for entry in status["projects"]:

@@ -31,14 +31,17 @@ class Kind:
     table: str  # the normalized table
     labels_table: str  # the item → label junction
     thread_column: str  # discussions' (and the junction's) foreign key to the item
+    people_columns: tuple[str, ...]  # its username-list columns of people taking part besides the author
     noteable_type: str  # GitLab's noteable_type of a note or discussion on the item
     sigil: str  # the reference sigil: #12, !34
     display: str  # what a person reads: Issue, MR
+    noun: str  # in a sentence: an issue, a merge request
     plural_display: str  # Issues, Merge requests
+    column: str  # a table's column heading for a count of them: issues, MRs
     cli_names: tuple[str, ...]  # what a person may type for it
 
     @property
-    def noun(self) -> str:
+    def mid_sentence(self) -> str:
         """The display name mid-sentence: a word lower-cased, an acronym not ("no issue #5", "no MR !5")."""
         return self.display if self.display.isupper() else self.display.lower()
 
@@ -52,14 +55,15 @@ class Kind:
 
 
 ISSUE = Kind(name="issue", api_path="issues", table="issues", labels_table="issue_labels",
-             thread_column="issue_id", noteable_type="Issue", sigil="#", display="Issue", plural_display="Issues",
-             cli_names=("issue", "issues"))
+             thread_column="issue_id", people_columns=("assignees",), noteable_type="Issue", sigil="#",
+             display="Issue", noun="issue", plural_display="Issues", column="issues", cli_names=("issue", "issues"))
 MERGE_REQUEST = Kind(name="merge_request", api_path="merge_requests", table="merge_requests",
-                     labels_table="mr_labels", thread_column="merge_request_id", noteable_type="MergeRequest",
-                     sigil="!", display="MR", plural_display="Merge requests",
+                     labels_table="mr_labels", thread_column="merge_request_id",
+                     people_columns=("assignees", "reviewers"), noteable_type="MergeRequest",
+                     sigil="!", display="MR", noun="merge request", plural_display="Merge requests", column="MRs",
                      cli_names=("mr", "mrs", "merge_request", "merge_requests", "merge-request", "merge-requests"))
 ITEM_KINDS: tuple[Kind, ...] = (ISSUE, MERGE_REQUEST)
-SOURCE_TYPES: tuple[str, ...] = (ISSUE.name, MERGE_REQUEST.name, DISCUSSION)  # what a document can be
+SOURCE_TYPES: tuple[str, ...] = (*(k.name for k in ITEM_KINDS), DISCUSSION)  # what a document can be
 
 # Every word an input takes for a document type (a person's `mr`, the JSON's `merge_request`): the
 # MCP search tool's `type` as the search command's --type.

@@ -15,18 +15,21 @@ from typing import Any
 
 import duckdb
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.workspace import Workspace
 
-# Every table holding a project's rows, children first; sync_runs stays as history.
-_BY_PROJECT = ("note_positions", "notes", "system_notes", "item_references", "mr_files", "discussions", "issue_labels", "mr_labels", "document_labels",
-               "documents", "issues", "merge_requests", "labels", "layer_state", "sync_cursors", "raw_payloads",
-               "projects")
+# Every table holding a project's rows, children first; sync_runs stays as history. An item's
+# label junction is keyed by the item, so it is found through the item's table.
+_BY_PROJECT = ("note_positions", "notes", "system_notes", "item_references", "mr_files", "discussions",
+               *(k.labels_table for k in kinds.ITEM_KINDS), "document_labels",
+               "documents", *(k.table for k in kinds.ITEM_KINDS), "labels", "layer_state", "sync_cursors",
+               "raw_payloads", "projects")
 _CHILD_FILTERS = {
     "note_positions": "note_id IN (SELECT id FROM notes WHERE project_id = ?)",
-    "issue_labels": "issue_id IN (SELECT id FROM issues WHERE project_id = ?)",
-    "mr_labels": "merge_request_id IN (SELECT id FROM merge_requests WHERE project_id = ?)",
+    **{k.labels_table: f"{k.thread_column} IN (SELECT id FROM {k.table} WHERE project_id = ?)"
+       for k in kinds.ITEM_KINDS},
     "document_labels": "document_id IN (SELECT id FROM documents WHERE project_id = ?)",
     "projects": "id = ?",
 }

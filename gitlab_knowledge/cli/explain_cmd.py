@@ -71,7 +71,7 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
         for reason in result.reasons:
             o.print(f"  - {escape(reason)}")
     if result.related:
-        parent = kinds.kind(doc["source_type"]).noun if doc["source_type"] != kinds.DISCUSSION else "parent"
+        parent = kinds.kind(doc["source_type"]).mid_sentence if doc["source_type"] != kinds.DISCUSSION else "parent"
         o.print(f"\n{len(result.related)} other document(s) of the same {parent}: "
                 + ", ".join(result.related[:5]) + (" …" if len(result.related) > 5 else ""))
     return 0

@@ -13,6 +13,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.cli.sync_cmd import BarProgress, raise_if_interrupted, selected_projects
 from gitlab_knowledge.config import Config
@@ -101,15 +102,17 @@ def stats_cmd(args: argparse.Namespace, config: Config) -> int:
         return 0
     o = console.out
     totals = data["totals"]
-    o.print(f"Issues {totals['issues']:,} · merge requests {totals['merge_requests']:,} · "
-            f"discussions {totals['discussions']:,} · notes {totals['notes']:,} · model {data['model']}")
+    line = " · ".join([*(f"{k.plural_display.lower()} {totals[k.table]:,}" for k in kinds.ITEM_KINDS),
+                       f"discussions {totals['discussions']:,}", f"notes {totals['notes']:,}",
+                       f"model {data['model']}"])
+    o.print(line[:1].upper() + line[1:])
     table = Table(box=None)
-    for column in ("project", "documents", "issues", "MRs", "threads", "embedded", "failed", "lexical", "truncated",
-                   "last sync"):
+    for column in ("project", "documents", *(k.column for k in kinds.ITEM_KINDS), "threads", "embedded", "failed",
+                   "lexical", "truncated", "last sync"):
         table.add_column(column, justify="left" if column in ("project", "last sync") else "right")
     for p in data["projects"]:
         t = p["documents_by_type"]
-        table.add_row(p["project"], str(p["documents"]), str(t.get("issue", 0)), str(t.get("merge_request", 0)),
+        table.add_row(p["project"], str(p["documents"]), *(str(t.get(k.name, 0)) for k in kinds.ITEM_KINDS),
                       str(t.get("discussion", 0)), f"{p['embedded_pct']}%", str(p["embedding_failed"]),
                       str(p["lexical_documents"]), str(p["truncated"]),
                       f"{console.when(p['last_sync'])} ({console.ago(p['last_sync'])})")

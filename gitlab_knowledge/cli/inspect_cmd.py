@@ -117,16 +117,14 @@ def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
     last = {r["project_path"]: r["last_success"] for r in status["last_success"]}
     running = [r for r in status["runs"] if r["status"] == "running"]
     table = Table(title="Projects", title_justify="left", box=None)
-    for column in ("project", "last successful sync", "issues cursor", "MRs cursor"):
+    for column in ("project", "last successful sync", *(f"{k.column} cursor" for k in kinds.ITEM_KINDS)):
         table.add_column(column)
     cursors = {(c["project"], c["resource_type"]): c for c in status["cursors"]}
     for entry in status["projects"]:
         project, canonical = entry["configured"], entry["project"] or entry["configured"]
-        ic = cursors.get((canonical, kinds.ISSUE.name))
-        mc = cursors.get((canonical, kinds.MERGE_REQUEST.name))
         name = project if canonical == project else f"{project} (GitLab: {canonical})"
         table.add_row(escape(name), f"{console.when(last.get(project))} ({console.ago(last.get(project))})",
-                      _cursor(ic), _cursor(mc))
+                      *(_cursor(cursors.get((canonical, k.name))) for k in kinds.ITEM_KINDS))
     o.print(table)
     o.print()
     runs = Table(title="Recent sync runs", title_justify="left", box=None)

@@ -58,6 +58,11 @@ def _digest(values: list[str]) -> str:
     return hashlib.sha1("\n".join(sorted(values)).encode()).hexdigest()[:12] if values else ""
 
 
+_ITEM_NAMES = tuple(k.name for k in kinds.ITEM_KINDS)
+_ITEM_SLOTS = ", ".join("?" for _ in kinds.ITEM_KINDS)
+_ITEM_SEQS = " UNION ALL ".join(f"SELECT change_seq FROM {k.table} WHERE project_id = $1" for k in kinds.ITEM_KINDS)
+
+
 def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
     """The backlog of each stored project (a project never synced has none: its probe says so)."""
     if not workspace.config.duckdb_path.exists():
@@ -74,15 +79,13 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
             pending = con.execute(f"""
                 SELECT gitlab_key, discussions_fetched_at, updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND
                 FROM raw_payloads
-                WHERE project_id = ? AND resource_type IN (?, ?) AND deleted_at IS NULL
+                WHERE project_id = ? AND resource_type IN ({_ITEM_SLOTS}) AND deleted_at IS NULL
                   AND (discussions_fetched_at IS NULL
                        OR discussions_fetched_at <= updated_at + INTERVAL {THROTTLE_WINDOW_SECONDS} SECOND)
-            """, [pid, kinds.ISSUE.name, kinds.MERGE_REQUEST.name]).fetchall()
+            """, [pid, *_ITEM_NAMES]).fetchall()
             raw_seq, normalized_seq, = one_row(con.execute(f"""
                 SELECT (SELECT coalesce(max(change_seq), 0) FROM raw_payloads WHERE project_id = $1),
-                       (SELECT coalesce(max(change_seq), 0) FROM (
-                            SELECT change_seq FROM {kinds.ISSUE.table} WHERE project_id = $1
-                            UNION ALL SELECT change_seq FROM {kinds.MERGE_REQUEST.table} WHERE project_id = $1))
+                       (SELECT coalesce(max(change_seq), 0) FROM ({_ITEM_SEQS}))
             """, [pid]))
             marks = dict(con.execute("SELECT layer, watermark FROM layer_state WHERE project_id = ?", [pid]).fetchall())
             behind = []

@@ -72,14 +72,11 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
 
 
 # Issues and MRs draw their change_seq from one sequence, so a range of it is a batch of parents.
-_PARENTS_AFTER = f"""
+_PARENTS_AFTER = """
     SELECT kind, id, change_seq FROM (
-        SELECT '{kinds.ISSUE.name}' AS kind, id, change_seq FROM {kinds.ISSUE.table}
+""" + "        UNION ALL\n".join(f"""        SELECT '{k.name}' AS kind, id, change_seq FROM {k.table}
         WHERE project_id = $project AND change_seq > $low
-        UNION ALL
-        SELECT '{kinds.MERGE_REQUEST.name}', id, change_seq FROM {kinds.MERGE_REQUEST.table}
-        WHERE project_id = $project AND change_seq > $low
-    )
+""" for k in kinds.ITEM_KINDS) + """    )
 """
 
 
@@ -252,12 +249,12 @@ def _delete(con: duckdb.DuckDBPyConnection, doc_ids: list[str]) -> None:
 
 
 def _delete_orphans(con: duckdb.DuckDBPyConnection, project_id: int) -> int:
+    parents = "\n            UNION ALL\n".join(
+        f"SELECT 1 FROM {k.table} p WHERE d.parent_type = ? AND p.id = d.parent_id" for k in kinds.ITEM_KINDS)
     orphans = [r[0] for r in con.execute(f"""
         SELECT d.id FROM documents d
         WHERE d.project_id = ? AND NOT EXISTS (
-            SELECT 1 FROM {kinds.ISSUE.table} i WHERE d.parent_type = ? AND i.id = d.parent_id
-            UNION ALL
-            SELECT 1 FROM {kinds.MERGE_REQUEST.table} m WHERE d.parent_type = ? AND m.id = d.parent_id)
-    """, [project_id, kinds.ISSUE.name, kinds.MERGE_REQUEST.name]).fetchall()]
+            {parents})
+    """, [project_id, *(k.name for k in kinds.ITEM_KINDS)]).fetchall()]
     _delete(con, orphans)
     return len(orphans)

@@ -181,18 +181,18 @@ def _known(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> str | Non
     """The user's display name if they appear anywhere in scope ("" without one), else None."""
     scope = " AND project_id = ?" if pid is not None else ""
     scoped = [pid] if pid is not None else []
+    authors = (*(k.table for k in kinds.ITEM_KINDS), "notes")
+    written = " UNION ALL ".join(f"SELECT author_name, author_username FROM {t} WHERE true{scope}" for t in authors)
     named = con.execute(f"""
-        SELECT author_name FROM (
-            SELECT author_name, author_username FROM {kinds.ISSUE.table} WHERE true{scope}
-            UNION ALL SELECT author_name, author_username FROM {kinds.MERGE_REQUEST.table} WHERE true{scope}
-            UNION ALL SELECT author_name, author_username FROM notes WHERE true{scope})
-        WHERE {_is('author_username')} ORDER BY author_name IS NULL LIMIT 1""", [*scoped * 3, u]).fetchone()
+        SELECT author_name FROM ({written})
+        WHERE {_is('author_username')} ORDER BY author_name IS NULL LIMIT 1""", [*scoped * len(authors), u]).fetchone()
     if named is not None:
         return named[0] or ""
-    listed = con.execute(f"""
-        SELECT 1 FROM {kinds.ISSUE.table} WHERE {_in('assignees')}{scope}
-        UNION ALL SELECT 1 FROM {kinds.MERGE_REQUEST.table} WHERE ({_in('assignees')} OR {_in('reviewers')}){scope}
-        LIMIT 1""", [u, *scoped, u, u, *scoped]).fetchone()
+    # Named in an item's people lists (assignees, an MR's reviewers) without having written anything.
+    listed = con.execute(" UNION ALL ".join(
+        f"SELECT 1 FROM {k.table} WHERE ({' OR '.join(_in(c) for c in k.people_columns)}){scope}"
+        for k in kinds.ITEM_KINDS) + " LIMIT 1",
+        [p for k in kinds.ITEM_KINDS for p in (*[u] * len(k.people_columns), *scoped)]).fetchone()
     return "" if listed else None
 
 

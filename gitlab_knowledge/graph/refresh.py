@@ -78,6 +78,9 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
         finish=finish, dagster_run_id=dagster_run_id)
 
 
+_ITEM_NAMES = frozenset(k.name for k in kinds.ITEM_KINDS)
+
+
 def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: str, low: int, high: int,
                    stats: GraphStats) -> None:
     parents: dict[str, set[int]] = defaultdict(set)
@@ -85,13 +88,14 @@ def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: 
         SELECT resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads
         WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
     """, [project_id, low, high]).fetchall():
-        if resource_type in (kinds.ISSUE.name, kinds.MERGE_REQUEST.name):
+        if resource_type in _ITEM_NAMES:
             parents[resource_type].add(int(key))
-        elif parent_type in (kinds.ISSUE.name, kinds.MERGE_REQUEST.name):
+        elif parent_type in _ITEM_NAMES:
             parents[parent_type].add(int(parent_id))
     path = canonical_path(con, project_id) or ""
     for kind, ids in parents.items():
         _rebuild_references(con, project_id, path, gitlab_url, kinds.kind(kind), sorted(ids), stats)
+    # An MR's changed-file list is its own (merge_request_diffs payloads): no other kind has one.
     if parents.get(kinds.MERGE_REQUEST.name):
         _rebuild_files(con, project_id, sorted(parents[kinds.MERGE_REQUEST.name]), stats)
 

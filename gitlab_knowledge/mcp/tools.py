@@ -116,6 +116,29 @@ def _item_input(kind: kinds.Kind) -> dict[str, Any]:
     }
 
 
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+# A kind whose item carries more than threads and links says so in its tool's description.
+_ITEM_DESCRIPTIONS = {
+    kinds.MERGE_REQUEST.name:
+        "A merge request from the local store with its discussion threads, notes and DiffNote file/line "
+        "(long bodies are cut with a marker), its links to other issues and MRs and the files it changed.",
+}
+
+
+def _item_tool(kind: kinds.Kind) -> Tool:
+    """`get_<kind>`: one item of that kind, as `item.schema.json` describes it."""
+    article = _a(kind.noun)
+    description = _ITEM_DESCRIPTIONS.get(
+        kind.name, f"{article[:1].upper()}{article[1:]} from the local store with its discussion threads and "
+        "notes (long bodies are cut with a marker) and its links to other issues and MRs (`related` has them in "
+        "full).")
+    return Tool(f"get_{kind.name}", f"Get {article}", description, _item_input(kind),
+                schema("item.schema.json"), _item_handler(kind))
+
+
 def _item_handler(kind: kinds.Kind) -> Handler:
     async def handler(ctx: Context, args: dict[str, Any]) -> Result:
         from gitlab_knowledge.mcp.items import get_item, render
@@ -265,14 +288,7 @@ def all_tools() -> list[Tool]:
              "Hybrid keyword + meaning search over the synced issues, merge requests and discussion threads. "
              "Exact references (#234, !847) and code identifiers come first. Returns the search JSON contract.",
              SEARCH_INPUT, schema("search/schema.json"), search),
-        Tool("get_issue", "Get an issue",
-             "An issue from the local store with its discussion threads and notes (long bodies are cut with a "
-             "marker) and its links to other issues and MRs (`related` has them in full).",
-             _item_input(kinds.ISSUE), schema("item.schema.json"), _item_handler(kinds.ISSUE)),
-        Tool("get_merge_request", "Get a merge request",
-             "A merge request from the local store with its discussion threads, notes and DiffNote file/line "
-             "(long bodies are cut with a marker), its links to other issues and MRs and the files it changed.",
-             _item_input(kinds.MERGE_REQUEST), schema("item.schema.json"), _item_handler(kinds.MERGE_REQUEST)),
+        *(_item_tool(kind) for kind in kinds.ITEM_KINDS),
         Tool("gitlab_get_mr_comments", "Get an MR's review comments",
              "The review feedback on one merge request as one list of comments (diff and overview notes, with "
              "author, file, line, resolution), from the local store or live from GitLab (live: true). "

@@ -20,8 +20,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import NORMALIZED
 from gitlab_knowledge.normalized.transform import (
-    issue_row,
-    merge_request_row,
+    ROW_BUILDERS,
     project_row,
     system_note_rows,
     thread_rows,
@@ -33,7 +32,6 @@ from gitlab_knowledge.workspace import Workspace
 
 BATCH_ROWS = 5000
 log = logging.getLogger(__name__)
-ROW_BUILDERS = {kinds.ISSUE.name: issue_row, kinds.MERGE_REQUEST.name: merge_request_row}
 
 
 @dataclass

@@ -6,10 +6,23 @@ fields (`internal` was `confidential` on notes before 15.x; `draft` was `work_in
 `with_labels_details`). Payloads reach these functions checked by store/payloads.py.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.timeutil import parse_time
+
+RowBuilder = Callable[[dict[str, Any], int], dict[str, Any]]
+# Each item kind's payload → row function, by kind name; a kind registers its own beside it.
+ROW_BUILDERS: dict[str, RowBuilder] = {}
+
+
+def row_builder(kind: kinds.Kind) -> Callable[[RowBuilder], RowBuilder]:
+    """Register the decorated function as the row builder of `kind`'s table."""
+    def register(function: RowBuilder) -> RowBuilder:
+        ROW_BUILDERS[kind.name] = function
+        return function
+    return register
 
 
 def _username(user: Any) -> str | None:
@@ -51,6 +64,7 @@ def _milestone(payload: dict[str, Any]) -> str | None:
     return milestone.get("title") if isinstance(milestone, dict) else None
 
 
+@row_builder(kinds.ISSUE)
 def issue_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str, Any]:
     return {
         "id": int(payload["id"]), "project_id": int(payload["project_id"]), "iid": int(payload["iid"]),
@@ -65,6 +79,7 @@ def issue_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str, Any]:
     }
 
 
+@row_builder(kinds.MERGE_REQUEST)
 def merge_request_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str, Any]:
     draft = payload.get("draft")
     if draft is None:

@@ -100,7 +100,7 @@ def _source_type(word: str) -> str | None:
     return kinds.DISCUSSION if word.strip().lower() in (kinds.DISCUSSION, kinds.DISCUSSION + "s") else None
 
 
-_TYPE_WORDS = f"{kinds.ISSUE.cli_names[0]}, {kinds.MERGE_REQUEST.cli_names[0]} or {kinds.DISCUSSION}"
+_TYPE_WORDS = ", ".join(k.cli_names[0] for k in kinds.ITEM_KINDS) + f" or {kinds.DISCUSSION}"
 
 
 # In the search command's flag order, which is also the order of describe().

@@ -44,18 +44,22 @@ PATH_SQL = f"""
 
 # GitLab usernames are unique regardless of case, and people type them either way.
 _HAS_USER = "list_contains(list_transform({c}, lambda u: lower(u)), $user)"
+_ITEM_PARTICIPANT = """
+       OR (d.source_type = $kind_{i} AND d.parent_id IN (
+              SELECT id FROM {table}
+              WHERE lower(author_username) = $user OR {people}))"""
 PARTICIPANT_SQL = f"""
     SELECT d.id FROM documents d
     WHERE (d.source_type = '{kinds.DISCUSSION}' AND d.source_id IN (
-              SELECT discussion_id FROM notes WHERE lower(author_username) = $user))
-       OR (d.source_type = '{kinds.ISSUE.name}' AND d.parent_id IN (
-              SELECT id FROM {kinds.ISSUE.table}
-              WHERE lower(author_username) = $user OR {_HAS_USER.format(c="assignees")}))
-       OR (d.source_type = '{kinds.MERGE_REQUEST.name}' AND d.parent_id IN (
-              SELECT id FROM {kinds.MERGE_REQUEST.table}
-              WHERE lower(author_username) = $user OR {_HAS_USER.format(c="assignees")}
-                 OR {_HAS_USER.format(c="reviewers")}))
-"""
+              SELECT discussion_id FROM notes WHERE lower(author_username) = $user))""" + "".join(
+    _ITEM_PARTICIPANT.format(i=i, table=k.table, people="\n                 OR ".join(
+        _HAS_USER.format(c=c) for c in k.people_columns))
+    for i, k in enumerate(kinds.ITEM_KINDS)) + "\n"
+_KIND_PARAMS = {f"kind_{i}": k.name for i, k in enumerate(kinds.ITEM_KINDS)}
+
+
+def _participant_params(user: str) -> dict[str, Any]:
+    return {"user": user.lower(), **_KIND_PARAMS}
 
 
 def _path_params(path: str) -> dict[str, Any]:
@@ -77,7 +81,7 @@ def _participant_empty(_con: "duckdb.DuckDBPyConnection", user: str) -> str:
 # spec name → (query, its parameters, why it matched nothing)
 RESOLVERS = {
     "path": (PATH_SQL, _path_params, _path_empty),
-    "participant": (PARTICIPANT_SQL, lambda user: {"user": user.lower()}, _participant_empty),
+    "participant": (PARTICIPANT_SQL, _participant_params, _participant_empty),
 }
 
 

@@ -45,7 +45,7 @@ def items_have_raw_payloads(con: duckdb.DuckDBPyConnection, project_id: int | No
     sql = " UNION ALL ".join(f"""
         SELECT '{table}:' || t.id AS ref FROM {table} t LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
         WHERE (r.id IS NULL OR r.deleted_at IS NOT NULL){scope}""" for table in (k.table for k in kinds.ITEM_KINDS))
-    return _count(con, sql, params * 2, "every issue and MR has its live raw payload", "ref")
+    return _count(con, sql, params * len(kinds.ITEM_KINDS), "every issue and MR has its live raw payload", "ref")
 
 
 def no_system_notes(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
@@ -63,14 +63,17 @@ def no_orphans(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcom
     """Every note belongs to a thread, every thread to an issue or MR."""
     scope_n, params = _scope(project_id, "n.project_id")
     scope_d, _ = _scope(project_id, "d.project_id")
+    # A thread hangs off one kind of item: one outer join per kind, and none of them found it.
+    parents = "\n        ".join(f"LEFT JOIN {k.table} p{i} ON p{i}.id = d.{k.thread_column}"
+                                 for i, k in enumerate(kinds.ITEM_KINDS))
+    no_parent = " AND ".join(f"p{i}.id IS NULL" for i in range(len(kinds.ITEM_KINDS)))
     sql = f"""
         SELECT 'note:' || n.id AS ref FROM notes n LEFT JOIN discussions d ON d.id = n.discussion_id
         WHERE d.id IS NULL{scope_n}
         UNION ALL
         SELECT 'discussion:' || d.id FROM discussions d
-        LEFT JOIN {kinds.ISSUE.table} i ON i.id = d.{kinds.ISSUE.thread_column}
-        LEFT JOIN {kinds.MERGE_REQUEST.table} m ON m.id = d.{kinds.MERGE_REQUEST.thread_column}
-        WHERE i.id IS NULL AND m.id IS NULL{scope_d}"""
+        {parents}
+        WHERE {no_parent}{scope_d}"""
     return _count(con, sql, params * 2, "every note belongs to a thread and every thread to an issue or MR", "ref")
 
 
@@ -138,15 +141,17 @@ def mrs_have_file_lists(con: duckdb.DuckDBPyConnection, project_id: int | None) 
 def references_resolved(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
     """Every link's target is in the store, or in a project this store does not sync (external)."""
     scope, params = _scope(project_id, "r.project_id")
+    sigils = " ".join("WHEN ? THEN ?" for _ in kinds.ITEM_KINDS)
+    missing = "".join(f"""
+          AND NOT EXISTS (SELECT 1 FROM {k.table} t WHERE r.target_type = ?
+                          AND t.project_id = r.target_project_id AND t.iid = r.target_iid)""" for k in kinds.ITEM_KINDS)
     sql = f"""
-        SELECT r.target_path || CASE r.target_type WHEN '{kinds.ISSUE.name}' THEN '{kinds.ISSUE.sigil}' ELSE '{kinds.MERGE_REQUEST.sigil}' END || r.target_iid
+        SELECT r.target_path || CASE r.target_type {sigils} END || r.target_iid
                || ' (' || r.text || ')' AS ref
         FROM item_references r
-        WHERE NOT r.external{scope}
-          AND NOT EXISTS (SELECT 1 FROM {kinds.ISSUE.table} i WHERE r.target_type = '{kinds.ISSUE.name}'
-                          AND i.project_id = r.target_project_id AND i.iid = r.target_iid)
-          AND NOT EXISTS (SELECT 1 FROM {kinds.MERGE_REQUEST.table} m WHERE r.target_type = '{kinds.MERGE_REQUEST.name}'
-                          AND m.project_id = r.target_project_id AND m.iid = r.target_iid)"""
+        WHERE NOT r.external{scope}{missing}"""
+    params = [*(v for k in kinds.ITEM_KINDS for v in (k.name, k.sigil)), *params,
+              *(k.name for k in kinds.ITEM_KINDS)]
     return _count(con, sql, params, "every link's target is in the store or marked external "
                   "(a miss: a typo'd number, or an item the token cannot see)", "ref")
 

@@ -95,7 +95,9 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
     """`what` is a kind as a person types it (`issues`, `mrs`, …) or one of THREAD_TABLES."""
     kind = kinds.from_cli(what)
     if kind is None and what not in THREAD_TABLES:
-        raise UsageError(f"cannot count {what!r}: expected issues, mrs, discussions or notes")
+        # A kind's column heading, lowered, is also a word `count` takes: issues, mrs.
+        words = [*(k.column.lower() for k in kinds.ITEM_KINDS), *THREAD_TABLES]
+        raise UsageError(f"cannot count {what!r}: expected {', '.join(words[:-1])} or {words[-1]}")
     table = kind.table if kind else what
     with workspace.read() as con:
         where, params = _project_filter(con, project)
@@ -112,7 +114,7 @@ def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str |
             SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
             WHERE t.iid = ?{where}
         """, [iid, *params])
-        label = f"{kind.noun} {kind.ref(iid)}"
+        label = f"{kind.mid_sentence} {kind.ref(iid)}"
         if not found:
             raise ItemNotFound(label, kind.name, iid, project)
         if len(found) > 1:
