@@ -41,6 +41,13 @@ def _row(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> dict[st
     return dict(zip([d[0] for d in cur.description], row, strict=True)) if row else None
 
 
+_RAW_SQL = """
+    SELECT r.id, r.resource_type, r.gitlab_key, r.updated_at, r.fetched_at, r.discussions_fetched_at,
+           r.payload_hash, r.change_seq, r.deleted_at, r.sync_run_id, r.dagster_run_id,
+           s.status AS sync_status, s.mode AS sync_mode, s.started_at AS sync_started_at
+    FROM raw_payloads r LEFT JOIN sync_runs s ON s.id = r.sync_run_id """
+
+
 class NoteNotStored(UsageError):
     """A URL names a note the store does not hold (yet): `explain` asks GitLab about it."""
 
@@ -96,6 +103,9 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
         try:
             doc_id = resolve(con, ref, project)
         except NoteNotStored as missing:
+            behind = _note_in_raw(con, missing)
+            if behind is not None:
+                return behind
             return _missing_note(workspace, missing)
         out = Explanation(doc_id)
         doc = _row(con, "SELECT * EXCLUDE (content_text) FROM documents WHERE id = ?", [doc_id])
@@ -104,12 +114,7 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
         kind, parent_id = doc["parent_type"], doc["parent_id"]
         parent = _row(con, f"SELECT id, iid, updated_at, change_seq, raw_payload_id, user_notes_count "
                            f"FROM {kinds.kind(kind).table} WHERE id = ?", [parent_id])
-        raws = [_row(con, """
-            SELECT r.id, r.resource_type, r.gitlab_key, r.updated_at, r.fetched_at, r.discussions_fetched_at,
-                   r.payload_hash, r.change_seq, r.deleted_at, r.sync_run_id, r.dagster_run_id,
-                   s.status AS sync_status, s.mode AS sync_mode, s.started_at AS sync_started_at
-            FROM raw_payloads r LEFT JOIN sync_runs s ON s.id = r.sync_run_id WHERE r.id = ?""", [rid])
-                for rid in doc["raw_payload_ids"] or []]
+        raws = [_row(con, _RAW_SQL + "WHERE r.id = ?", [rid]) for rid in doc["raw_payload_ids"] or []]
         out.chain["raw_payloads"] = [r for r in raws if r]
         normalized = {"table": kinds.kind(kind).table, "row": parent}
         if doc["source_type"] == "discussion":
@@ -207,6 +212,33 @@ def _index_chain(workspace: Workspace, out: Explanation, doc: dict[str, Any], pr
         out.reasons.append("not in the lexical index: the next sync indexes it")
     elif not state.is_current:
         out.reasons.append("the lexical entry is from an older version: the next sync re-indexes it")
+
+
+def _note_in_raw(con: duckdb.DuckDBPyConnection, missing: NoteNotStored) -> Explanation | None:
+    """A note the normalized layer lacks but a stored thread payload holds: normalization is behind
+    (or left it out), and no sync has to fetch anything. None when no live raw thread holds it."""
+    # The text match only narrows the candidates; the thread's parsed notes decide.
+    candidates = con.execute(
+        "SELECT id, project_id, json FROM raw_payloads WHERE resource_type = 'discussion' AND deleted_at IS NULL "
+        "AND json LIKE ?", [f"%{missing.note}%"]).fetchall()
+    found = next(((rid, pid) for rid, pid, text in candidates if missing.note in _user_notes(text)), None)
+    if found is None:
+        return None
+    raw = _row(con, _RAW_SQL + "WHERE r.id = ?", [found[0]])
+    assert raw is not None  # the row just read
+    watermark = get_watermark(con, found[1], "normalized")
+    out = Explanation(f"note:{missing.note}", verdict="stale")
+    out.chain["raw_payloads"] = [raw]
+    out.chain["watermarks"] = {"normalized": watermark}
+    where = f"the raw payload of discussion {raw['gitlab_key']} (fetched {raw['fetched_at']}) holds note {missing.note}"
+    if raw["change_seq"] > watermark:
+        out.reasons.append(f"{where}, but the normalized layer is behind (seq {raw['change_seq']}, normalized "
+                           f"watermark {watermark}): the normalized step of the next sync (`sync`, or the "
+                           "normalized_gitlab asset) stores it, without asking GitLab")
+    else:
+        out.reasons.append(f"{where}, but the normalized layer does not, although its watermark ({watermark}) "
+                           f"is past that payload (seq {raw['change_seq']}): normalization left the note out")
+    return out
 
 
 def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:

@@ -29,8 +29,9 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
         return 0
     o = console.out
     chain = result.chain
-    if "document" not in chain:  # a note only GitLab has yet
-        o.print(f"[bold]{escape(result.document_id)}[/]  not in the store\n\n[yellow]stale[/]:")
+    if "document" not in chain:  # a note only GitLab, or only the raw layer, has yet
+        where = "not normalized yet" if "raw_payloads" in chain else "not in the store"
+        o.print(f"[bold]{escape(result.document_id)}[/]  {where}\n\n[yellow]stale[/]:")
         for reason in result.reasons:
             o.print(f"  - {escape(reason)}")
         return 0

@@ -17,7 +17,8 @@ The rules (docs/ARCHITECTURE.md, "Sync"):
   further note must move updated_at, so it is settled.
 - `--full` lists everything, refetches every thread, and tombstones what GitLab no longer lists.
 - Nothing is removed on doubt: an item is tombstoned only when its own GET answers 404 or a
-  complete listing (GitLab marked its last page as the last) leaves it out. A 404 on a thread
+  complete listing (GitLab marked its last page as the last, and every row was understood: a
+  rejected row may be the stored item under an unreadable id) leaves it out. A 404 on a thread
   listing of an item GitLab still serves, a listing cut short or a page loop fail the sync.
 """
 
@@ -160,7 +161,10 @@ class ProjectSync:
         if self.full:
             # Removal follows from a complete listing only: GitLab must have marked its end.
             client.check_complete(page)
-            await self._reconcile(kind, resource, state.seen, stats)
+            if state.rejected:
+                self._keep_unlisted(resource, state.rejected)
+            else:
+                await self._reconcile(kind, resource, state.seen, stats)
         else:
             await self._recheck(client, kind, resource, state.refetched, stats)
 
@@ -313,6 +317,12 @@ class ProjectSync:
         stats.deleted += removed
         if removed:
             self.progress.message(f"{self.project_path}: {removed} {resource} no longer in GitLab, removed")
+
+    def _keep_unlisted(self, resource: str, rejected: int) -> None:
+        line = (f"{self.project_path}: {resource} listing incomplete ({rejected} rejected "
+                f"row{'s' if rejected != 1 else ''}): nothing removed as no longer in GitLab on this run")
+        self.progress.message(line)
+        log.warning("%s", line)
 
 
 def _describe(exc: BaseException) -> str:

@@ -29,6 +29,9 @@ class ListingState:
     refetched: set[int] = field(default_factory=set)  # parents whose threads this run fetched (or knew to be none)
     seen: set[int] = field(default_factory=set)  # every id the listing showed, rejected ones too
     read: set[str] = field(default_factory=set)  # page URLs of this listing, to catch a loop
+    # Rows the listing showed but that were rejected. A row without a usable id hides which stored
+    # item it is, so any rejection leaves the listing incomplete for deciding what GitLab dropped.
+    rejected: int = 0
 
 
 def load_state(con: duckdb.DuckDBPyConnection, project_id: int, kind: str, full: bool) -> ListingState:
@@ -60,6 +63,7 @@ def screen_page(state: ListingState, page: Page, kind: str,
     # A rejected item is still listed: --full must not take it for deleted.
     state.seen.update(it["id"] for it in page.items if isinstance(it, dict) and isinstance(it.get("id"), int))
     items = payloads.screen_items(kinds.kind(kind).display.lower(), page.items, reject)
+    state.rejected += len(page.items) - len(items)
     items = sorted(items, key=lambda it: (parse_time(it.get("updated_at")) or datetime.min, int(it["id"])))
     state.seen.update(int(it["id"]) for it in items)
     return items

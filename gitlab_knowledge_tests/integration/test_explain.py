@@ -118,3 +118,33 @@ def test_a_note_not_stored_yet_is_looked_up_in_gitlab(store):
     assert any(f"GitLab has note {note['id']}" in r and "the store lacks" in r for r in result.reasons)
     with pytest.raises(UsageError, match="GitLab has no such user note"):
         explain(workspace(config), f"{issue['web_url']}#note_987654321")
+
+
+def test_a_note_the_raw_layer_holds_says_normalization_is_behind(store, tmp_path):
+    """Issue 28 point 8: the raw thread payload has the note, only normalization is behind: no sync
+    has to fetch it, and explain says which layer is behind instead."""
+    import importlib.resources
+
+    import jsonschema
+
+    sb, config = store
+    project = config.projects[0]
+    issue = next(i for i in sb.state.list_items(project, "issues") if i["user_notes_count"] > 0)
+    sb.clock.advance(3600)
+    note = sb.state.add_note(project, "issues", issue["iid"], "a note only the raw layer has")
+    run_layers(config, [project], ["raw_gitlab_payloads"])  # the normalized watermark stays behind
+    url = f"{issue['web_url']}#note_{note['id']}"
+    result = explain(workspace(config), url)
+    assert result.verdict == "stale" and "gitlab" not in result.chain, result.chain
+    assert [r["resource_type"] for r in result.chain["raw_payloads"]] == ["discussion"]
+    assert result.chain["raw_payloads"][0]["change_seq"] > result.chain["watermarks"]["normalized"]
+    assert len(result.reasons) == 1 and "the normalized layer is behind" in result.reasons[0], result.reasons
+    assert str(note["id"]) in result.reasons[0] and "fetches" not in result.reasons[0]
+
+    path = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, config.data_dir)
+    run = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(path), "explain", url, "--json"],
+                         capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert run.returncode == 0, run.stderr
+    schema = json.loads(importlib.resources.files("gitlab_knowledge.cli").joinpath("schemas", "explain.json")
+                        .read_text())
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(json.loads(run.stdout))
