@@ -107,6 +107,8 @@ def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(
                                                                                 monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     leftovers = [data / f"gk-embed-{dead.pid}-abcd1234", data / "gk-lexical-oldstyle"]
@@ -126,6 +128,7 @@ def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(
     assert len(created) > 10  # the store, the indexes, Dagster's storage
     for path in created:
         assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    assert data.stat().st_mode & 0o777 == 0o700  # made 0755 above, as a clone's data/ is; ours, so tightened
     fresh = tmp_path / "fresh" / "data"
     run_cli(["--config", str(write_config_file(tmp_path / "other.toml", sandbox, fresh)), "doctor", "--json"])
     assert fresh.stat().st_mode & 0o777 == 0o700
