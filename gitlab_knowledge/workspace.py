@@ -42,9 +42,29 @@ _UNOWNED_SCRATCH_AGE_S = 3600.0  # named before they carried a PID: removed once
 
 def private_dir(path: Path) -> Path:
     """Create `path` (and its parents) if missing; the directory itself readable by its owner only:
-    it will hold confidential titles and internal notes."""
+    it will hold confidential titles and internal notes. One that exists already is tightened to
+    0700 when it is ours (see `tighten_if_ours`)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tighten_if_ours(path)
     return path
+
+
+def tighten_if_ours(path: Path) -> bool:
+    """Make an existing directory 0700 when this user owns it and everything directly in it; True
+    if its mode is (now) private. Git cannot track 0700, so a fresh clone's `data/` is 0755; a
+    directory holding another user's files was shared on purpose and is left for `doctor` to
+    name."""
+    try:
+        st = path.stat()
+        if st.st_mode & 0o077 == 0:
+            return True
+        uid = os.getuid()
+        if st.st_uid != uid or any(entry.lstat().st_uid != uid for entry in path.iterdir()):
+            return False
+        path.chmod(0o700)
+    except OSError:  # gone, unreadable or on a read-only mount: the writers say so themselves
+        return False
+    return True
 
 
 def remove_scratch_leftovers(data_dir: Path) -> list[str]:

@@ -9,11 +9,14 @@ group, including code servers it respawns while shutting down.
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -23,6 +26,26 @@ WORKSPACE = """load_from:
       attribute: defs
       location_name: gitlab_knowledge
 """
+
+
+# Dagster's "colored" log format colours every line whatever it writes to; its other formats colour
+# too or are JSON. Its output is relayed through this filter when colour is not wanted.
+_ESCAPES = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+
+
+def wants_colour(*streams: IO[str]) -> bool:
+    """Colour only for a terminal, and never with NO_COLOR set (the convention colour tools share)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    return all(stream.isatty() for stream in streams)
+
+
+def _relay_plain(source: IO[bytes], sink: IO[bytes]) -> None:
+    for line in iter(source.readline, b""):
+        with contextlib.suppress(OSError, ValueError):  # the reader went away: keep draining the pipe
+            sink.write(_ESCAPES.sub(b"", line))
+            sink.flush()
+    source.close()
 
 
 def _reset_signals() -> None:
@@ -39,6 +62,7 @@ class DagsterServer:
         self.env = {**(env if env is not None else os.environ), "DAGSTER_HOME": str(home)}
         self.log = log
         self.process: subprocess.Popen | None = None
+        self._relay: threading.Thread | None = None
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "dagster", "dev", "-w", str(self.workspace), "-h", self.host,
@@ -46,14 +70,32 @@ class DagsterServer:
 
     def start(self) -> "DagsterServer":
         out = self.log.open("wb") if self.log else None
+        # A log file, a pipe or NO_COLOR gets Dagster's lines without their escape codes.
+        plain = out is not None or not wants_colour(sys.stdout, sys.stderr)
         try:
-            self.process = subprocess.Popen(self.command(), cwd=self.cwd, env=self.env, stdout=out,
-                                            stderr=subprocess.STDOUT if out else None, start_new_session=True,
+            self.process = subprocess.Popen(self.command(), cwd=self.cwd, env=self.env,
+                                            stdout=subprocess.PIPE if plain else None,
+                                            stderr=subprocess.STDOUT if plain else None, start_new_session=True,
                                             preexec_fn=_reset_signals)
-        finally:
+        except BaseException:
             if out:
                 out.close()
+            raise
+        if plain:
+            assert self.process.stdout is not None
+            sink = out or sys.stdout.buffer
+            self._relay = threading.Thread(target=self._relay_then_close, args=(self.process.stdout, sink, out),
+                                           name="dagster-output", daemon=True)
+            self._relay.start()
         return self
+
+    @staticmethod
+    def _relay_then_close(source: IO[bytes], sink: IO[bytes], owned: IO[bytes] | None) -> None:
+        try:
+            _relay_plain(source, sink)
+        finally:
+            if owned:
+                owned.close()
 
     def ready(self) -> bool:
         """The webserver answers and the code location has loaded."""
@@ -98,6 +140,8 @@ class DagsterServer:
                 continue
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+        if self._relay is not None:
+            self._relay.join(10)
 
     def __enter__(self) -> "DagsterServer":
         self.start()

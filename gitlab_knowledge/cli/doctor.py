@@ -11,6 +11,7 @@ from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, GitLabSettings
 from gitlab_knowledge.errors import KnowledgeError, StoreBusyError
 from gitlab_knowledge.gitlab.client import GitLabClient
+from gitlab_knowledge.workspace import private_dir
 
 
 @dataclass
@@ -67,7 +68,7 @@ def _store_check(config: Config) -> Check:
     from gitlab_knowledge.store.db import write_connection
 
     try:
-        config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(config.data_dir)  # first contact with a clone's data/ (0755) makes it private
         with tempfile.NamedTemporaryFile(dir=config.data_dir, prefix=".doctor-"):
             pass
     except OSError as exc:

@@ -117,15 +117,21 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.defs.runner import run_sync
-    from gitlab_knowledge.workspace import Workspace
+    from gitlab_knowledge.sync.runs import pipeline_lock
+    from gitlab_knowledge.workspace import Workspace, tighten_if_ours
 
     projects = selected_projects(config, args.project)
     config.token()  # a missing token is a config problem: say so before Dagster starts
-    started = time.monotonic()
-    with BarProgress() as bar:
-        workspace = Workspace(config, progress=bar, config_path=args.config)
-        outcomes = run_sync(workspace, projects, full=args.full, force=args.force)
+    tighten_if_ours(config.data_dir)  # a clone's data/ is 0755 (git cannot track 0700)
+    # The refusals that need no Dagster come before it loads (seconds on a busy machine): the
+    # runner takes the same lock again, re-entrantly, and keeps the checks only Dagster can make.
+    with pipeline_lock(config.data_dir, "sync"):
+        from gitlab_knowledge.defs.runner import run_sync
+
+        started = time.monotonic()
+        with BarProgress() as bar:
+            workspace = Workspace(config, progress=bar, config_path=args.config)
+            outcomes = run_sync(workspace, projects, full=args.full, force=args.force)
     raise_if_interrupted(outcomes)
     elapsed = time.monotonic() - started
     failed = [o for o in outcomes if not o.success]

@@ -20,7 +20,6 @@ from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import change_gitlab, snapshot, sync_all
 
 ATTEMPTS = 2  # each attempt is two CLI processes (~5 s of CPU each): the suite's budget
-REFUSED_WITHIN_S = 20.0  # a CLI process starts in a few seconds; a wedged one never answers
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +65,6 @@ def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_st
                     victim = rng.choice([first, second])
                     order, delay = (victim, first if victim is second else second), rng.uniform(0.1, 3.0)
                 children += [first, second]
-                started = time.monotonic()
                 for child in order:
                     if child is victim:
                         time.sleep(delay)
@@ -78,13 +76,14 @@ def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_st
                         continue
                     assert child.returncode in (0, 5), err[-2000:]
                     if child is second and attempt == 0:
+                        # Refused while the first still runs: it did not wait for the first to end
+                        # (how long a CLI process takes to start is a benchmark's business).
                         assert child.returncode == 5 and first.poll() is None, err[-2000:]
                     if child.returncode == 5:
                         refused += 1
                         lines = [line for line in err.splitlines() if line.strip()]
                         assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
                         assert "running" in lines[0] or "in progress" in lines[0], lines[0]
-                        assert time.monotonic() - started < REFUSED_WITHIN_S
             assert refused >= 1 and killed >= 1, (refused, killed)
             final = cli_sync(config, tmp_path)
             children.append(final)

@@ -12,9 +12,11 @@ import subprocess
 import sys
 import time
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 from gitlab_knowledge.cli import main as cli_main
 from gitlab_knowledge.defs.runner import instance_yaml
+from gitlab_knowledge.sync.runs import pipeline_lock
 from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.tmpfs import mounted_tmpfs
@@ -105,6 +107,8 @@ def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(
                                                                                 monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     leftovers = [data / f"gk-embed-{dead.pid}-abcd1234", data / "gk-lexical-oldstyle"]
@@ -124,6 +128,34 @@ def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(
     assert len(created) > 10  # the store, the indexes, Dagster's storage
     for path in created:
         assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    assert data.stat().st_mode & 0o777 == 0o700  # made 0755 above, as a clone's data/ is; ours, so tightened
     fresh = tmp_path / "fresh" / "data"
     run_cli(["--config", str(write_config_file(tmp_path / "other.toml", sandbox, fresh)), "doctor", "--json"])
     assert fresh.stat().st_mode & 0o777 == 0o700
+
+
+def refusal_without_dagster(config: Path, *argv: str) -> tuple[int, str]:
+    """A CLI process's exit code and its one error line; the import log (`-X importtime`) says
+    whether Dagster was loaded before the refusal."""
+    child = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitlab_knowledge", "--config", str(config),
+                            *argv], env=subprocess_env(), capture_output=True, text=True, timeout=300)
+    imported = [line.split("|")[-1].strip() for line in child.stderr.splitlines() if line.startswith("import time:")]
+    assert imported and not [m for m in imported if m.split(".")[0] in ("dagster", "dagster_shared")], \
+        [m for m in imported if "dagster" in m][:5]
+    said = [line for line in child.stderr.splitlines() if not line.startswith("import time:") and line.strip()]
+    assert len(said) == 1 and said[0].startswith("error: "), said
+    return child.returncode, said[0]
+
+
+def test_an_unknown_project_is_refused_before_dagster_loads(sandbox, tmp_path, token_env):
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
+    code, line = refusal_without_dagster(config, "sync", "--project", "nope/nope")
+    assert code == 2 and "'nope/nope' is not in the configuration" in line, line
+
+
+def test_a_sync_while_another_runs_is_refused_before_dagster_loads(sandbox, tmp_path, token_env):
+    data = tmp_path / "data"
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, data)
+    with pipeline_lock(data, "sync"):  # what a running sync in another process holds
+        code, line = refusal_without_dagster(config, "sync")
+    assert code == 5 and "another process" in line and "running a sync" in line, line

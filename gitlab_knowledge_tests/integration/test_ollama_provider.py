@@ -193,11 +193,10 @@ def test_an_unreachable_server_fails_fast_and_says_how_to_start_ollama(closed_po
     provider = OllamaProvider(host)
     for call in (lambda: provider.embed_query("q"), lambda: provider.embed_documents(["d"]), provider.check,
                  lambda: OllamaProvider(host, model="custom-embed").dims):
-        started = time.monotonic()
         with pytest.raises(EmbeddingUnavailable) as info:
             call()
-        assert time.monotonic() - started < 2.0
         message = str(info.value)
+        assert "did not answer" not in message  # refused at once, not waited out to a timeout
         assert host in message
         assert "ollama serve" in message and "OLLAMA_HOST" in message
         assert "\n" not in message
@@ -252,8 +251,8 @@ def test_a_hung_server_times_out_as_unavailable(fake: FakeOllama) -> None:
     started = time.monotonic()
     with pytest.raises(EmbeddingUnavailable) as info:  # not httpx.ReadTimeout
         provider.embed_query("q")
-    elapsed = time.monotonic() - started
-    assert 0.4 < elapsed < 2.0
+    assert time.monotonic() - started > 0.4  # it waited for its timeout...
+    assert "within 0.5s" in str(info.value)  # ...and that one, not a longer one
     assert fake.stalled.is_set()
     assert fake.url in str(info.value) and "did not answer" in str(info.value)
     fake.hang(0)
@@ -265,11 +264,9 @@ def test_a_server_dying_mid_request_is_unavailable(fake: FakeOllama) -> None:
     fake.hang(60)
     killer = threading.Thread(target=lambda: fake.stalled.wait(5) and fake.stop(), daemon=True)
     killer.start()
-    started = time.monotonic()
     with pytest.raises(EmbeddingUnavailable) as info:  # not httpx.RemoteProtocolError
         provider.embed_query("q")
-    assert time.monotonic() - started < 2.0
-    assert fake.url in str(info.value)
+    assert fake.url in str(info.value) and "did not answer" not in str(info.value)  # not waited out to 30 s
     killer.join(5)
 
 
@@ -319,11 +316,10 @@ def test_stopping_the_fake_ends_a_stall(fake: FakeOllama) -> None:
     thread = threading.Thread(target=call, daemon=True)
     thread.start()
     assert fake.stalled.wait(5)
-    started = time.monotonic()
     fake.stop()
-    thread.join(5)
-    assert time.monotonic() - started < 2.0
+    thread.join(60)
     assert not thread.is_alive() and isinstance(outcome[0], Exception)
+    assert not isinstance(outcome[0], httpx.TimeoutException), outcome  # ended by the stop, not by the 30 s timeout
 
 
 # -- choosing the provider from the config ----------------------------------------------------------------

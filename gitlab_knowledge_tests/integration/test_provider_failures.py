@@ -3,7 +3,6 @@
 by keyword."""
 
 import io
-import time
 from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
@@ -75,10 +74,9 @@ def test_a_hung_ollama_delays_a_query_by_the_short_query_timeout(monkeypatch):
     with FakeOllama() as fake:
         provider = OllamaProvider(fake.url, timeout=60)  # documents may take a minute; a query may not
         fake.hang(30)
-        started = time.monotonic()
-        with pytest.raises(EmbeddingUnavailable):
+        with pytest.raises(EmbeddingUnavailable) as info:
             provider.embed_query("why redis")
-        assert time.monotonic() - started < 5
+        assert "within 0.5s" in str(info.value), info.value  # the query's timeout, not the documents' minute
         fake.hang(0)
 
 
@@ -103,10 +101,8 @@ def test_a_hung_ollama_costs_one_timeout_not_one_per_batch(synced, monkeypatch):
     monkeypatch.setattr(embeddings, "HUNG_S", 0.3)
     with FakeOllama() as fake:
         fake.hang(30)
-        started = time.monotonic()
         stats = embeddings.refresh(Workspace(synced), synced.projects[0], everything=True, batch_size=8,
                                    provider=OllamaProvider(fake.url, timeout=0.5), sleep=lambda _s: None)
         fake.hang(0)
     assert stats.failed == stats.to_embed > 8 and stats.embedded == 0
-    assert time.monotonic() - started < 10  # one timeout: the other batches are recorded without waiting
-    assert len(fake.embed_bodies) == 1
+    assert len(fake.embed_bodies) == 1  # one timeout: the other batches are recorded without waiting

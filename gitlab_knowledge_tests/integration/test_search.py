@@ -4,7 +4,6 @@ retrievers, exact references, degradation, hostile input, the JSON contract, the
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
@@ -129,9 +128,7 @@ def test_degrades_to_lexical_when_the_embedding_service_is_down(sample, tmp_path
     down = Workspace(config, embedder_factory=lambda *_: unreachable).searcher(provider="ollama",
                                                                             model="nomic-embed-text")
     down._vectors = VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8")  # a table exists
-    started = time.monotonic()
     response = down.search("why did we choose redis", limit=5)
-    assert time.monotonic() - started < 5
     assert response.effective_mode == "lexical" and response.mode == "hybrid"
     assert UNAVAILABLE in response.warnings
     assert response.results

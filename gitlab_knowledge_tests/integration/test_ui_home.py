@@ -1,7 +1,11 @@
 """`ui` and `sync` use one Dagster instance, so the runs the CLI starts show up in the UI. The
 choice is checked directly: the webserver is never started."""
 
+import os
+import pty
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -70,3 +74,75 @@ def test_both_use_the_same_default_when_it_is_not_set(config, cwd, monkeypatch):
     assert seen
     expected_workspace = cwd if (cwd / "workspace.yaml").exists() else config.dagster_home
     assert server.workspace == expected_workspace / "workspace.yaml"
+
+
+# A stand-in for `dagster dev` that logs the way Dagster's "colored" format does, whatever its output is.
+PAINTER = """
+import sys
+from pathlib import Path
+from gitlab_knowledge.cli.dagster_server import DagsterServer
+
+class Painter(DagsterServer):
+    def command(self):
+        return [sys.executable, "-c", "print('\\\\x1b[34mINFO\\\\x1b[0m - dagster - \\\\x1b[31mready\\\\x1b[0m', flush=True)"]
+
+server = Painter(Path("."), Path("workspace.yaml")).start()
+code = server.wait()
+server.stop()
+sys.exit(code)
+"""
+
+
+def run_painter(tmp_path: Path, *, terminal: bool, **env: str) -> bytes:
+    child_env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    child_env.update(PYTHONPATH=os.pathsep.join(sys.path), **env)
+    if not terminal:
+        done = subprocess.run([sys.executable, "-c", PAINTER], cwd=tmp_path, env=child_env, capture_output=True,
+                              timeout=120, check=True)
+        return done.stdout + done.stderr
+    leader, follower = pty.openpty()
+    try:
+        child = subprocess.Popen([sys.executable, "-c", PAINTER], cwd=tmp_path, env=child_env, stdin=follower,
+                                 stdout=follower, stderr=follower)
+        assert child.wait(120) == 0
+        os.close(follower)
+        follower = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: every end of the terminal is closed
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+
+
+def test_ui_logs_have_no_colour_codes_off_a_terminal(tmp_path):
+    out = run_painter(tmp_path, terminal=False)
+    assert b"INFO - dagster - ready" in out and b"\x1b" not in out, out
+
+
+def test_ui_logs_have_no_colour_codes_with_no_color_set(tmp_path):
+    out = run_painter(tmp_path, terminal=True, NO_COLOR="1")
+    assert b"INFO - dagster - ready" in out and b"\x1b" not in out, out
+
+
+def test_ui_logs_keep_their_colour_on_a_terminal(tmp_path):
+    out = run_painter(tmp_path, terminal=True)
+    assert b"\x1b[34mINFO" in out, out
+
+
+def test_a_log_file_gets_no_colour_codes(tmp_path):
+    log = tmp_path / "ui.log"
+    painter = ui.DagsterServer(tmp_path, tmp_path / "workspace.yaml", log=log)
+    painter.command = lambda: [sys.executable, "-c", "print('\\x1b[34mINFO\\x1b[0m ready', flush=True)"]  # type: ignore[method-assign]
+    painter.start()
+    assert painter.wait() == 0
+    painter.stop()
+    assert log.read_bytes() == b"INFO ready\n"

@@ -1,12 +1,17 @@
 """The workspace seam: a whole Dagster run on a GitLab and an embedder handed in as the
 `workspace` resource, with no socket and no model; and the typed stats read back from the run."""
 
+import json
+import os
+from pathlib import Path
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 import dagster as dg
 import httpx
 import numpy as np
+import pytest
 
+from gitlab_knowledge.cli import main as cli_main
 from gitlab_knowledge.config import parse_config
 from gitlab_knowledge.defs import defs
 from gitlab_knowledge.defs.runner import run_sync
@@ -17,7 +22,7 @@ from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.sync.stats import RawStats
-from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge.workspace import Workspace, private_dir
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET
 from gitlab_knowledge_sandbox.api import Api, ApiRequest
 from gitlab_knowledge_sandbox.dataset import load_dataset
@@ -120,3 +125,38 @@ def test_the_runner_returns_typed_stats_and_the_error_the_step_raised(tmp_path, 
     assert isinstance(failed[0].error, AuthError) and failed[0].exit_code == AuthError.exit_code == 3
     assert "not-the-token" not in (failed[0].message or "")
     assert failed[0].stats(RawStats) == RawStats()  # the failed step reported nothing
+
+
+def fresh_clone_data_dir(tmp_path: Path) -> Path:
+    """`data/` as a clone checks it out: its README and .gitignore, mode 0755 (git tracks no 0700)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "README.md").write_text("# data/\n")
+    (data / ".gitignore").write_text("*\n")
+    data.chmod(0o755)
+    return data
+
+
+def test_a_clones_0755_data_directory_is_made_private_by_the_workspace(tmp_path):
+    data = fresh_clone_data_dir(tmp_path)
+    assert private_dir(data) == data
+    assert data.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_a_data_directory_holding_another_users_files_is_left_for_doctor_to_name(tmp_path):
+    data = fresh_clone_data_dir(tmp_path)
+    os.chown(data / "README.md", 65534, 65534)
+    private_dir(data)
+    assert data.stat().st_mode & 0o777 == 0o755
+
+
+def test_doctor_on_a_fresh_clones_data_directory_does_not_warn_about_permissions(tmp_path, token_env, capsys):
+    data = fresh_clone_data_dir(tmp_path)
+    config = tmp_path / "gitlab_knowledge.toml"
+    config.write_text(f'projects = ["a/b"]\n[gitlab]\nurl = "http://127.0.0.1:9"\nmax_retries = 0\ntimeout = 2\n'
+                      f'[storage]\ndata_dir = "{data}"\n', encoding="utf-8")
+    cli_main(["--config", str(config), "doctor", "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["permissions"]["status"] == "ok", checks["permissions"]
+    assert data.stat().st_mode & 0o777 == 0o700
