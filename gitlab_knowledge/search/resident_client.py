@@ -199,7 +199,7 @@ def check_peer(sock: socket.socket) -> None:
         # Not Linux: no SO_PEERCRED to ask; the private directory is then the only guard.
         log.debug("SO_PEERCRED is not available here: the server's user is not checked")
         return
-    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    _pid, uid, _gid = struct.unpack("iII", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("iII")))
     if uid != os.getuid():
         raise ValueError(f"the server runs as uid {uid}, not as this user ({os.getuid()})")
 
