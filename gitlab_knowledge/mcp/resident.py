@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import socketserver
+import stat
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.resident_client import (
     PROTOCOL,
     fingerprint,
+    private_problem,
     read_line,
     remove_stale,
     socket_path,
@@ -174,8 +176,14 @@ class LocalEndpoint:
         if not hasattr(socket, "AF_UNIX"):
             return False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            if self.path.exists() and not remove_stale(self.path):
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            problem = private_problem(self.path.parent) or _foreign(self.path)
+            if problem is not None:
+                # The search command would refuse this socket too; MCP is served all the same.
+                log.warning("search commands will not use this server: %s, so a socket there could be "
+                            "another user's", problem)
+                return False
+            if not remove_stale(self.path):
                 log.info("another server already answers search commands at %s", self.path)
                 return False
             old_umask = os.umask(0o177)  # the socket is the user's alone
@@ -199,6 +207,20 @@ class LocalEndpoint:
         server.server_close()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+
+
+def _foreign(path: Path) -> str | None:
+    """Why the file at `path` is not ours to replace (None: no file, or our own socket). In a
+    private directory another user's file can only mean the directory was not private once."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    if info.st_uid != os.getuid():
+        return f"{path} belongs to uid {info.st_uid}"
+    if not stat.S_ISSOCK(info.st_mode):
+        return f"{path} is not a socket"
+    return None
 
 
 class Resident:

@@ -7,6 +7,11 @@ search command finds it without any configuration, sends its parsed arguments, a
 the server rendered with the same function the in-process path uses. No server (no socket, a stale
 one, a server for other settings, a timeout) means the command searches in-process, as before.
 
+The socket is trusted only as far as nobody else can have put it there: it lives in a directory
+only its user can write to (`private_problem`), the peer must run as the same user (SO_PEERCRED),
+the whole exchange has one deadline, and a reply that is not exactly the protocol's shape counts
+as no server at all.
+
 This module is imported by every search command, so it imports nothing heavy.
 """
 
@@ -14,32 +19,65 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import socket
+import stat
+import struct
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import KnowledgeError
 
+log = logging.getLogger(__name__)
+
 PROTOCOL = 1
 SOCKET_NAME = "mcp-search.sock"
 DISABLE_ENV = "GITLAB_KNOWLEDGE_RESIDENT"  # "off": never ask a running server
 CONNECT_TIMEOUT = 0.5
-ANSWER_TIMEOUT = 30.0  # a server reloading 100K vectors after a sync needs ~2 s; a stuck one is skipped
+# One deadline for connect, send and the whole answer: a server reloading 100K vectors after a sync
+# needs ~2 s; past this the command searches in-process, so a stalled or trickling peer costs at most this.
+EXCHANGE_DEADLINE = 15.0
 MAX_MESSAGE = 32 * 1024 * 1024
 _SUN_PATH_MAX = 100  # sockaddr_un holds 104-108 bytes depending on the OS
+_MAX_EXIT_CODE = 125  # above: the shell's own meanings (126-127, 128+signal)
 
 
 def socket_path(config: Config) -> Path:
     """Where the server for this data directory listens: in it, or (a path too long for a Unix
-    socket) in the temp directory under a name derived from it."""
+    socket) in a per-user directory (`runtime_dir`) under a name derived from it."""
     inside = config.data_dir / SOCKET_NAME
     if len(os.fsencode(str(inside))) < _SUN_PATH_MAX:
         return inside
     digest = hashlib.sha256(os.fsencode(str(config.data_dir.resolve()))).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"gitlab_knowledge-{digest}.sock"
+    return runtime_dir() / f"{digest}.sock"
+
+
+def runtime_dir() -> Path:
+    """The user's own directory for sockets when the data directory's path is too long: never a
+    file name in a shared directory, which another user could create first."""
+    return Path(tempfile.gettempdir()) / f"gitlab_knowledge-{os.getuid()}"
+
+
+def private_problem(directory: Path) -> str | None:
+    """Why a socket in `directory` could be someone else's, or None when only this user can have
+    put it there (the directory is ours and nobody else may write in it)."""
+    try:
+        # Through a symlink too: what matters is who may write where the socket is.
+        info = directory.stat()
+    except OSError as exc:
+        return f"{directory}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{directory} is not a directory"
+    if info.st_uid != os.getuid():
+        return f"{directory} belongs to uid {info.st_uid}, not to this user ({os.getuid()})"
+    # The data directory may be readable by others (the socket is 0600); the one we make is 0700.
+    if info.st_mode & (0o077 if directory == runtime_dir() else 0o022):
+        return f"{directory} is open to other users (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
 
 
 def fingerprint(config: Config) -> dict[str, Any]:
@@ -94,39 +132,99 @@ def ask_resident(config: Config, request: dict[str, Any] | None) -> tuple[str, s
     message = {"protocol": PROTOCOL, "settings": fingerprint(config), **request}
     try:
         answer = _exchange(path, message)
-    except (OSError, ValueError):
-        return None  # stale socket, a server that went away or stalled: search here instead
-    if not isinstance(answer, dict) or answer.get("protocol") != PROTOCOL or answer.get("decline"):
+    except (OSError, ValueError) as exc:
+        # Stale socket, a server that went away, stalled or is not ours: search here instead.
+        log.debug("searching in-process: the server at %s did not answer (%s)", path, exc)
+        return None
+    problem = _reply_problem(answer)
+    if problem is not None:
+        log.debug("searching in-process: the server at %s answered %s", path, problem)
+        return None
+    if answer.get("decline"):
         return None
     if "error" in answer:
-        details = answer.get("details")
-        raise ResidentError(str(answer["error"]), int(answer.get("exit_code") or 1),
-                            details if isinstance(details, dict) else None)
-    return str(answer.get("stdout") or ""), str(answer.get("stderr") or "")
+        raise ResidentError(answer["error"], answer["exit_code"], answer.get("details"))
+    return answer["stdout"], answer["stderr"]
+
+
+def _reply_problem(answer: Any) -> str | None:
+    """What is wrong with a reply, or None when it has the protocol's shape: a decline, an error
+    with a message and an exit code the command can exit with, or the output as two strings."""
+    if not isinstance(answer, dict):
+        return "something other than an object"
+    if answer.get("protocol") != PROTOCOL:
+        return "another protocol version"
+    if "decline" in answer:
+        return None if isinstance(answer["decline"], str) and answer["decline"] else "a malformed decline"
+    if "error" in answer:
+        code, details = answer.get("exit_code"), answer.get("details")
+        if not isinstance(answer["error"], str):
+            return "an error that is not a string"
+        if type(code) is not int or not 1 <= code <= _MAX_EXIT_CODE:
+            return f"an exit code that is not an integer from 1 to {_MAX_EXIT_CODE}"
+        if details is not None and not isinstance(details, dict):
+            return "error details that are not an object"
+        return None
+    if not isinstance(answer.get("stdout"), str) or not isinstance(answer.get("stderr"), str):
+        return "no output strings"
+    return None
 
 
 def server_status(config: Config) -> dict[str, Any] | None:
     """What the server for this data directory says of itself, or None when none answers."""
     try:
-        status: dict[str, Any] | None = _exchange(socket_path(config), {"protocol": PROTOCOL, "status": True})
-        return status
+        status = _exchange(socket_path(config), {"protocol": PROTOCOL, "status": True})
     except (OSError, ValueError):
         return None
+    return status if isinstance(status, dict) else None
 
 
 def _exchange(path: Path, message: dict[str, Any]) -> Any:
+    deadline = time.monotonic() + EXCHANGE_DEADLINE
+    problem = private_problem(path.parent)
+    if problem is not None:
+        raise ValueError(f"the socket's directory is not private: {problem}")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(CONNECT_TIMEOUT)
+        sock.settimeout(min(CONNECT_TIMEOUT, EXCHANGE_DEADLINE))
         sock.connect(str(path))
-        sock.settimeout(ANSWER_TIMEOUT)
-        sock.sendall(json.dumps(message).encode() + b"\n")
-        return json.loads(read_line(sock))
+        check_peer(sock)
+        _send_all(sock, json.dumps(message).encode() + b"\n", deadline)
+        return json.loads(read_line(sock, deadline))
 
 
-def read_line(sock: socket.socket) -> bytes:
-    """One newline-terminated message (the protocol is one JSON object per line each way)."""
+def check_peer(sock: socket.socket) -> None:
+    """Refuse a peer that runs as another user: it would read the queries and answer for the server."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        # Not Linux: no SO_PEERCRED to ask; the private directory is then the only guard.
+        log.debug("SO_PEERCRED is not available here: the server's user is not checked")
+        return
+    _pid, uid, _gid = struct.unpack("iII", sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("iII")))
+    if uid != os.getuid():
+        raise ValueError(f"the server runs as uid {uid}, not as this user ({os.getuid()})")
+
+
+def _remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("no whole answer before the deadline")
+    return left
+
+
+def _send_all(sock: socket.socket, data: bytes, deadline: float) -> None:
+    view = memoryview(data)
+    while view:
+        sock.settimeout(_remaining(deadline))
+        view = view[sock.send(view):]
+
+
+def read_line(sock: socket.socket, deadline: float | None = None) -> bytes:
+    """One newline-terminated message (the protocol is one JSON object per line each way), whole
+    before `deadline` (time.monotonic()) when one is given."""
     chunks, size = [], 0
     while True:
+        if deadline is not None:
+            sock.settimeout(_remaining(deadline))
         chunk = sock.recv(65536)
         if not chunk:
             raise ValueError("connection closed before a whole message")
@@ -139,7 +237,8 @@ def read_line(sock: socket.socket) -> bytes:
 
 
 def remove_stale(path: Path) -> bool:
-    """Remove a socket file nobody listens on; False when a live server holds it."""
+    """Remove a socket file nobody listens on; False when a live server holds it. Only for a
+    socket of this user's in its private directory (the server checks both first)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(CONNECT_TIMEOUT)
         try:
