@@ -30,7 +30,7 @@ from gitlab_knowledge.search.resident_client import (
     remove_stale,
     socket_path,
 )
-from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge.workspace import Workspace, private_dir
 
 log = logging.getLogger(__name__)
 WARM_RETRY_SECONDS = 30.0
@@ -174,7 +174,10 @@ class LocalEndpoint:
         if not hasattr(socket, "AF_UNIX"):
             return False
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.parent == self.resident.config.data_dir:  # it will hold the store: the owner's only
+                private_dir(self.path.parent)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists() and not remove_stale(self.path):
                 log.info("another server already answers search commands at %s", self.path)
                 return False
