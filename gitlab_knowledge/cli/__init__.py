@@ -87,6 +87,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("iid", type=bounded_int(1))
     p.add_argument("--project", metavar="PATH")
+    p.add_argument("--full", action="store_true",
+                   help="print every description and note whole (otherwise a long one is cut, saying how "
+                        "much more there is; --json is always whole)")
 
     from gitlab_knowledge.cli import eval_cmd, graph_cmd, models_cmd, similar_cmd
 

@@ -1,4 +1,9 @@
-"""Read commands: `list`, `count`, `show`, `sync-status` (DuckDB, read-only, short waits)."""
+"""Read commands: `list`, `count`, `show`, `sync-status` (DuckDB, read-only, short waits).
+
+`show` prints at most SHOW_BODY_CHARS characters of the description and of each note, each cut
+ending with a line saying how much was left out; `--full` prints every body whole, and `--json`
+always carries the full text (it is the data, for programs; the bound is for a reader's terminal).
+"""
 
 import argparse
 
@@ -11,6 +16,9 @@ from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store import queries
 from gitlab_knowledge.workspace import Workspace
+
+# A few screens: a 50 MB note printed line by line through rich took hours, and nobody reads it there.
+SHOW_BODY_CHARS = 20_000
 
 
 def _item_kind(word: str) -> kinds.Kind:
@@ -79,7 +87,8 @@ def show_cmd(args: argparse.Namespace, config: Config) -> int:
         o.print("labels: " + ", ".join(escape(label) for label in item["labels"]))
     o.print(item["web_url"] or "", style="cyan", markup=False)
     o.print()
-    o.print(item["description"] or "(no description)", markup=False)
+    full = bool(getattr(args, "full", False))
+    o.print(_bounded(item["description"] or "(no description)", full, args), markup=False)
     threads = item["threads"]
     o.print()
     o.print(f"[bold]{len(threads)} discussion thread(s)[/]")
@@ -93,9 +102,20 @@ def show_cmd(args: argparse.Namespace, config: Config) -> int:
             flag = " [magenta](internal)[/]" if note["internal"] else ""
             who = queries.author_label(note["author"], note.get("author_name"))
             o.print(f"  {escape(who)} ({console.when(note['created_at'])}){escape(where)}{flag}:")
-            for text_line in (note["body"] or "").splitlines() or [""]:
-                o.print("    " + text_line, markup=False, highlight=False)
+            body = _bounded(note["body"] or "", full, args)
+            # One print for the whole body: rich costs ~0.5 ms a call, per line that was minutes.
+            o.print("\n".join("    " + text_line for text_line in body.splitlines() or [""]),
+                    markup=False, highlight=False)
     return 0
+
+
+def _bounded(text: str, full: bool, args: argparse.Namespace) -> str:
+    """`text`, or its first SHOW_BODY_CHARS characters and a line saying what was left out and how to see it."""
+    if full or len(text) <= SHOW_BODY_CHARS:
+        return text
+    command = f"show {args.what} {args.iid}" + (f" --project {args.project}" if args.project else "")
+    return (text[:SHOW_BODY_CHARS] + f"\n[… {len(text) - SHOW_BODY_CHARS:,} more characters not shown: "
+            f"`{command} --full` prints them all, `--json` too]")
 
 
 def _lines(note: dict) -> str:

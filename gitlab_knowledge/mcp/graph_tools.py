@@ -4,7 +4,9 @@ Each calls the function its CLI command calls (graph/queries.py, graph/people.py
 document, validated by the same schema (cli/schemas/<name>.json), plus a short text rendering. The
 reads go through a workspace that sees only what agents may see (store/visibility.py), so a
 confidential issue or an internal note never reaches an answer without the config's opt-in.
-Lists are cut at GRAPH_LIST entries; the text says when one was.
+Lists are cut at GRAPH_LIST entries; the text says when one was. A merge request in
+`file_history` lists at most ITEM_FILES files and GRAPH_LIST threads, as `get_merge_request` does
+(`files_omitted` / `threads_omitted` say how many more there were).
 """
 
 import asyncio
@@ -13,7 +15,7 @@ from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, UsageError
-from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT, ITEM_FILES
 from gitlab_knowledge.mcp.context import Context, confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 
@@ -120,6 +122,11 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
     out = (await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
                                    args.get("project") or None, limit)).as_dict()
     mrs = out["merge_requests"]
+    for mr in mrs:  # a directory's history of an MR touching 100,000 files was 12 MB
+        for key, bound in (("files", ITEM_FILES), ("threads", GRAPH_LIST)):
+            if len(mr[key]) > bound:
+                mr[f"{key}_omitted"] = len(mr[key]) - bound
+                mr[key] = mr[key][:bound]
     more = f", the newest {len(mrs)} shown" if out["total"] > len(mrs) else ""
     lines = [f"# History of `{out['path']}`: {out['total']} merge request(s){more}"]
     lines += [f"followed a rename: `{r['from']}` → `{r['to']}` by {r['by']}" for r in out["renames"]]
@@ -131,11 +138,16 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
         for f in mr["files"]:
             change = f"renamed from `{f['old_path']}` to" if f["change"] == "renamed" else (f["change"] or "reviewed")
             lines.append(f"- {change} `{f['path']}`")
+        if mr.get("files_omitted"):
+            lines.append(f"- [{mr['files_omitted']:,} more file(s) not shown: the first {ITEM_FILES} are; "
+                         "ask about a narrower path, or run `history PATH --json`, for the rest]")
         lines += [f"- closes {_item(issue)}" for issue in mr["closes"]]
         for t in mr["threads"]:
             state = "resolved" if t["resolved"] else ("unresolved" if t["resolvable"] else "comment")
             line = f":{t['line']}" if t["line"] else ""
             lines.append(f"- thread ({state}) @{t['author'] or '?'} on `{t['path'] or ''}{line}`: {t['excerpt']}")
+        if mr.get("threads_omitted"):
+            lines.append(f"- [{mr['threads_omitted']:,} more thread(s) not shown: the first {GRAPH_LIST} are]")
     if not mrs:
         lines += ["", "No merge request in the store touched it (file lists come with a sync; review comments "
                       "on the path count too)."]

@@ -32,7 +32,7 @@ from gitlab_knowledge.search.resident_client import (
     remove_stale,
     socket_path,
 )
-from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge.workspace import Workspace, private_dir
 
 log = logging.getLogger(__name__)
 WARM_RETRY_SECONDS = 30.0
@@ -176,7 +176,10 @@ class LocalEndpoint:
         if not hasattr(socket, "AF_UNIX"):
             return False
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if self.path.parent == self.resident.config.data_dir:  # it will hold the store: the owner's only
+                private_dir(self.path.parent)
+            else:
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             problem = private_problem(self.path.parent) or _foreign(self.path)
             if problem is not None:
                 # The search command would refuse this socket too; MCP is served all the same.

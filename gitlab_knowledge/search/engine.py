@@ -8,6 +8,7 @@ of the BM25 top-N and the vector top-N. Graph filters (`--path`, `--participant`
 document ids before the retrievers run (search/graph_filters.py).
 """
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,9 @@ MODES = ("hybrid", "lexical", "semantic")
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
 MAX_LEXICAL_CHARS = 4096
 EMBED_MAX_WORDS = 96
+# Words alone do not bound the cost: one 3.5 MB "word" kept its whole length, and the tokenizer's
+# work (54 s of CPU) grows with characters. 96 words of ordinary text fit well inside this.
+EMBED_MAX_CHARS = 2048
 RECHECK_SECONDS = 30.0  # a long-lived searcher answering from another model's table looks again this often
 
 
@@ -95,11 +99,24 @@ class _Fusion:
         return {f.doc_id: f for f in self.ranked}
 
 
-def _embedding_text(text: str) -> str:
+def _embedding_text(text: str, warnings: list[str]) -> str:
     """The start of a long query: a model reads one window anyway (256 tokens for the embedded
-    one), and a shorter one costs a fraction of the time (attention grows with its square)."""
+    one), and a shorter one costs a fraction of the time (attention grows with its square).
+    Its first EMBED_MAX_WORDS words, and of those its first EMBED_MAX_CHARS characters, with a
+    warning when the characters' bound cut it (the words' bound drops nothing the model would read)."""
     words = text.split()
-    return " ".join(words[:EMBED_MAX_WORDS]) if len(words) > EMBED_MAX_WORDS else text
+    text = " ".join(words[:EMBED_MAX_WORDS]) if len(words) > EMBED_MAX_WORDS else text
+    if len(text) <= EMBED_MAX_CHARS:
+        return text
+    warnings.append(f"query is {len(text):,} characters; the semantic search embedded the first {EMBED_MAX_CHARS:,}")
+    return text[:EMBED_MAX_CHARS]
+
+
+def _check_finite(vector: Any) -> None:
+    """EmbeddingUnavailable for a query vector holding NaN or infinity: it is near nothing, so the
+    vector search would answer nothing, silently; keywords answer instead, with a warning."""
+    if not all(math.isfinite(float(x)) for x in vector):
+        raise EmbeddingUnavailable("the embedding model returned a query vector with NaN or infinite values")
 
 
 class Searcher:
@@ -245,9 +262,10 @@ class Searcher:
                 warnings.append(self._switch_note)
             t0 = time.perf_counter()
             if vector is None:
-                vector = self.provider().embed_query(_embedding_text(text))
+                vector = self.provider().embed_query(_embedding_text(text, warnings))
             got.embed_ms = (time.perf_counter() - t0) * 1000
             store.check_query(vector)  # another size than the table's: keywords, with a warning
+            _check_finite(vector)
             got.semantic = self._vector_hits(store, vector, filters, candidates)
         except EmbeddingUnavailable as exc:
             warnings.append(UNAVAILABLE)
@@ -383,6 +401,11 @@ def _query_text(query: str, mode: str) -> str:
     text = " ".join((query or "").split())
     if not text:
         raise UsageError("nothing to search for: the query is empty")
+    try:  # a lone surrogate: no index or model can read it (the CLI refuses it the same way)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        raise UsageError(f"query is not valid UTF-8 text: {shown[:80]!r}") from None
     return text
 
 

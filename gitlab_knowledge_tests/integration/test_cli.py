@@ -29,6 +29,39 @@ def synced(small_dataset, tmp_path_factory):
         yield sb, home, first
 
 
+def test_show_bounds_a_50_mb_note_and_says_what_it_left_out(synced):
+    """Issue 28, point 6: `show` of an item with a 50 MB note had written 5 KB after 11 minutes. Each
+    body shown is cut at SHOW_BODY_CHARS with a line saying how much more there is; --json keeps it whole."""
+    import duckdb
+
+    from gitlab_knowledge.cli.inspect_cmd import SHOW_BODY_CHARS
+    from gitlab_knowledge.config import load_config
+
+    sb, home, _ = synced
+    project = sb.state.list_projects(order_by="id", sort="asc")[0]["path_with_namespace"]
+    issue = next(i for i in sb.state.list_items(project, "issues") if i["user_notes_count"] > 0)
+    ref = ("show", "issue", str(issue["iid"]), "--project", project)
+    note_id = json.loads(cli(*ref, "--json", cwd=home).stdout)["threads"][0]["notes"][0]["id"]
+    db = str(load_config(home / "gitlab_knowledge.toml").duckdb_path)
+    with duckdb.connect(db) as con:
+        [(before,)] = con.execute("SELECT body FROM notes WHERE id = ?", [note_id]).fetchall()
+        con.execute("UPDATE notes SET body = repeat('a line of a very long note, fifty characters long.' "
+                    "|| chr(10), 1000000) WHERE id = ?", [note_id])
+    try:
+        shown = cli(*ref, cwd=home)
+        assert shown.returncode == 0, shown.stderr
+        left_out = 51 * 1_000_000 - SHOW_BODY_CHARS
+        assert f"[… {left_out:,} more characters not shown: `show issue {issue['iid']} --project {project} --full`" \
+            in shown.stdout
+        assert len(shown.stdout) < SHOW_BODY_CHARS * 3
+        whole = json.loads(cli(*ref, "--json", cwd=home).stdout)
+        assert len(whole["threads"][0]["notes"][0]["body"]) == 51 * 1_000_000
+    finally:
+        with duckdb.connect(db) as con:
+            con.execute("UPDATE notes SET body = ? WHERE id = ?", [before, note_id])
+    assert "more characters not shown" not in cli(*ref, cwd=home).stdout
+
+
 def test_sync_prints_a_summary_and_json(synced):
     sb, home, first = synced
     assert first.returncode == 0, first.stderr

@@ -243,3 +243,57 @@ def test_in_memory_vectors_rank_exactly_like_the_lancedb_scan(sample, filters):
             assert x.doc_id == y.doc_id or abs(x.retriever_scores["semantic"] - y.retriever_scores["semantic"]) < 1e-5
             assert x.retriever_scores["semantic"] == pytest.approx(y.retriever_scores["semantic"], abs=1e-5)
         assert [r.snippet for r in b if r.snippet] and all(r.fields["url"] for r in b)
+
+
+class _Recording:
+    """The embedded model's name and size, answering every query with `vector`; keeps the texts it was handed."""
+
+    provider, model, dims = "embedded", "all-MiniLM-L6-v2-int8", 384
+
+    def __init__(self, vector) -> None:
+        self.vector, self.texts = vector, []
+
+    def embed_query(self, text: str):
+        self.texts.append(text)
+        return self.vector
+
+
+def _recording_searcher(sample, vector) -> tuple[Searcher, _Recording]:
+    fake = _Recording(vector)
+    searcher = Workspace(sample.config, embedder_factory=lambda *_: fake).searcher(
+        provider="embedded", model=_Recording.model)
+    return searcher, fake
+
+
+def test_a_long_one_word_query_is_embedded_by_its_first_characters_with_a_warning(sample):
+    """Issue 28, point 6: the words' bound kept a 3.5 MB word whole; the characters' bound cuts it."""
+    import numpy as np
+
+    from gitlab_knowledge.search.engine import EMBED_MAX_CHARS
+
+    searcher, fake = _recording_searcher(sample, np.ones(384, np.float32) / 384 ** 0.5)
+    response = searcher.search("redis" + "x" * 3_500_000, mode="hybrid", limit=5)
+    assert [len(t) for t in fake.texts] == [EMBED_MAX_CHARS]
+    assert any("3,500,005 characters" in w and "embedded the first" in w for w in response.warnings), \
+        response.warnings
+    searcher.search("why did we choose redis", mode="hybrid", limit=5)  # a short query: whole, no warning
+    assert fake.texts[-1] == "why did we choose redis"
+
+
+def test_a_nan_query_vector_falls_back_to_keywords_with_a_warning(sample):
+    """Issue 28, point 7: NaN is near nothing; the answer was empty and said nothing."""
+    import numpy as np
+
+    searcher, _ = _recording_searcher(sample, np.full(384, np.nan, np.float32))
+    response = searcher.search("why did we choose redis", mode="hybrid", limit=5)
+    assert response.effective_mode == "lexical" and response.results
+    assert UNAVAILABLE in response.warnings
+    assert any("NaN" in w for w in response.warnings), response.warnings
+
+
+def test_a_lone_surrogate_in_the_query_is_a_usage_error(searcher):
+    """Issue 28, point 7: the Searcher API raised TypeError (a traceback in the resident socket's log)."""
+    with pytest.raises(UsageError, match="not valid UTF-8"):
+        searcher.search("redis \ud800 cache", mode="lexical")
+    with pytest.raises(UsageError, match="not valid UTF-8"):
+        searcher.search("\udcff", mode="hybrid")

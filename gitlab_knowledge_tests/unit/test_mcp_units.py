@@ -161,3 +161,19 @@ def test_errors_are_worded_for_each_face() -> None:
         "schema_version": 1, "error": str(unknown), "exit_code": 2,
         "details": {"project": "no/such", "known_projects": ["a/p"]}}
     assert error_document("interrupted", 130) == {"schema_version": 1, "error": "interrupted", "exit_code": 130}
+
+
+def test_the_server_creates_a_missing_data_directory_private(tmp_path: Path) -> None:
+    """Issue 28, point 7: the MCP server made a missing data directory 0755; it holds confidential
+    titles and internal notes, so it is 0700 as the CLI's (workspace.private_dir)."""
+    from gitlab_knowledge.mcp.resident import LocalEndpoint, ResidentSearch
+
+    data = tmp_path / "data"
+    config = parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"],
+                           "storage": {"data_dir": str(data)}}, tmp_path, {}, "t")
+    endpoint = LocalEndpoint(ResidentSearch(config))
+    assert endpoint.start()
+    try:
+        assert (data.stat().st_mode & 0o777) == 0o700
+    finally:
+        endpoint.stop()
