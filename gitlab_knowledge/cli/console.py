@@ -1,20 +1,41 @@
 """Terminal output: rich on stdout for results, stderr for progress, warnings and errors.
 
 Colour only on a TTY (rich's own detection, which also honours NO_COLOR); JSON output never
-goes through rich.
+goes through rich. Everything else printed passes terminal.clean: GitLab's text cannot drive the
+terminal (escape sequences, controls, bidi overrides).
 """
 
 import json
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
+from rich.text import Text
+
+from gitlab_knowledge.terminal import clean
+
+
+class SafeConsole(Console):
+    """A rich console whose text passes terminal.clean: every string printed or put in a table
+    before layout (an escape sequence is still whole there), and every text segment again before
+    its style is applied (a Text built elsewhere). Rich's own colours and cursor moves (control
+    segments) stay, the text's own codes go."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(clean(text), **options)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(clean(segment.text), segment.style) for segment in buffer)
+
 
 # Piped output is not squeezed into 80 columns: tables stay one row per item for grep and agents.
-out = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
+out = SafeConsole(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+err = SafeConsole(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
 
 
 def print_json(data: Any) -> None:

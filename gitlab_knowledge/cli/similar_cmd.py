@@ -8,6 +8,7 @@ import sys
 from gitlab_knowledge.argparsing import bounded_int
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.search.filters import add_arguments
+from gitlab_knowledge.terminal import clean
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,6 @@ def similar_cmd(args: argparse.Namespace, config: Config) -> int:
         sys.stdout.write(json.dumps(response_json(response), ensure_ascii=False, indent=2) + "\n")
     else:
         for warning in response.warnings:
-            sys.stderr.write(f"warning: {warning}\n")
+            sys.stderr.write(f"warning: {clean(warning)}\n")
         sys.stdout.write(render_human(response, color=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
     return 0

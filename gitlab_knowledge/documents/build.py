@@ -39,7 +39,8 @@ from gitlab_knowledge.documents.columns import COLUMNS, ColumnType, Source
 # another version, and the vectors and lexical entries follow (the content hash changes), while
 # `index status` shows them stale until then. Version 1.1 hashes the bare text, as every document
 # did before versions were recorded, so upgrading to versioned documents re-embeds nothing.
-BUILDER_VERSION = 1
+# Builder 2: an MR's `Closes:` line no longer names a confidential issue's title.
+BUILDER_VERSION = 2
 CHUNKING_VERSION = 1
 BASELINE_VERSION = "1.1"
 

@@ -1,7 +1,9 @@
 """Streamable HTTP: 127.0.0.1 unless told otherwise; beyond loopback only with a bearer token.
 
-The SDK's app already refuses requests whose Host or Origin is not loopback when bound to
-127.0.0.1 (DNS rebinding); the bearer check wraps it for everything else.
+Every bind checks Host and Origin (DNS rebinding, cross-site pages): the SDK's check gets the
+names the bind answers to, loopback judged by address (127.0.0.2 and ::1 spelled long are
+loopback too). A wildcard bind (0.0.0.0, ::) answers to names it cannot know, so there an Origin
+must name the Host the request was sent to; its bearer token guards the rest.
 """
 
 import hmac
@@ -10,14 +12,19 @@ import os
 import socket
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import ConfigError, UsageError
 from gitlab_knowledge.mcp.resident import Resident
 from gitlab_knowledge.redact import register_secret
 
+if TYPE_CHECKING:
+    from mcp.server.transport_security import TransportSecuritySettings
+
 ASGIApp = Callable[[MutableMapping[str, Any], Any, Any], Awaitable[None]]
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 def is_loopback(host: str) -> bool:
@@ -27,6 +34,66 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def is_wildcard(host: str) -> bool:
+    address = _address(host)
+    return address is not None and address.is_unspecified
+
+
+def bind_names(host: str) -> list[str]:
+    """The Host names (without port) a bind answers to: its spelling, its address's canonical
+    form and, on loopback, the usual loopback names."""
+    address = _address(host)
+    names = [f"[{host.strip('[]')}]" if ":" in host else host]
+    if address is not None:
+        names.append(f"[{address.compressed}]" if address.version == 6 else address.compressed)
+    if is_loopback(host) or (address is not None and address.is_unspecified):
+        names += LOOPBACK_NAMES
+    return list(dict.fromkeys(names))
+
+
+def transport_security(host: str) -> "TransportSecuritySettings":
+    """The SDK's Host/Origin check for a bind: on a wildcard bind it checks the loopback names'
+    Origins only when the Host is one of them, so it is turned off there and same_origin() checks."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if is_wildcard(host):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    names = bind_names(host)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[n for name in names for n in (name, f"{name}:*")],
+        allowed_origins=[f"{scheme}://{n}" for name in names for scheme in ("http", "https")
+                         for n in (name, f"{name}:*")])
+
+
+def same_origin(app: ASGIApp) -> ASGIApp:
+    """Answer 403 to an HTTP request whose Origin is not the Host it was sent to (a page of
+    another site); a request without Origin (not a browser's cross-site one) passes."""
+
+    async def checked(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            origin = headers.get(b"origin", b"").decode("latin-1").strip()
+            host = headers.get(b"host", b"").decode("latin-1").strip().lower()
+            if origin and (urlsplit(origin).netloc.lower() != host or not host):
+                body = b"Invalid Origin header"
+                await send({"type": "http.response.start", "status": 403,
+                            "headers": [(b"content-type", b"text/plain"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return checked
 
 
 def bearer_token(config: Config, host: str) -> str | None:
@@ -83,7 +150,10 @@ async def serve_http(resident: Resident, sock: socket.socket, host: str, token: 
 
     from gitlab_knowledge.mcp.server import build_server
 
-    app: Any = build_server(resident.context).streamable_http_app(host=host)
+    app: Any = build_server(resident.context).streamable_http_app(host=host,
+                                                                  transport_security=transport_security(host))
+    if is_wildcard(host):
+        app = same_origin(app)
     if token:
         app = require_bearer(app, token)
     shown = f"[{host}]" if ":" in host else host

@@ -11,6 +11,7 @@ from gitlab_knowledge.errors import BadValue, KnowledgeError, error_document
 from gitlab_knowledge.redact import redact
 from gitlab_knowledge.search.arguments import build_parser
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.terminal import clean
 
 if TYPE_CHECKING:
     from gitlab_knowledge.search.engine import Response
@@ -68,14 +69,14 @@ def render(response: "Response", *, as_json: bool, color: bool, explain: bool) -
 
     if as_json:
         return json.dumps(response_json(response), ensure_ascii=False, indent=2) + "\n", ""
-    warnings = "".join(f"warning: {warning}\n" for warning in response.warnings)
+    warnings = "".join(f"warning: {clean(warning)}\n" for warning in response.warnings)
     return render_human(response, color=color, explain=explain), warnings
 
 
 def _fail(message: str, code: int, as_json: bool, error: BaseException | None = None) -> int:
     if as_json:
         sys.stdout.write(json.dumps(error_document(message, code, error)) + "\n")
-    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.write(f"error: {clean(message)}\n")
     return code
 
 

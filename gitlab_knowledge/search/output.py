@@ -1,10 +1,12 @@
-"""Search output: the JSON contract (schema.json beside this file) and the human view."""
+"""Search output: the JSON contract (schema.json beside this file) and the human view (every
+stored or asked-for text in it through terminal.clean; the JSON escapes by itself)."""
 
 from datetime import UTC, datetime
 from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.search.engine import Response, Result, parent_kind, reference_of
+from gitlab_knowledge.terminal import clean
 
 SCHEMA_VERSION = 1
 # How the human view marks a pinned result (a fused one is marked only when weak).
@@ -55,27 +57,28 @@ def headline(r: Result) -> str:
 def _highlight(snippet: str, ranges: list[tuple[int, int]], color: bool) -> str:
     # Piped output gets no markers: note bodies are Markdown, where ** already means bold.
     if not ranges or not color:
-        return snippet
+        return clean(snippet)
     out, last = [], 0
     start_mark, end_mark = "\x1b[1;33m", "\x1b[0m"
     for start, end in sorted(ranges):
         if start < last:
             continue
-        out += [snippet[last:start], start_mark, snippet[start:end], end_mark]
+        out += [clean(snippet[last:start]), start_mark, clean(snippet[start:end]), end_mark]
         last = end
-    out.append(snippet[last:])
+    out.append(clean(snippet[last:]))
     return "".join(out)
 
 
 def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
+    query = clean(resp.query)
     mode = resp.effective_mode if resp.effective_mode == resp.mode else f"{resp.effective_mode} (asked: {resp.mode})"
     if not resp.results:
-        lines = [f"No results for \"{resp.query}\" ({mode} search, {resp.took_ms / 1000:.2f}s)."]
+        lines = [f"No results for \"{query}\" ({mode} search, {resp.took_ms / 1000:.2f}s)."]
         if resp.no_good_match:
             lines.append(resp.no_good_match[:1].upper() + resp.no_good_match[1:] + ".")
         elif not resp.filters.is_empty():
             active = {k: v for k, v in resp.filters.describe().items() if v}
-            lines.append("Filters in effect: " + ", ".join(f"{k}={v}" for k, v in active.items())
+            lines.append("Filters in effect: " + ", ".join(f"{k}={clean(str(v))}" for k, v in active.items())
                          + " — try fewer filters.")
         else:
             lines.append("Try other words, fewer words, or --mode semantic to search by meaning.")
@@ -84,7 +87,7 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
     noun = "result" if resp.total == 1 else "results"
     lines = [f"Found {resp.total} {noun}{shown} ({mode} search, {resp.took_ms / 1000:.2f}s)", ""]
     if resp.no_good_match:
-        lines = [f"No good match for \"{resp.query}\" ({mode} search, {resp.took_ms / 1000:.2f}s): "
+        lines = [f"No good match for \"{query}\" ({mode} search, {resp.took_ms / 1000:.2f}s): "
                  f"{resp.no_good_match}; the closest keyword matches follow, marked weak.", ""]
     bold, dim, cyan, red, reset = ("\x1b[1m", "\x1b[2m", "\x1b[36m", "\x1b[31m", "\x1b[0m") if color else ("",) * 5
     for r in resp.results:
@@ -95,18 +98,18 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
         if f["internal"]:
             flags.append(f"{red}[internal]{reset}")
         exact = MATCH_LABELS.get(r.match, " [weak match]" if r.weak else "")
-        lines.append(f"{bold}[{r.rank}] {headline(r)}{reset} ({r.score:.2f}){exact}" + (" " + " ".join(flags) if flags else ""))
+        lines.append(f"{bold}[{r.rank}] {clean(headline(r))}{reset} ({r.score:.2f}){exact}" + (" " + " ".join(flags) if flags else ""))
         day = f["created_at"].strftime("%Y-%m-%d") if f["created_at"] else "?"
         meta = [f"@{f['author']}" if f["author"] else "@?", day, f["project"]]
         if f["state"]:
             meta.append(f["state"])
         if f["labels"]:
             meta.append(", ".join(f["labels"][:6]) + ("…" if len(f["labels"]) > 6 else ""))
-        lines.append(f"    {dim}{' · '.join(meta)}{reset}")
+        lines.append(f"    {dim}{clean(' · '.join(meta))}{reset}")
         if r.snippet:
             lines.append(f"    \"…{_highlight(r.snippet, r.highlights, color)}…\"")
         if f["url"]:
-            lines.append(f"    {cyan}{f['url']}{reset}")
+            lines.append(f"    {cyan}{clean(f['url'])}{reset}")
         if explain:
             lines.append(f"    {dim}{_explain(r, resp.rrf_k)}{reset}")
         lines.append("")

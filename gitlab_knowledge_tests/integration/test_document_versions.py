@@ -56,7 +56,7 @@ def test_a_builder_version_bump_rebuilds_documents_vectors_and_lexical_entries(s
     assert explain(Workspace(config), doc_id).verdict == "fresh"
 
 
-def test_migration_4_marks_stored_documents_with_the_version_that_wrote_them(tmp_path: Path) -> None:
+def test_migration_4_marks_stored_documents_with_the_version_that_wrote_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = import_fixture(tmp_path / "data" / "gitlab_knowledge.duckdb")
     documents = query(store, "SELECT count(*) FROM documents")[0][0]
     assert documents > 0
@@ -65,7 +65,10 @@ def test_migration_4_marks_stored_documents_with_the_version_that_wrote_them(tmp
     assert query(store, "SELECT builder_version, count(*) FROM documents GROUP BY 1") == [
         (build.BASELINE_VERSION, documents)]
     # The baseline version hashes the bare text, as the store's documents were hashed: the
-    # documents layer finds nothing to rebuild after the upgrade.
+    # documents layer found nothing to rebuild after the upgrade (until a later builder version).
+    builder, chunking = build.BASELINE_VERSION.split(".")
+    monkeypatch.setattr(build, "BUILDER_VERSION", int(builder))
+    monkeypatch.setattr(build, "CHUNKING_VERSION", int(chunking))
     assert build.document_version() == build.BASELINE_VERSION
     sample = query(store, "SELECT content_text, content_hash FROM documents LIMIT 20")
     assert all(build.content_hash(text) == digest for text, digest in sample)

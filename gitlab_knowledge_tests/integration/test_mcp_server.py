@@ -220,3 +220,50 @@ def test_http_refuses_a_network_bind_without_a_token(config_path: Path, tmp_path
     assert done.returncode == 2
     assert "bearer_token_env" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert DEFAULT_TOKEN not in done.stderr
+
+
+def _no_token_config(config_path: Path, tmp_path: Path) -> Path:
+    bare = tmp_path / "no-token.toml"
+    doc = load_config(config_path)
+    bare.write_text(tomli_w.dumps({"projects": list(doc.projects), "gitlab": {"url": doc.gitlab.url},
+                                   "storage": {"data_dir": str(doc.data_dir)}}))
+    return bare
+
+
+def _post(url: str, **headers: str) -> int:
+    return httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       headers={"Accept": "application/json, text/event-stream", **headers}, timeout=10).status_code
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "0:0:0:0:0:0:0:1"])
+def test_every_loopback_bind_refuses_a_foreign_origin_or_host(config_path: Path, tmp_path: Path, host: str) -> None:
+    """Loopback judged by address, not spelling: no token needed, and a page of another site
+    (its Origin) or a rebound name (its Host) is refused as the SDK refuses them on 127.0.0.1."""
+    proc, url = start_http(_no_token_config(config_path, tmp_path), "--host", host)
+    try:
+        own = url.split("/mcp")[0]
+        assert _post(url, Origin="http://evil.example") == 403
+        assert _post(url, Host="evil.example") == 421
+        assert _post(url, Origin="http://evil.example", Host="evil.example") == 421
+        assert _post(url) not in (401, 403, 421)
+        assert _post(url, Origin=own) not in (401, 403, 421)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        proc.stderr.close()
+
+
+def test_a_token_protected_bind_checks_the_origin_too(config_path: Path) -> None:
+    """With the bearer token, beyond loopback: a foreign Origin is still refused."""
+    proc, url = start_http(config_path, "--host", "0.0.0.0")
+    auth = {"Authorization": "Bearer test-bearer-0123456789"}
+    try:
+        url = url.replace("0.0.0.0", "127.0.0.1")
+        assert _post(url, Origin="http://evil.example") == 401  # the token first
+        assert _post(url, Origin="http://evil.example", **auth) == 403
+        assert _post(url, **auth) not in (401, 403, 421)
+        assert _post(url, Origin=url.split("/mcp")[0], **auth) not in (401, 403, 421)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        proc.stderr.close()

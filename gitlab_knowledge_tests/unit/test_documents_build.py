@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from gitlab_knowledge.documents.build import MAX_CHARS, parent_document, sha256, thread_document
+from gitlab_knowledge.documents.build import MAX_CHARS, content_hash, parent_document, sha256, thread_document
 from gitlab_knowledge.documents.refresh import document_row
 
 ISSUE = {"id": 76, "iid": 234, "project_id": 1, "title": "Authentication redesign", "description": "We need JWT.",
@@ -93,10 +93,10 @@ def test_long_description_keeps_start_and_end():
 def test_hashes_are_stable_and_sensitive():
     a = parent_document("issue", ISSUE, "group/project-one", 1, 1)
     b = parent_document("issue", dict(ISSUE), "group/project-one", 2, 2)  # provenance is not content
-    assert a.content_hash == b.content_hash == sha256(a.content_text)
+    assert a.content_hash == b.content_hash == content_hash(a.content_text)  # the text and the builder version
     assert a.meta_hash == b.meta_hash
     # Pinned: a change to the document format shows up here (and means a full re-embed).
-    assert a.content_hash == PINNED_ISSUE_HASH
+    assert sha256(a.content_text) == PINNED_ISSUE_HASH
     relabeled = parent_document("issue", {**ISSUE, "labels": ["auth"]}, "group/project-one", 1, 1)
     assert relabeled.content_hash != a.content_hash  # labels are part of an issue's text
     thread = thread_document("issue", ISSUE, {"id": "t"}, [note(1, "x", "hi", 1)], "group/project-one", 1, 1)

@@ -166,3 +166,19 @@ def test_snippet_skips_the_header_and_highlights_query_terms():
     assert len(snippet) <= 240
     snippet, ranges = make_snippet("Title\n\nfix in src/auth/login.ts today", "src/auth/login.ts")
     assert snippet[ranges[0][0]:ranges[0][1]] == "src/auth/login.ts"
+
+
+@pytest.mark.parametrize("raw,shown", [
+    ("\x1b[2JHello", "Hello"),  # CSI: clear screen
+    ("\x1b]0;pwned\x07Title", "Title"),  # OSC: window title, BEL-terminated
+    ("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"),  # OSC 8 hyperlink, ST-terminated
+    ("a\u202eb\u2066c\u2069", "abc"),  # bidi override and isolate
+    ("x\x9b31my\x85z", "xyz"),  # C1: 8-bit CSI, NEL
+    ("tab\there\nnext\r\x00\x7f", "tab\there\nnext"),  # newline and tab kept
+    ("\x1b(B\x1bcplain \x1b]2;unterminated\nnext line", "plain \nnext line"),  # an OSC ends at the line
+    ("ordinary text · ünïcödé → ok", "ordinary text · ünïcödé → ok"),
+])
+def test_terminal_clean_drops_what_a_terminal_would_obey(raw, shown):
+    from gitlab_knowledge.terminal import clean
+
+    assert clean(raw) == shown
