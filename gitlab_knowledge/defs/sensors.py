@@ -120,9 +120,18 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     description="Fails the runs whose process died (kill -9, a crash) and frees the pool slots they held, so a "
                 "dead CLI sync or a force-terminated run never blocks the runs behind it.",
 )
-def dead_run_reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-
+def dead_run_reaper(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    # Dagster 1.13 marks a tick SUCCESS only when it launches a run (or reacts to one, as a run
+    # status sensor does); a tick that reaped something stays SKIPPED. So such a tick says what it
+    # reaped in its skip reason and moves the cursor (the sensor page shows the last reaping), and
+    # each reaped run carries the reason in its own event log.
     reaped = reap_dead_runs(context.instance)
+    if not reaped:
+        return dg.SensorResult(skip_reason="no dead run")
     for run_id in reaped:
         context.log.warning(f"run {run_id}: its process is gone; marked failed and its pool slots freed")
-    return dg.SkipReason(f"reaped {len(reaped)} dead run(s)" if reaped else "no dead run")
+    total = int(context.cursor.split(" ", 1)[0]) if context.cursor and context.cursor[0].isdigit() else 0
+    names = ", ".join(run_id[:8] for run_id in reaped)
+    return dg.SensorResult(
+        skip_reason=f"reaped {len(reaped)} dead run(s): {names} (marked failed, pool slots freed)",
+        cursor=f"{total + len(reaped)} run(s) reaped, last at {utcnow():%Y-%m-%d %H:%M:%S} UTC: {names}")
