@@ -203,6 +203,8 @@ def decide(probe: Probe, work: Backlog | None, *, in_flight: bool, attempt: int,
         wait = _wait(history.failed - 1, history.failed_at, history.now, interval_seconds)
         if wait is None:
             parts.reasons.append(f"the last {history.failed} run(s) failed: retry {history.failed} on backoff")
+            if history.failed_at is not None:  # unique even if a later success resets the count
+                parts.key.append(f"retry-of={history.failed_at:%Y%m%dT%H%M%S}")
             retry = RETRY_FAILED_RUN
         else:
             waits.append(f"the last {history.failed} run(s) failed: retry {history.failed} after {wait:%H:%M:%S}")
