@@ -129,7 +129,9 @@ def _lines(note: dict) -> str:
 
 
 def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
-    status = queries.sync_status(Workspace(config))
+    workspace = Workspace(config)
+    status = queries.sync_status(workspace)
+    status["backlog"] = _backlog(workspace)
     if args.json:
         console.print_json(status)
         return 0
@@ -160,7 +162,40 @@ def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
     if running:
         o.print(f"\n[yellow]{len(running)} sync(s) running[/] (PID " +
                 ", ".join(str(r["pid"]) for r in running) + ")")
+    o.print()
+    _print_backlog(status["backlog"])
     return 0
+
+
+def _backlog(workspace: Workspace) -> list[dict]:
+    """What the change sensor would find left to do, per stored project (its `due.backlog`)."""
+    from gitlab_knowledge.defs.due import backlog
+
+    out = []
+    for project, work in backlog(workspace, list(workspace.config.projects)).items():
+        out.append({"project": project, "pending_rechecks": work.pending, "pending_settles_at": work.pending_due,
+                    "behind": list(work.behind), "failed_embeddings": work.failed_embeddings,
+                    "embedding_provider_unavailable": work.provider_unavailable})
+    return out
+
+
+def _print_backlog(backlog: list[dict]) -> None:
+    o = console.out
+    waiting = [b for b in backlog if b["pending_rechecks"] or b["behind"] or b["failed_embeddings"]]
+    if not waiting:
+        o.print("Backlog: none (no thread recheck pending, every layer and index caught up, no failed embedding)")
+        return
+    o.print("[bold]Backlog[/] (the change sensor's next run takes it up)")
+    for b in waiting:
+        parts = []
+        if b["pending_rechecks"]:
+            settles = f", settles after {console.when(b['pending_settles_at'])}" if b["pending_settles_at"] else ""
+            parts.append(f"{b['pending_rechecks']} thread recheck(s) pending (GitLab's 60 s note throttle{settles})")
+        parts += [f"behind: {line}" for line in b["behind"]]
+        if b["failed_embeddings"]:
+            cause = " (the embedding provider is unavailable)" if b["embedding_provider_unavailable"] else ""
+            parts.append(f"{b['failed_embeddings']} document(s) failed to embed{cause}")
+        o.print(f"  {escape(b['project'])}: " + "; ".join(escape(p) for p in parts))
 
 
 def _cursor(cursor: dict | None) -> str:

@@ -7,11 +7,18 @@ those facts. Its run key is made of them, and each of them moves when a run does
 recheck moves `discussions_fetched_at`, a layer moves its watermark, a failed embedding records a
 new `failed_at`), so work that remains after a run always yields a new key on the next tick,
 while a tick retried over the same state yields the same key (Dagster drops the repeat).
+
+Two kinds of leftover work are not retried on every tick but on a backoff of 1, 2, 4 … sensor
+intervals (capped at `MAX_BACKOFF_INTERVALS`), counted from the Dagster instance's run history
+(`RunHistory`): a partition whose last run failed while GitLab has nothing new (else it would stay
+red until the project next changes), and documents whose embedding failed while nothing else is due
+(a provider outage would otherwise launch a whole run on every tick).
 """
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.layers import DOCUMENTS, GRAPH, NORMALIZED
@@ -33,10 +40,33 @@ class Backlog:
     behind: tuple[str, ...] = ()  # "normalized: raw seq 120 > watermark 100", …
     failed_embeddings: int = 0
     failed_identity: str = ""  # moves with every new attempt (failed_at)
+    failed_at: datetime | None = None  # the newest failed attempt (UTC, this machine's clock)
+    provider_unavailable: bool = False  # some failed because the provider could not be reached
 
     @property
     def empty(self) -> bool:
         return not (self.pending or self.behind or self.failed_embeddings)
+
+
+@dataclass(frozen=True)
+class RunHistory:
+    """What the Dagster instance says about one partition's recent sync runs."""
+
+    failed: int = 0  # consecutive failed (or canceled) runs since the last success
+    failed_at: datetime | None = None  # when the newest of them ended (UTC)
+    embedding_retries: int = 0  # consecutive newest runs launched only to retry failed embeddings
+    now: datetime | None = None  # this machine's clock (UTC), which those times are on
+
+
+# A retry waits 1, 2, 4 … sensor intervals after the previous attempt, at most this many.
+MAX_BACKOFF_INTERVALS = 32
+RETRY_FAILED_RUN = "failed-run"
+RETRY_EMBEDDINGS = "embeddings"
+
+
+def backoff(retries: int, interval_seconds: float) -> timedelta:
+    """The wait before retry number `retries + 1`: 1, 2, 4 … intervals, capped."""
+    return timedelta(seconds=interval_seconds * min(2 ** max(retries, 0), MAX_BACKOFF_INTERVALS))
 
 
 @dataclass(frozen=True)
@@ -46,6 +76,7 @@ class Decision:
     run_key: str = ""
     reasons: tuple[str, ...] = ()
     skip: str = ""  # why not, when run is False
+    retry: str = ""  # RETRY_FAILED_RUN or RETRY_EMBEDDINGS when the run is a retry on backoff
 
 
 @dataclass
@@ -108,24 +139,31 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
                     behind.append(f"{index}: {off} entr{'y' if off == 1 else 'ies'} behind documents "
                                   f"(documents watermark {documents_mark})")
             failed = entry["vectors"]["failed"]
-        failures = _failures(workspace, project) if failed else []
+        failures = _failures(workspace, project) if failed else {}
         dues = [due for _key, fetched, due in pending if fetched is not None]
+        times = [f["failed_at"] for f in failures.values() if f.get("failed_at") is not None]
         out[project] = Backlog(
             pending=len(pending), pending_identity=_digest([f"{k}@{f}" for k, f, _d in pending]),
             pending_due=min(dues) if dues else None, behind=tuple(behind), failed_embeddings=failed,
-            failed_identity=_digest(failures))
+            failed_identity=_digest([f"{doc_id}@{f['failed_at']}" for doc_id, f in failures.items()]),
+            failed_at=naive_utc(max(times)) if times else None,
+            provider_unavailable=any(str(f.get("error") or "").startswith("unavailable") for f in failures.values()))
     return out
 
 
-def _failures(workspace: Workspace, project: str) -> list[str]:
+def _failures(workspace: Workspace, project: str) -> dict[str, dict[str, Any]]:
     provider = workspace.embedder()
     store = workspace.vectors(provider.provider, provider.model)
-    return [f"{doc_id}@{f['failed_at']}" for doc_id, f in store.failures(project).items()]
+    return store.failures(project)
 
 
 def decide(probe: Probe, work: Backlog | None, *, in_flight: bool, attempt: int,
-           now: datetime | None = None) -> Decision:
-    """Whether to run `probe.project`'s sync now, and under which run key."""
+           now: datetime | None = None, history: RunHistory | None = None,
+           interval_seconds: float = 600.0) -> Decision:
+    """Whether to run `probe.project`'s sync now, and under which run key.
+
+    `now` is GitLab's clock (the throttle's); `history.now` this machine's (the backoff's).
+    """
     project = probe.project
     if probe.error is not None:
         return Decision(project, False, skip=f"{project}: probe failed: {probe.error}")
@@ -133,6 +171,7 @@ def decide(probe: Probe, work: Backlog | None, *, in_flight: bool, attempt: int,
     if probe.changed:
         parts.reasons += probe.reasons
     work = work or Backlog()
+    history = history or RunHistory()
     if work.pending:
         due = ""
         if work.pending_due is not None and now is not None and work.pending_due > naive_utc(now):
@@ -142,13 +181,45 @@ def decide(probe: Probe, work: Backlog | None, *, in_flight: bool, attempt: int,
     if work.behind:
         parts.reasons += [f"behind upstream: {b}" for b in work.behind]
         parts.key.append("behind=" + _digest(list(work.behind)))
+    retry = ""
+    waits: list[str] = []
     if work.failed_embeddings:
-        parts.reasons.append(f"{work.failed_embeddings} document(s) failed to embed: retrying")
-        parts.key.append(f"failed={work.failed_identity}")
+        cause = "the embedding provider is unavailable" if work.provider_unavailable else "retrying"
+        reason = f"{work.failed_embeddings} document(s) failed to embed ({cause})"
+        if parts.reasons:  # a run is due anyway: it retries them too
+            parts.reasons.append(f"{work.failed_embeddings} document(s) failed to embed: retrying")
+            parts.key.append(f"failed={work.failed_identity}")
+        else:  # only the failures: one retry schedule, not a run per tick
+            wait = _wait(history.embedding_retries, work.failed_at, history.now, interval_seconds)
+            if wait is None:
+                parts.reasons.append(f"{reason}: retry {history.embedding_retries + 1} on backoff")
+                parts.key += [f"failed={work.failed_identity}", f"retry={history.embedding_retries + 1}"]
+                retry = RETRY_EMBEDDINGS
+            else:
+                waits.append(f"{reason}: retry {history.embedding_retries + 1} after {wait:%H:%M:%S}")
+    if not parts.reasons and history.failed:
+        # Nothing new, but the last run failed: retry it on backoff, or the partition stays red
+        # until GitLab next changes.
+        wait = _wait(history.failed - 1, history.failed_at, history.now, interval_seconds)
+        if wait is None:
+            parts.reasons.append(f"the last {history.failed} run(s) failed: retry {history.failed} on backoff")
+            if history.failed_at is not None:  # unique even if a later success resets the count
+                parts.key.append(f"retry-of={history.failed_at:%Y%m%dT%H%M%S}")
+            retry = RETRY_FAILED_RUN
+        else:
+            waits.append(f"the last {history.failed} run(s) failed: retry {history.failed} after {wait:%H:%M:%S}")
     if not parts.reasons:
-        return Decision(project, False, skip=f"{project}: no change")
+        return Decision(project, False, skip=f"{project}: {'; '.join(waits)}" if waits else f"{project}: no change")
     if in_flight:
         return Decision(project, False, reasons=tuple(parts.reasons),
                         skip=f"{project}: {'; '.join(parts.reasons)}, but a sync is already running")
     parts.key.append(f"attempt={attempt}")
-    return Decision(project, True, run_key="|".join(parts.key), reasons=tuple(parts.reasons))
+    return Decision(project, True, run_key="|".join(parts.key), reasons=tuple(parts.reasons), retry=retry)
+
+
+def _wait(retries: int, last: datetime | None, now: datetime | None, interval_seconds: float) -> datetime | None:
+    """When the next retry is due, or None if it is due now (or nothing says when the last was)."""
+    if last is None or now is None:
+        return None
+    due = naive_utc(last) + backoff(retries, interval_seconds)
+    return due if naive_utc(now) < due else None

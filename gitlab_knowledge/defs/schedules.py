@@ -14,6 +14,7 @@ freshness_job = dg.define_asset_job(
     "sync_freshness",
     selection=dg.AssetSelection.checks(projects_synced_recently),
     executor_def=dg.in_process_executor,
+    config=QUIET_LOGS,  # every 15 minutes: INFO on the daemon's terminal, not every DEBUG engine event
     description="Warns when a project's last successful sync is older than 30 minutes.",
 )
 

@@ -4,11 +4,14 @@ It asks GitLab two cheap questions per project (sync/probe.py) and the store wha
 (defs/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
 of those facts; its run key is built from facts that move whenever a run does work, so work that
 remains always gets a new key while a retried tick over the same state repeats its key (Dagster
-drops the repeat), and a failed sync is retried on the next tick. Projects added to the config become
+drops the repeat). A failed sync with nothing new to fetch, and documents whose embedding failed
+(a provider outage), are retried on a backoff of 1, 2, 4 … intervals, each retry its own key. Projects added to the config become
 partitions here, without a code change.
 """
 
 import os
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -16,7 +19,11 @@ from gitlab_knowledge.defs.jobs import sync_project_job
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
 from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG, reap_dead_runs
 from gitlab_knowledge.errors import StoreBusyError
+from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
+
+if TYPE_CHECKING:
+    from gitlab_knowledge.defs.due import RunHistory
 
 # Knobs read when the definitions load: the interval (an end-to-end test watches ticks within
 # seconds), and GITLAB_KNOWLEDGE_AUTOMATION=off to have the sensor and schedules start stopped
@@ -28,19 +35,31 @@ SENSOR_STATUS = dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultS
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED]
+RETRY_TAG = "gitlab_knowledge/retry"  # set on a run the sensor launched as a retry on backoff
 
 
-def failures_since_success(instance: dg.DagsterInstance, project: str) -> int:
+def run_history(instance: dg.DagsterInstance, project: str) -> "RunHistory":
+    """Consecutive failed runs since the last success, and consecutive embedding retries."""
+    from gitlab_knowledge.defs.due import RETRY_EMBEDDINGS, RunHistory
+
     records = instance.get_run_records(
         dg.RunsFilter(job_name=sync_project_job.name, tags={"dagster/partition": project}), limit=25)
-    count = 0
+    failed, failed_at = 0, None
     for record in records:  # newest first
         status = record.dagster_run.status
         if status == dg.DagsterRunStatus.SUCCESS:
             break
         if status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
-            count += 1
-    return count
+            failed += 1
+            if failed_at is None:
+                ended = record.end_time or record.update_timestamp.timestamp()
+                failed_at = datetime.fromtimestamp(ended, UTC).replace(tzinfo=None)
+    retries = 0
+    for record in records:
+        if record.dagster_run.tags.get(RETRY_TAG) != RETRY_EMBEDDINGS:
+            break
+        retries += 1
+    return RunHistory(failed=failed, failed_at=failed_at, embedding_retries=retries, now=utcnow())
 
 
 def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
@@ -78,13 +97,17 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     requests = []
     notes = []
     for probe in probes:
+        history = run_history(context.instance, probe.project)
         decision = decide(probe, work.get(probe.project), in_flight=in_flight(context.instance, probe.project),
-                          attempt=failures_since_success(context.instance, probe.project), now=probe.gitlab_now)
+                          attempt=history.failed, now=probe.gitlab_now, history=history,
+                          interval_seconds=INTERVAL_SECONDS)
         if not decision.run:
             notes.append(decision.skip)
             continue
-        requests.append(dg.RunRequest(run_key=decision.run_key, partition_key=probe.project,
-                                      tags={TRIGGER_TAG: "sensor", PROJECT_TAG: probe.project}))
+        tags = {TRIGGER_TAG: "sensor", PROJECT_TAG: probe.project}
+        if decision.retry:
+            tags[RETRY_TAG] = decision.retry
+        requests.append(dg.RunRequest(run_key=decision.run_key, partition_key=probe.project, tags=tags))
         context.log.info(f"{probe.project}: {'; '.join(decision.reasons)}")
     return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests,
                            skip_reason=None if requests else "; ".join(notes) or "no project changed")
@@ -97,9 +120,18 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     description="Fails the runs whose process died (kill -9, a crash) and frees the pool slots they held, so a "
                 "dead CLI sync or a force-terminated run never blocks the runs behind it.",
 )
-def dead_run_reaper(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-
+def dead_run_reaper(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    # Dagster 1.13 marks a tick SUCCESS only when it launches a run (or reacts to one, as a run
+    # status sensor does); a tick that reaped something stays SKIPPED. So such a tick says what it
+    # reaped in its skip reason and moves the cursor (the sensor page shows the last reaping), and
+    # each reaped run carries the reason in its own event log.
     reaped = reap_dead_runs(context.instance)
+    if not reaped:
+        return dg.SensorResult(skip_reason="no dead run")
     for run_id in reaped:
         context.log.warning(f"run {run_id}: its process is gone; marked failed and its pool slots freed")
-    return dg.SkipReason(f"reaped {len(reaped)} dead run(s)" if reaped else "no dead run")
+    total = int(context.cursor.split(" ", 1)[0]) if context.cursor and context.cursor[0].isdigit() else 0
+    names = ", ".join(run_id[:8] for run_id in reaped)
+    return dg.SensorResult(
+        skip_reason=f"reaped {len(reaped)} dead run(s): {names} (marked failed, pool slots freed)",
+        cursor=f"{total + len(reaped)} run(s) reaped, last at {utcnow():%Y-%m-%d %H:%M:%S} UTC: {names}")

@@ -192,16 +192,22 @@ def index_agreement(status: dict[str, Any], project: str | None, index: str) -> 
     """Documents == entries of `index` ('vectors' or 'lexical'), same content hashes."""
     rows = [p for p in status["projects"] if project is None or p["project"] == project]
     bad = []
+    off_by_project: dict[str, int] = {}
     for p in rows:
         s = p[index]
         # A document whose embedding failed has no vector: documents != vectors, whatever the reason.
         off = s["stale"] + s["unindexed"] + s["orphaned"] + s["failed"]
         if off:
+            off_by_project[p["project"]] = off
             bad.append(f"{p['project']}: {s['stale']} stale, {s['unindexed'] + s['failed']} missing "
                        f"({s['failed']} failed to embed), {s['orphaned']} orphaned of {p['documents']} documents")
     what = {"vectors": "vector", "lexical": "lexical entry"}[index]
-    return Outcome(not bad, len(bad), f"every document has exactly one {what} with its current content hash"
-                   if not bad else f"{index} out of step with the documents", bad,
+    # The violations are the entries off (stale, missing or orphaned), not the projects holding them.
+    total = sum(off_by_project.values())
+    return Outcome(not bad, total, f"every document has exactly one {what} with its current content hash"
+                   if not bad else f"{index} out of step with the documents: {total} entr"
+                                   f"{'y' if total == 1 else 'ies'} stale, missing or orphaned in "
+                                   + ", ".join(off_by_project), bad,
                    {"documents": sum(p["documents"] for p in rows),
                     f"{index}_indexed": sum(p[index]["indexed"] for p in rows)})
 

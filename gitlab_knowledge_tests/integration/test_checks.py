@@ -170,3 +170,17 @@ def test_each_check_fails_on_a_store_broken_for_it(consistent, tmp_path, name):
     warn_only = ("no_failed_embeddings", "projects_synced_recently", "layers_caught_up", "references_resolved")
     expected = dg.AssetCheckSeverity.WARN if name in warn_only else dg.AssetCheckSeverity.ERROR
     assert evaluations[name].severity == expected
+
+
+def test_vectors_match_documents_counts_the_missing_vectors_and_names_their_project(consistent, tmp_path):
+    path, config = copy_store(consistent, tmp_path)
+    project = config.projects[0]
+    with write_connection(config.duckdb_path) as con:
+        victims = [d for (d,) in con.execute("SELECT id FROM documents WHERE project_path = ? ORDER BY id LIMIT 3",
+                                             [project]).fetchall()]
+    assert len(victims) == 3
+    VectorStore(config.lancedb_dir, "embedded", "all-MiniLM-L6-v2-int8").delete_docs(victims)
+    evaluation = run_checks(path, only={"vectors_match_documents"})["vectors_match_documents"]
+    assert not evaluation.passed
+    assert evaluation.metadata["violations"].value == 3  # three vectors, not one project
+    assert project in evaluation.metadata["rule"].value

@@ -162,3 +162,23 @@ def test_pipeline_commands_match_their_schemas(tmp_path):
         assert not failed["success"] and failed["projects"][0]["error"]
         status = checked(tmp_path, "sync-status")
         assert "succeeded" in {r["status"] for r in status["runs"]}
+
+
+def test_sync_status_shows_the_backlog_pending_rechecks_and_layers_behind(store_home, tmp_path):
+    home, refs = store_home
+    shutil.copytree(home / "data", tmp_path / "data")
+    (tmp_path / "gitlab_knowledge.toml").write_text(
+        (home / "gitlab_knowledge.toml").read_text().replace(str(home / "data"), str(tmp_path / "data")))
+    db = next((tmp_path / "data").glob("*.duckdb"))
+    with write_connection(db) as con:  # two items whose threads were never fetched: rechecks pending
+        con.execute("UPDATE raw_payloads SET discussions_fetched_at = NULL WHERE id IN (SELECT raw_payload_id "
+                    "FROM issues ORDER BY id LIMIT 2)")
+    status = checked(tmp_path, "sync-status")
+    by_project = {b["project"]: b for b in status["backlog"]}
+    assert set(by_project) == set(status["configured_projects"])
+    assert sum(b["pending_rechecks"] for b in by_project.values()) >= 2
+    # The stale document of the fixture: its vector and lexical entry are behind the documents.
+    assert any(line.startswith("vectors: 1 entry behind") for b in by_project.values() for line in b["behind"])
+    human = cli(tmp_path, "sync-status")
+    assert human.returncode == 0 and "Backlog" in human.stdout and "thread recheck(s) pending" in human.stdout
+    assert "vectors: 1 entry behind documents" in human.stdout

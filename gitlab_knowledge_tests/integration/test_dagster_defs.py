@@ -94,3 +94,10 @@ def test_runs_the_daemon_launches_log_at_info_not_debug():
     for name in ("sync_project", "embed_project"):
         config = defs.resolve_job_def(name).partitioned_config.get_run_config_for_partition_key("acme/p")
         assert config["loggers"] == QUIET_LOGS["loggers"], name
+
+
+def test_the_freshness_job_every_15_minutes_logs_at_info_too():
+    from gitlab_knowledge.defs.jobs import QUIET_LOGS
+
+    config = defs.resolve_job_def("sync_freshness").run_config  # unpartitioned: its config as is
+    assert config is not None and config["loggers"] == QUIET_LOGS["loggers"]

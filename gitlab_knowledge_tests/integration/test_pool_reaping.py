@@ -70,3 +70,18 @@ def test_a_sync_while_a_live_run_holds_the_pool_is_refused_at_once(instance, mak
     assert live in str(refused.value) and refused.value.exit_code == 5
     info = instance.event_log_storage.get_concurrency_info(DUCKDB_POOL)
     assert {s.run_id for s in info.pending_steps} == {s.run_id for s in info.claimed_slots} == {live}  # not queued
+
+
+def test_a_reaper_tick_that_reaped_says_what_and_moves_its_cursor(instance):
+    from gitlab_knowledge.defs import defs
+
+    reaper = defs.resolve_sensor_def("dead_run_reaper")
+    with dg.build_sensor_context(instance=instance) as context:
+        quiet = reaper(context)
+    assert quiet.skip_reason.skip_message == "no dead run" and not quiet.cursor
+    dead = cli_run(instance, dead_pid())
+    with dg.build_sensor_context(instance=instance, cursor="2 run(s) reaped, last at …") as context:
+        result = reaper(context)
+    # Dagster keeps a tick without a run SKIPPED: the reason and the cursor say what it did.
+    assert f"reaped 1 dead run(s): {dead[:8]}" in result.skip_reason.skip_message
+    assert result.cursor.startswith("3 run(s) reaped, last at ") and dead[:8] in result.cursor

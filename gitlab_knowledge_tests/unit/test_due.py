@@ -1,9 +1,16 @@
 """The sensor's decision as a pure function: work that remains after a run always gets a new run
 key on the next tick; the same state gives the same key; nothing to do, nothing requested."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from gitlab_knowledge.defs.due import Backlog, decide
+from gitlab_knowledge.defs.due import (
+    MAX_BACKOFF_INTERVALS,
+    RETRY_EMBEDDINGS,
+    RETRY_FAILED_RUN,
+    Backlog,
+    RunHistory,
+    decide,
+)
 from gitlab_knowledge.errors import GitLabError
 from gitlab_knowledge.sync.probe import Probe
 
@@ -60,3 +67,58 @@ def test_a_failed_probe_requests_nothing_and_says_why():
     failed = Probe("acme/platform", changed=False, error=GitLabError("GitLab answered 503"))
     decision = decide(failed, Backlog(behind=("x",)), in_flight=False, attempt=0, now=NOW)
     assert not decision.run and "probe failed: GitLab answered 503" in decision.skip
+
+
+INTERVAL = 600.0
+
+
+def test_a_failed_run_with_nothing_new_is_retried_on_backoff_each_retry_its_own_key():
+    # Run n failed at `ended`; with nothing new in GitLab the partition would stay red forever.
+    ended = datetime(2026, 11, 1, 12, 0, 0)
+    waits = []
+    keys = set()
+    for failed in range(1, 9):
+        def at(seconds, failed=failed):
+            history = RunHistory(failed=failed, failed_at=ended, now=ended + timedelta(seconds=seconds))
+            return decide(QUIET, Backlog(), in_flight=False, attempt=failed, now=NOW, history=history,
+                          interval_seconds=INTERVAL)
+        wait = INTERVAL * min(2 ** (failed - 1), MAX_BACKOFF_INTERVALS)
+        early, due = at(wait - 1), at(wait)
+        assert not early.run and f"the last {failed} run(s) failed: retry {failed} after" in early.skip
+        assert due.run and due.retry == RETRY_FAILED_RUN and f"retry {failed}" in due.reasons[0]
+        assert at(wait + 5).run_key == due.run_key  # a retried tick repeats its key
+        keys.add(due.run_key)
+        waits.append(wait / INTERVAL)
+    assert waits == [1, 2, 4, 8, 16, 32, 32, 32]
+    assert len(keys) == 8  # each retry a new key, so Dagster launches it
+
+
+def test_a_provider_outage_is_one_retry_schedule_not_a_run_per_tick():
+    failed_at = datetime(2026, 11, 1, 12, 0, 0)
+    runs = []
+    for minute in range(0, 60):  # one tick a minute for an hour, the provider down all along
+        retries = len(runs)
+        # Each retry records a new failed_at (and so a new identity) when it fails again.
+        last = runs[-1][1] if runs else failed_at
+        work = Backlog(failed_embeddings=170, failed_identity=f"id{retries}", failed_at=last,
+                       provider_unavailable=True)
+        now = failed_at + timedelta(minutes=minute)
+        history = RunHistory(embedding_retries=retries, now=now)
+        decision = decide(QUIET, work, in_flight=False, attempt=0, now=NOW, history=history, interval_seconds=60)
+        if decision.run:
+            assert decision.retry == RETRY_EMBEDDINGS and "provider is unavailable" in decision.reasons[0]
+            runs.append((decision.run_key, now))
+        else:
+            assert "failed to embed (the embedding provider is unavailable): retry" in decision.skip
+    # 1, 2, 4, 8, 16, 32 minutes apart: 5 runs in the hour, not 60.
+    assert [int((b[1] - a[1]).total_seconds() // 60) for a, b in zip(runs, runs[1:], strict=False)] == [2, 4, 8, 16]
+    assert [t for _k, t in runs][0] == failed_at + timedelta(minutes=1)
+    assert len({k for k, _t in runs}) == len(runs)
+
+
+def test_failed_embeddings_ride_along_with_a_run_that_is_due_anyway():
+    changed = Probe("acme/platform", changed=True, reasons=["issues updated"], fingerprint="issues=T2#8")
+    history = RunHistory(embedding_retries=3, now=NOW)
+    work = Backlog(failed_embeddings=2, failed_identity="x", failed_at=NOW)
+    decision = decide(changed, work, in_flight=False, attempt=0, now=NOW, history=history)
+    assert decision.run and not decision.retry and "2 document(s) failed to embed: retrying" in decision.reasons
