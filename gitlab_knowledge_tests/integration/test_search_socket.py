@@ -78,12 +78,17 @@ class FakeServer:
 
 
 @pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A temp directory of this test's own, so nothing here meets another process's sockets."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir(mode=0o700)
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temp directory of this test's own, so nothing here meets another process's sockets. A short
+    one under /tmp: a socket's path must fit in 108 bytes, and pytest's own directories under xdist
+    (…/popen-gw1/<test name>/) leave too little room for the sockets the tests make there."""
+    tmp = Path(tempfile.mkdtemp(prefix="gk-sock-", dir="/tmp"))
+    tmp.chmod(0o700)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    return tmp
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
