@@ -8,14 +8,13 @@ of the BM25 top-N and the vector top-N. Graph filters (`--path`, `--participant`
 document ids before the retrievers run (search/graph_filters.py).
 """
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import DocFields
-from gitlab_knowledge.errors import BadValue, EmbeddingUnavailable, StoreError, UsageError
+from gitlab_knowledge.errors import EmbeddingUnavailable, StoreError
 from gitlab_knowledge.lexical.analysis import query_words, word_analyzer
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search import relevance
@@ -23,6 +22,7 @@ from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.graph_filters import resolve
 from gitlab_knowledge.search.lexical_retriever import LexicalHit, search_lexical
 from gitlab_knowledge.search.pinned import exact_matches, linked_items
+from gitlab_knowledge.search.query_text import check_finite, embedding_text, keyword_text, query_text
 from gitlab_knowledge.search.rrf import Fused, normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
 
@@ -30,13 +30,7 @@ if TYPE_CHECKING:  # LanceDB and numpy load on a search's first semantic step, n
     from gitlab_knowledge.search.semantic import MemoryVectors, SemanticHit
     from gitlab_knowledge.workspace import Workspace
 
-MODES = ("hybrid", "lexical", "semantic")
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
-MAX_LEXICAL_CHARS = 4096
-EMBED_MAX_WORDS = 96
-# Words alone do not bound the cost: one 3.5 MB "word" kept its whole length, and the tokenizer's
-# work (54 s of CPU) grows with characters. 96 words of ordinary text fit well inside this.
-EMBED_MAX_CHARS = 2048
 RECHECK_SECONDS = 30.0  # a long-lived searcher answering from another model's table looks again this often
 
 
@@ -97,26 +91,6 @@ class _Fusion:
     @property
     def by_id(self) -> dict[str, Fused]:
         return {f.doc_id: f for f in self.ranked}
-
-
-def _embedding_text(text: str, warnings: list[str]) -> str:
-    """The start of a long query: a model reads one window anyway (256 tokens for the embedded
-    one), and a shorter one costs a fraction of the time (attention grows with its square).
-    Its first EMBED_MAX_WORDS words, and of those its first EMBED_MAX_CHARS characters, with a
-    warning when the characters' bound cut it (the words' bound drops nothing the model would read)."""
-    words = text.split()
-    text = " ".join(words[:EMBED_MAX_WORDS]) if len(words) > EMBED_MAX_WORDS else text
-    if len(text) <= EMBED_MAX_CHARS:
-        return text
-    warnings.append(f"query is {len(text):,} characters; the semantic search embedded the first {EMBED_MAX_CHARS:,}")
-    return text[:EMBED_MAX_CHARS]
-
-
-def _check_finite(vector: Any) -> None:
-    """EmbeddingUnavailable for a query vector holding NaN or infinity: it is near nothing, so the
-    vector search would answer nothing, silently; keywords answer instead, with a warning."""
-    if not all(math.isfinite(float(x)) for x in vector):
-        raise EmbeddingUnavailable("the embedding model returned a query vector with NaN or infinite values")
 
 
 class Searcher:
@@ -192,11 +166,11 @@ class Searcher:
         `group` keeps each issue/MR's best-ranked document only (its item or one thread)."""
         started = time.perf_counter()
         filters = filters or Filters()
-        text = _query_text(query, mode)
+        text = query_text(query, mode)
         warnings: list[str] = []
         filters, graph_warnings = resolve(self.workspace, filters)
         warnings += graph_warnings
-        lexical_text = self._lexical_text(text, warnings)
+        lexical_text = keyword_text(text, warnings)
         got = self._retrieve(mode, text, lexical_text, filters, vector, warnings)
         index = self.lexical()
         fusion = self._fuse(got)
@@ -221,14 +195,6 @@ class Searcher:
                         embed_ms=round(got.embed_ms, 2), total=total, limit=limit,
                         rrf_k=self.config.search.rrf_k, model=model, filters=filters, results=results,
                         warnings=warnings, no_good_match=no_good_match)
-
-    @staticmethod
-    def _lexical_text(text: str, warnings: list[str]) -> str:
-        """The query as keyword search reads it: its first MAX_LEXICAL_CHARS characters."""
-        if len(text) <= MAX_LEXICAL_CHARS:
-            return text
-        warnings.append(f"query is {len(text):,} characters; keyword search used the first {MAX_LEXICAL_CHARS:,}")
-        return text[:MAX_LEXICAL_CHARS]
 
     def _retrieve(self, mode: str, text: str, lexical_text: str, filters: Filters, vector: Any,
                   warnings: list[str]) -> _Retrieved:
@@ -262,10 +228,10 @@ class Searcher:
                 warnings.append(self._switch_note)
             t0 = time.perf_counter()
             if vector is None:
-                vector = self.provider().embed_query(_embedding_text(text, warnings))
+                vector = self.provider().embed_query(embedding_text(text, warnings))
             got.embed_ms = (time.perf_counter() - t0) * 1000
             store.check_query(vector)  # another size than the table's: keywords, with a warning
-            _check_finite(vector)
+            check_finite(vector)
             got.semantic = self._vector_hits(store, vector, filters, candidates)
         except EmbeddingUnavailable as exc:
             warnings.append(UNAVAILABLE)
@@ -392,21 +358,6 @@ class _BodyCache:
         if missing and self.index is not None:
             self.texts.update(self.index.bodies(missing))
         return {d: self.texts[d] for d in doc_ids if d in self.texts}
-
-
-def _query_text(query: str, mode: str) -> str:
-    """The query with its whitespace collapsed; an unknown mode or an empty query is a usage error."""
-    if mode not in MODES:
-        raise BadValue("mode", mode, MODES)
-    text = " ".join((query or "").split())
-    if not text:
-        raise UsageError("nothing to search for: the query is empty")
-    try:  # a lone surrogate: no index or model can read it (the CLI refuses it the same way)
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
-        raise UsageError(f"query is not valid UTF-8 text: {shown[:80]!r}") from None
-    return text
 
 
 def parent_kind(fields: relevance.ByName) -> kinds.Kind:

@@ -25,8 +25,9 @@ from typing import Any
 
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import BadValue, UsageError
-from gitlab_knowledge.search.engine import MODES, Searcher, parent_kind
+from gitlab_knowledge.search.engine import Searcher, parent_kind
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.query_text import MODES
 from gitlab_knowledge.search.relevance import ByName
 from gitlab_knowledge.workspace import Workspace
 

@@ -269,7 +269,7 @@ def test_a_long_one_word_query_is_embedded_by_its_first_characters_with_a_warnin
     """Issue 28, point 6: the words' bound kept a 3.5 MB word whole; the characters' bound cuts it."""
     import numpy as np
 
-    from gitlab_knowledge.search.engine import EMBED_MAX_CHARS
+    from gitlab_knowledge.search.query_text import EMBED_MAX_CHARS
 
     searcher, fake = _recording_searcher(sample, np.ones(384, np.float32) / 384 ** 0.5)
     response = searcher.search("redis" + "x" * 3_500_000, mode="hybrid", limit=5)
