@@ -144,8 +144,8 @@ def test_timeout_stalls_then_closes(make_sandbox: Any, client_for: Any) -> None:
 
 
 def test_stop_ends_a_stalled_timeout_quickly(make_sandbox: Any, client_for: Any) -> None:
-    stall_s = 30.0  # the fault's default
-    sb = make_sandbox(faults="timeout")
+    stall_s = 600.0  # the fault's own stall, far beyond any machine's load: only waiting it out exceeds it
+    sb = make_sandbox(faults=f"timeout:delay={stall_s:g}")
     with pytest.raises(httpx.ReadTimeout):
         client_for(sb, timeout=0.2).get("/projects")
     started = time.monotonic()
