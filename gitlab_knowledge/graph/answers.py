@@ -58,9 +58,11 @@ class Me(Answer):
     since: str | None
     project: str | None
     assigned_issues: list[Entry]
+    assigned_mrs: list[Entry]
     review_requested: list[Entry]
     authored_open_mrs: list[Entry]
     mentions: list[Entry]
+    todos: list[Entry] | None  # GitLab's pending To-Dos, asked live; None when not asked
     changes: Changes
 
 
@@ -78,6 +80,7 @@ class Person(Answer):
     reviewed_mrs: list[Entry]
     assigned: list[Entry]
     commented_on: list[Entry]
+    mentioned_in: list[Entry]
     top_labels: list[Entry]
     top_paths: list[Entry]
     recent_activity: list[Entry]

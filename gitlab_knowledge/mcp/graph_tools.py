@@ -78,7 +78,7 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
         out = (await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)).as_dict()
     except UsageError:
         if not ctx.include_confidential:
-            await asyncio.to_thread(_refuse_confidential, ctx, ref, project)
+            await asyncio.to_thread(refuse_confidential, ctx, ref, project)
         raise
     full = {g: len(v) for g, v in out["links"].items()}
     out["links"] = {g: _cap(v) for g, v in out["links"].items()}
@@ -95,7 +95,7 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
     return "\n".join(lines) + "\n", out
 
 
-def _refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
+def refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
     """The reference names a confidential issue the lens hid: say so, as get_issue does. It is
     resolved again through the lens that shows only those issues (store/visibility.py)."""
     from gitlab_knowledge.graph.queries import resolve_item
@@ -166,6 +166,10 @@ def _since(value: Any) -> datetime | None:
         raise UsageError(f"since must be a day like 2024-03-15, got {value!r}") from None
 
 
+def _resolution(mention: dict[str, Any]) -> str:
+    return {True: ", resolved", False: ", unresolved"}.get(mention["resolved"], "")
+
+
 async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import people
 
@@ -175,11 +179,12 @@ async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     changes = out["changes"]
     sections = [
         ("Issues assigned", out["assigned_issues"], _item),
+        ("Merge requests assigned (authored by others)", out["assigned_mrs"], _item),
         ("Review requested", out["review_requested"], _item),
         ("Open merge requests authored", out["authored_open_mrs"],
          lambda e: _item(e) + (f" · {e['unresolved_threads']} unresolved thread(s)" if e["unresolved_threads"] else "")),
-        ("Unresolved threads mentioning them", out["mentions"],
-         lambda m: f"{m['item']['reference']} @{m['author'] or '?'}: {m['excerpt']}"),
+        ("Mentions of them", out["mentions"],
+         lambda m: f"{m['item']['reference']} ({m['reason']}{_resolution(m)}) @{m['author'] or '?'}: {m['excerpt']}"),
         (f"New comments on their items since {when(out['since'])}", changes["notes"],
          lambda n: f"{when(n['created_at'])} {n['item']['reference']} @{n['author'] or '?'}: {n['excerpt']}"),
         ("Closed or merged since then", changes["state_changes"],
@@ -190,7 +195,7 @@ async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     for title, entries, line in sections:
         lines += ["", f"## {title} ({len(entries)}){_more(entries)}"]
         lines += [f"- {line(e)}" for e in _cap(entries)]
-    for key in ("assigned_issues", "review_requested", "authored_open_mrs", "mentions"):
+    for key in ("assigned_issues", "assigned_mrs", "review_requested", "authored_open_mrs", "mentions"):
         out[key] = _cap(out[key])
     out["changes"] = {key: _cap(value) for key, value in changes.items()}
     return "\n".join(lines) + "\n", out
