@@ -185,40 +185,46 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
 
 def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
     """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
+    with workspace.read() as con:
+        return item_with_threads(con, kind, iid, project)
+
+
+def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
+    """`show_item` on a connection the caller holds (the MCP item tools read the links and files
+    in the same read)."""
     table = kind.table
     noteable = kind.noteable_type
-    with workspace.read() as con:
-        where, params = _project_filter(con, project, "t.project_id")
-        found = _rows(con, f"""
-            SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
-            WHERE t.iid = ?{where}
-        """, [iid, *params])
-        label = f"{kind.mid_sentence} {kind.ref(iid)}"
-        if not found:
-            raise ItemNotFound(label, kind.name, iid, project)
-        if len(found) > 1:
-            raise AmbiguousReference(label, [r["project"] for r in found])
-        item = found[0]
-        threads = _rows(con, f"""
-            SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count
-            FROM discussions WHERE noteable_type = ? AND {kind.thread_column} = ?
-            ORDER BY position, first_note_at
-        """, [noteable, item["id"]])
-        notes = _rows(con, """
-            SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.author_name, n.body, n.created_at,
-                   n.updated_at, n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line,
-                   p.line_range_start_old_line, p.line_range_start_new_line,
-                   p.line_range_end_old_line, p.line_range_end_new_line
-            FROM notes n LEFT JOIN note_positions p ON p.note_id = n.id
-            WHERE n.noteable_type = ? AND n.noteable_id = ? ORDER BY n.discussion_id, n.position
-        """, [noteable, item["id"]])
-        by_thread: dict[str, list[dict[str, Any]]] = {}
-        for note in notes:
-            by_thread.setdefault(note["discussion_id"], []).append(note)
-        for thread in threads:
-            thread["notes"] = by_thread.get(thread["id"], [])
-        item["threads"] = threads
-        return item
+    where, params = _project_filter(con, project, "t.project_id")
+    found = _rows(con, f"""
+        SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
+        WHERE t.iid = ?{where}
+    """, [iid, *params])
+    label = f"{kind.mid_sentence} {kind.ref(iid)}"
+    if not found:
+        raise ItemNotFound(label, kind.name, iid, project)
+    if len(found) > 1:
+        raise AmbiguousReference(label, [r["project"] for r in found])
+    item = found[0]
+    threads = _rows(con, f"""
+        SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count
+        FROM discussions WHERE noteable_type = ? AND {kind.thread_column} = ?
+        ORDER BY position, first_note_at
+    """, [noteable, item["id"]])
+    notes = _rows(con, """
+        SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.author_name, n.body, n.created_at,
+               n.updated_at, n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line,
+               p.line_range_start_old_line, p.line_range_start_new_line,
+               p.line_range_end_old_line, p.line_range_end_new_line
+        FROM notes n LEFT JOIN note_positions p ON p.note_id = n.id
+        WHERE n.noteable_type = ? AND n.noteable_id = ? ORDER BY n.discussion_id, n.position
+    """, [noteable, item["id"]])
+    by_thread: dict[str, list[dict[str, Any]]] = {}
+    for note in notes:
+        by_thread.setdefault(note["discussion_id"], []).append(note)
+    for thread in threads:
+        thread["notes"] = by_thread.get(thread["id"], [])
+    item["threads"] = threads
+    return item
 
 
 def sync_status(workspace: "Workspace") -> dict[str, Any]:
