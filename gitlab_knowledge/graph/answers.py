@@ -57,6 +57,7 @@ class Me(Answer):
     user_from: str  # "argument" or "token"
     since: str | None
     project: str | None
+    counts: dict[str, int | None]  # every list's length before `limit` cut it
     assigned_issues: list[Entry]
     assigned_mrs: list[Entry]
     review_requested: list[Entry]

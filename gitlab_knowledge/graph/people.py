@@ -90,10 +90,11 @@ def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:
 
 
 def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
-       project: str | None = None, live: bool = False) -> Me:
+       project: str | None = None, live: bool = False, limit: int | None = None) -> Me:
     """What needs the user's attention (the token's user, as the last sync recorded it, unless
     named) and what changed on their items since `since` (default: the last 7 days). `live`: also
-    the token's user's pending GitLab To-Dos, asked now (only for the token's own user)."""
+    the token's user's pending GitLab To-Dos, asked now (only for the token's own user). `limit`:
+    at most that many entries per list, the newest (`counts` says how many there are)."""
     start = naive_utc(since) if since is not None else utcnow() - DEFAULT_SINCE
     with workspace.read() as con:
         pid = project_id(con, project)
@@ -109,17 +110,22 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
                             extra=", (SELECT count(*) FROM discussions d WHERE d.merge_request_id = t.id "
                                   "AND d.resolvable AND NOT COALESCE(d.resolved, false)) AS unresolved_threads")
         mentions = mentions_of(con, name, pid, start, attention=True)
-        notes, states = _changes(con, u, start, pid)
+        notes, note_total, states = _changes(con, u, start, pid, limit)
     todos = None
     if live:
         from gitlab_knowledge.graph.todos import pending_todos
 
         todos = pending_todos(workspace, name if user is not None else None)
+    lists = {"assigned_issues": _because(assigned, "assigned"), "assigned_mrs": _because(assigned_mrs, "assigned"),
+             "review_requested": _because(reviewing, "review requested"),
+             "authored_open_mrs": _because(authored, "authored"), "mentions": mentions}
+    counts = {**{key: len(value) for key, value in lists.items()}, "todos": len(todos) if todos is not None else None,
+              "notes": note_total, "state_changes": len(states)}
+    cut = slice(None, limit)
     return Me(user=name, user_from="argument" if user is not None else "token", since=iso(start), project=project,
-              assigned_issues=_because(assigned, "assigned"), assigned_mrs=_because(assigned_mrs, "assigned"),
-              review_requested=_because(reviewing, "review requested"),
-              authored_open_mrs=_because(authored, "authored"), mentions=mentions, todos=todos,
-              changes=Changes(notes=notes, state_changes=states))
+              counts=counts, **{key: value[cut] for key, value in lists.items()},
+              todos=todos[cut] if todos is not None else None,
+              changes=Changes(notes=notes, state_changes=states[cut]))
 
 
 def _because(entries: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
@@ -149,28 +155,38 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
 
     out: dict[str, dict[str, Any]] = {}
     u = user.lower()
-    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
+    # contains/strpos narrow the rows in SQL (the notes alone: no join while scanning every
+    # body); mentions_user then decides (@user.other is someone else).
+    scope, scoped = (" AND n.project_id = ?", [pid]) if pid is not None else ("", [])
+    found = rows(con, f"""
+        SELECT n.id AS note_id, n.discussion_id, n.noteable_type, n.noteable_id, n.author_username AS note_author,
+               n.body, n.created_at AS note_at
+        FROM notes n
+        WHERE contains(n.body, '@') AND strpos(lower(n.body), ?) > 0 AND NOT {_is('n.author_username')}{scope}
+        ORDER BY n.created_at DESC, n.id DESC""", [f"@{u}", u, *scoped])
+    found = [r for r in found if mentions_user(r["body"], user)]
+    items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
+    threads = {r["id"]: r for r in rows(con, "SELECT id, resolvable, resolved FROM discussions WHERE id IN (SELECT unnest(?::TEXT[]))",
+                                         [sorted({r["discussion_id"] for r in found})])} if found else {}
+    for r in found:
+        if r["discussion_id"] in out or (r["noteable_type"], r["noteable_id"]) not in items:
+            continue
+        kind, item = items[(r["noteable_type"], r["noteable_id"])]
+        thread = threads.get(r["discussion_id"], {})
+        resolved = bool(thread.get("resolved")) if thread.get("resolvable") else None
+        if not kept(r["note_at"], item["state"], resolved):
+            continue
+        out[r["discussion_id"]] = {
+            "item": public_item(kind, item), "reason": "mentioned in a note", "discussion_id": r["discussion_id"],
+            "note_id": r["note_id"], "author": r["note_author"], "created_at": iso(r["note_at"]),
+            "excerpt": _around(r["body"], user), "resolved": resolved,
+            "url": kinds.note_url(item['web_url'], r['note_id']) if item["web_url"] else None}
+    scope = scope.replace("n.", "t.")
     for kind in kinds.ITEM_KINDS:
-        # strpos narrows the rows in SQL; mentions_user then decides (@user.other is someone else).
-        found = rows(con, f"""
-            SELECT {ITEM_COLUMNS}, n.id AS note_id, n.discussion_id, n.author_username AS note_author,
-                   n.body, n.created_at AS note_at, d.resolvable, d.resolved
-            FROM {_item_of(kind)} LEFT JOIN discussions d ON d.id = n.discussion_id
-            WHERE strpos(lower(n.body), ?) > 0 AND NOT {_is('n.author_username')}{scope}
-            ORDER BY n.created_at DESC, n.id DESC""", [f"@{u}", u, *scoped])
-        for r in found:
-            resolved = bool(r["resolved"]) if r["resolvable"] else None
-            if r["discussion_id"] in out or not mentions_user(r["body"], user) \
-                    or not kept(r["note_at"], r["state"], resolved):
-                continue
-            out[r["discussion_id"]] = {
-                "item": public_item(kind, r), "reason": "mentioned in a note", "discussion_id": r["discussion_id"],
-                "note_id": r["note_id"], "author": r["note_author"], "created_at": iso(r["note_at"]),
-                "excerpt": _around(r["body"], user), "resolved": resolved,
-                "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None}
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS}, t.description FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE (strpos(lower(t.description), ?) > 0 OR strpos(lower(t.title), ?) > 0)
+                WHERE (contains(t.description, '@') AND strpos(lower(t.description), ?) > 0
+                       OR contains(t.title, '@') AND strpos(lower(t.title), ?) > 0)
                   AND NOT {_is('t.author_username')}{scope}""", [f"@{u}", f"@{u}", u, *scoped]):
             text = next((x for x in (r["description"], r["title"]) if mentions_user(x, user)), None)
             if text is None or not kept(r["created_at"], r["state"], None):
@@ -190,37 +206,64 @@ def _mine(kind: kinds.Kind) -> str:
     return "(" + " OR ".join(roles) + ")"
 
 
-def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime,
-             pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    notes: list[dict[str, Any]] = []
+def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime, pid: int | None,
+             limit: int | None) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
+    """New notes by others on the user's items since `start` (the newest `limit`, and how many
+    there are), and the items closed or merged since then."""
+    scope = " AND t.project_id = ?" if pid is not None else ""
+    scoped = [pid] if pid is not None else []
+    mine = " UNION ALL ".join(f"SELECT '{k.noteable_type}' AS noteable_type, t.id FROM {k.table} t "
+                              f"WHERE {_mine(k)}{scope}" for k in kinds.ITEM_KINDS)
+    mine_params = [p for k in kinds.ITEM_KINDS for p in ([u] * _mine(k).count("?") + scoped)]
+    # Newest first with a LIMIT: DuckDB reads the bodies of the notes it returns only (a user's
+    # items can carry ten thousand notes since a day long ago, and an agent is shown 100).
+    picked = f"""
+        WITH mine AS ({mine})
+        SELECT {{columns}} FROM notes n JOIN mine ON n.noteable_type = mine.noteable_type AND n.noteable_id = mine.id
+        WHERE n.created_at >= ? AND NOT {_is('n.author_username')}"""
+    params = [*mine_params, start, u]
+    found = rows(con, picked.format(columns="n.id AS note_id, n.noteable_type, n.noteable_id, "
+                                            "n.author_username AS note_author, n.body, n.created_at AS note_at")
+                 + " ORDER BY n.created_at DESC, n.id DESC" + (f" LIMIT {int(limit)}" if limit is not None else ""),
+                 params)
+    total = len(found) if limit is None or len(found) < limit else \
+        int(con.execute(picked.format(columns="count(*)"), params).fetchone()[0])  # type: ignore[index]
+    items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
+    notes = []
+    for r in found:
+        kind, item = items[(r["noteable_type"], r["noteable_id"])]
+        notes.append({"item": public_item(kind, item), "note_id": r["note_id"], "author": r["note_author"],
+                      "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
+                      "url": kinds.note_url(item['web_url'], r['note_id']) if item["web_url"] else None})
     states: list[dict[str, Any]] = []
     for kind in kinds.ITEM_KINDS:
-        mine = _mine(kind)
-        who = [u] * mine.count("?")
-        scope = " AND t.project_id = ?" if pid is not None else ""
-        scoped = [pid] if pid is not None else []
-        for r in rows(con, f"""
-                SELECT {ITEM_COLUMNS}, n.id AS note_id, n.author_username AS note_author, n.body,
-                       n.created_at AS note_at
-                FROM {_item_of(kind)} WHERE {mine} AND n.created_at >= ?
-                  AND NOT {_is('n.author_username')}{scope}""", [*who, start, u, *scoped]):
-            notes.append({"item": public_item(kind, r), "note_id": r["note_id"], "author": r["note_author"],
-                          "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                          "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None})
+        who = [u] * _mine(kind).count("?")
         merged = ", t.merged_at" if kind is kinds.MERGE_REQUEST else ", NULL AS merged_at"
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE {mine} AND (t.closed_at >= ? OR t.merged_at >= ?){scope}"""
+                WHERE {_mine(kind)} AND (t.closed_at >= ? OR t.merged_at >= ?){scope}"""
                       if kind is kinds.MERGE_REQUEST else f"""
                 SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE {mine} AND t.closed_at >= ?{scope}""",
+                WHERE {_mine(kind)} AND t.closed_at >= ?{scope}""",
                       [*who, start, *([start] if kind is kinds.MERGE_REQUEST else []), *scoped]):
             change, at = ("merged", r["merged_at"]) if r["merged_at"] and r["merged_at"] >= start \
                 else ("closed", r["closed_at"])
             states.append({"item": public_item(kind, r), "change": change, "at": iso(at)})
-    notes.sort(key=lambda n: (n["created_at"] or "", n["note_id"]), reverse=True)
     states.sort(key=lambda s: (s["at"] or "", s["item"]["reference"]), reverse=True)
-    return notes, states
+    return notes, total, states
+
+
+def _items_by_id(con: duckdb.DuckDBPyConnection,
+                 wanted: set[tuple[str, int]]) -> dict[tuple[str, int], tuple[kinds.Kind, dict[str, Any]]]:
+    """Items by (noteable type, id), one query per kind for all of them."""
+    out: dict[tuple[str, int], tuple[kinds.Kind, dict[str, Any]]] = {}
+    for kind in kinds.ITEM_KINDS:
+        ids = sorted(i for t, i in wanted if t == kind.noteable_type)
+        if ids:
+            for r in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
+                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [ids]):
+                out[(kind.noteable_type, r["id"])] = (kind, r)
+    return out
 
 
 # -- person -------------------------------------------------------------------------------------

@@ -309,7 +309,7 @@ def _closes(con: duckdb.DuckDBPyConnection, config: Config, mrs: list[dict[str, 
     cache: dict[tuple[str, int], dict[str, Any] | None] = {}
     for r in rows(con, """
             SELECT source_id, kind, found_in, target_type, target_path, target_iid, target_project_id, external
-            FROM item_references WHERE source_type = ? AND list_contains(?, source_id) AND list_contains(?, kind)""",
+            FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[])) AND list_contains(?, kind)""",
                   [mr.name, ids, written]):
         target_kind = kinds.kind(r["target_type"])
         found = _target(con, target_kind, r["target_project_id"], r["target_path"], r["target_iid"], cache)
@@ -324,7 +324,7 @@ def _closes(con: duckdb.DuckDBPyConnection, config: Config, mrs: list[dict[str, 
     by_path = {(m["iid"], m["project"].lower()): m for m in mrs}
     incoming = rows(con, """
         SELECT kind, found_in, source_type, source_id, target_iid, target_project_id, target_path FROM item_references
-        WHERE target_type = ? AND list_contains(?, target_iid) AND list_contains(?, kind)""",
+        WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[])) AND list_contains(?, kind)""",
                     [mr.name, sorted({m["iid"] for m in mrs}), other_side])
     sources: dict[str, set[int]] = {}
     for r in incoming:
@@ -332,7 +332,7 @@ def _closes(con: duckdb.DuckDBPyConnection, config: Config, mrs: list[dict[str, 
     for name, source_ids in sources.items():
         kind = kinds.kind(name)
         for found in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
-                               "WHERE list_contains(?, t.id)", [sorted(source_ids)]):
+                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [sorted(source_ids)]):
             cache[(name, found["id"])] = found
     for r in incoming:
         target = by_key.get((r["target_iid"], r["target_project_id"])) if r["target_project_id"] is not None \
@@ -367,7 +367,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
         found = {r["id"]: r for r in rows(con, """
             SELECT t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.merged_at, t.updated_at,
                    t.author_username, p.path_with_namespace AS project
-            FROM merge_requests t JOIN projects p ON p.id = t.project_id WHERE list_contains(?, t.id)""", [newest])}
+            FROM merge_requests t JOIN projects p ON p.id = t.project_id WHERE t.id IN (SELECT unnest(?::BIGINT[]))""", [newest])}
         closes = _closes(con, workspace.config, [found[i] for i in newest if i in found])
         threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()})
         out = []
