@@ -45,11 +45,14 @@ def pending_todos(workspace: Workspace, user: str | None) -> list[dict[str, Any]
     return [todo(t) for t in items if isinstance(t, dict)]
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object GitLab sent, or an empty one for anything else (a null target, a string)."""
+    return value if isinstance(value, dict) else {}
+
+
 def todo(raw: dict[str, Any]) -> dict[str, Any]:
     """One To-Do as `me --json` lists it (cli/schemas/me.json `todo`)."""
-    target = raw.get("target") if isinstance(raw.get("target"), dict) else {}
-    project = raw.get("project") if isinstance(raw.get("project"), dict) else {}
-    author = raw.get("author") if isinstance(raw.get("author"), dict) else {}
+    target, project, author = (_object(raw.get(key)) for key in ("target", "project", "author"))
     kind = _TARGETS.get(str(raw.get("target_type")))
     path = project.get("path_with_namespace")
     iid = target.get("iid")

@@ -113,7 +113,7 @@ class ListFilters:
             if value and not mr:
                 raise UsageError(f"{name} narrows merge requests (their reviewers, the files they changed), "
                                  f"not {kind.plural_display.lower()}")
-        where, params = "", []
+        where, params = "", []  # type: tuple[str, list[Any]]
         if self.state and self.state != ANY_STATE:
             where, params = " AND t.state = ?", [self.state]
         for label in self.labels:
