@@ -298,3 +298,22 @@ def test_me_live_lists_the_tokens_gitlab_todos(home, tmp_path):
     assert other.returncode == 2 and "only the token's own To-Dos" in other.stderr and other.stdout == ""
     assert other.stderr.count("\n") == 1 and DEFAULT_TOKEN not in other.stderr
     assert calls["by_route"].get("todos") == 1, calls
+
+
+def test_list_narrows_by_structured_filters(home):
+    """"Merged MRs labelled security by a reviewer": without a query, every filter holding."""
+    out = answer(home, "list", "mrs", "--state", "merged", "--label", "security", "--reviewer", "li.wei",
+                 "--updated-since", "2024-01-01", "--sort", "updated_asc", "--limit", "100")
+    want = [r[0] for r in sql(home, """
+        SELECT iid FROM merge_requests WHERE state = 'merged' AND list_contains(labels, 'security')
+          AND list_contains(reviewers, 'li.wei') AND updated_at >= TIMESTAMP '2024-01-01'
+        ORDER BY updated_at, id""")]
+    assert [r["iid"] for r in out] == want and want
+    assert all("li.wei" in r["reviewers"] and "security" in r["labels"] for r in out)
+    mine = answer(home, "list", "issues", "--participant", "janedoe", "--created-since", "2024-01-01")
+    assert mine and all(r["created_at"] >= "2024-01-01" for r in mine)
+    for args, message in ((("list", "issues", "--reviewer", "li.wei"), "reviewer narrows merge requests"),
+                          (("list", "issues", "--path", "src"), "path narrows merge requests"),
+                          (("list", "mrs", "--updated-since", "monday"), "expected a date")):
+        result = cli(home, *args)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr
