@@ -160,20 +160,18 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
     scope, scoped = (" AND n.project_id = ?", [pid]) if pid is not None else ("", [])
     found = rows(con, f"""
         SELECT n.id AS note_id, n.discussion_id, n.noteable_type, n.noteable_id, n.author_username AS note_author,
-               n.body, n.created_at AS note_at
+               n.body, n.created_at AS note_at, n.resolvable, n.resolved
         FROM notes n
         WHERE contains(n.body, '@') AND strpos(lower(n.body), ?) > 0 AND NOT {_is('n.author_username')}{scope}
         ORDER BY n.created_at DESC, n.id DESC""", [f"@{u}", u, *scoped])
     found = [r for r in found if mentions_user(r["body"], user)]
     items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
-    threads = {r["id"]: r for r in rows(con, "SELECT id, resolvable, resolved FROM discussions WHERE id IN (SELECT unnest(?::TEXT[]))",
-                                         [sorted({r["discussion_id"] for r in found})])} if found else {}
     for r in found:
         if r["discussion_id"] in out or (r["noteable_type"], r["noteable_id"]) not in items:
             continue
         kind, item = items[(r["noteable_type"], r["noteable_id"])]
-        thread = threads.get(r["discussion_id"], {})
-        resolved = bool(thread.get("resolved")) if thread.get("resolvable") else None
+        # GitLab marks every note of a resolved thread resolved: the note says its thread's state.
+        resolved = bool(r["resolved"]) if r["resolvable"] else None
         if not kept(r["note_at"], item["state"], resolved):
             continue
         out[r["discussion_id"]] = {
