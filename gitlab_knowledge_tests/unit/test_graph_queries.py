@@ -254,7 +254,8 @@ def test_person(ws):
     out = validate("person", person(ws, "@JaneDoe").as_dict())
     assert out["user"] == "JaneDoe" and out["name"] == "Janedoe"
     assert out["counts"] == {"authored_issues": 1, "authored_mrs": 1, "reviewed_mrs": 2, "commented_on": 2,
-                             "assigned": 2}
+                             "assigned": 2, "mentioned_in": 1}
+    assert out["mentioned_in"][0]["reason"] == "mentioned in a note"
     assert {r["reference"]: r["review_requested"] for r in out["reviewed_mrs"]} == {
         "acme/platform!800": True, "acme/platform!820": True}
     assert out["top_labels"][0] == {"label": "auth", "count": 3}
