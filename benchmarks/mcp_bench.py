@@ -11,7 +11,8 @@ with the real embedded model either way, so search latency includes real query e
 Measured: process start to the first `search` answer; `search` (hybrid) p50/p95 per call through
 the client, protocol and query embedding included, once the vectors are in memory;
 `gitlab_get_mr_comments` and `get_merge_request` from the store; the graph tools (`related` per
-MR, `file_history` per reviewed path, `me` per MR author) on what the store's graph holds; the
+MR, `file_history` per reviewed path, `me` and `person` per MR author) on what the store's graph
+holds; `list_items` over label, assignee, participant and path filters; `similar` per MR; the
 server's peak RSS; and the search command's wall time per call, a new process each time, with the
 server running and without.
 """
@@ -58,6 +59,10 @@ def build_store(workdir: Path, issues: int, mrs: int) -> Path:
     config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": projects,
                            "storage": {"data_dir": str(data)}}, data, {}, "benchmark")
     print(f"layers: {build_layers(config, projects)}", flush=True)
+    # The graph tools answer from the knowledge graph (links, file lists): built like a sync builds it.
+    from benchmarks.__main__ import run_layers
+
+    run_layers(config, projects, ["knowledge_graph"])
     return data
 
 
@@ -94,9 +99,20 @@ def graph_workload(data: Path, mrs: list[tuple[str, int]]) -> dict[str, list[dic
         paths = [r[0] for r in con.execute("""
             SELECT new_path FROM (SELECT DISTINCT new_path FROM note_positions WHERE new_path IS NOT NULL)
             ORDER BY hash(new_path) LIMIT 20""").fetchall()]
+        labels = [r[0] for r in con.execute("""
+            SELECT label FROM (SELECT unnest(labels) AS label FROM merge_requests) GROUP BY label
+            ORDER BY count(*) DESC, label LIMIT 5""").fetchall()]
+    lists = [{"kind": "merge_request", "state": "opened", "labels": [label], "updated_since": "2000-01-01"}
+             for label in labels]
+    lists += [{"kind": "issue", "assignee": user, "sort": "created_desc"} for user in users[:5]]
+    lists += [{"kind": "merge_request", "participant": user, "limit": 50} for user in users[:5]]
+    lists += [{"kind": "merge_request", "path": path, "state": "merged"} for path in paths[:5]]
     return {"related": [{"ref": ref} for ref in refs],
             "file_history": [{"path": path, "limit": 10} for path in paths],
-            "me": [{"user": user, "since": "2000-01-01"} for user in users]}
+            "me": [{"user": user, "since": "2000-01-01"} for user in users],
+            "person": [{"user": user} for user in users],
+            "list_items": lists,
+            "similar": [{"ref": ref, "limit": 10} for ref in refs[:30]]}
 
 
 async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]],
@@ -197,7 +213,10 @@ def table(r: dict[str, Any]) -> str:
                         ("gitlab_get_mr_comments_again", "gitlab_get_mr_comments, the same MRs again (store unchanged)"),
                         ("get_merge_request", "get_merge_request, from the store (with links and files)"),
                         ("related", "related, each MR"), ("file_history", "file_history, reviewed paths (limit 10)"),
-                        ("me", "me, the MRs' authors (since 2000-01-01)")):
+                        ("me", "me, the MRs' authors (since 2000-01-01)"),
+                        ("person", "person, the MRs' authors"),
+                        ("list_items", "list_items, 20 filter sets (labels, assignee, participant, path)"),
+                        ("similar", "similar, hybrid, 30 MRs")):
         m = r.get(name)
         if m:
             rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))

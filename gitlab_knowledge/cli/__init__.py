@@ -16,6 +16,7 @@ from gitlab_knowledge.redact import install_logging_redaction, redact
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
 # GitLab's issue and MR states (`reopened` is what GitLabs before 10.x stored), and its `all`.
 LIST_STATES = ("opened", "closed", "merged", "locked", "reopened", "all")
+LIST_SORTS = ("updated_desc", "updated_asc", "created_desc", "created_asc")  # store.queries.SORTS
 
 
 def build_parser() -> OneLineParser:
@@ -58,11 +59,23 @@ def build_parser() -> OneLineParser:
     p.add_argument("what", choices=["status"])
     p.add_argument("--model", metavar="PROVIDER[:MODEL]")
 
-    p = add("list", "list issues or merge requests")
+    from gitlab_knowledge.cli.graph_cmd import since_date
+
+    p = add("list", "list issues or merge requests, narrowed by any of the filters below (all must hold)")
     p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--state", metavar="STATE", choices=LIST_STATES,
                    help="opened, closed, merged, locked or all (GitLab's states; default: all)")
+    p.add_argument("--label", action="append", default=[], metavar="LABEL", help="carries this label (repeatable: all)")
+    for who in ("author", "assignee", "reviewer", "participant"):
+        p.add_argument(f"--{who}", metavar="USERNAME", help="a participant: author, assignee, reviewer or commenter"
+                       if who == "participant" else f"the {who} (merge requests only)" if who == "reviewer" else None)
+    p.add_argument("--milestone", metavar="TITLE")
+    p.add_argument("--updated-since", type=since_date, metavar="YYYY-MM-DD")
+    p.add_argument("--created-since", type=since_date, metavar="YYYY-MM-DD")
+    p.add_argument("--path", metavar="PATH", help="merge requests that changed this file (or a file under this "
+                                                   "directory) or have a review thread on it")
+    p.add_argument("--sort", choices=LIST_SORTS, default="updated_desc", help="default: updated_desc (newest first)")
     p.add_argument("--limit", type=bounded_int(1), default=20)
 
     p = add("count", "count issues, mrs, discussions or notes")

@@ -36,11 +36,13 @@ def add_parsers(add: Callable[[str, str], OneLineParser]) -> None:
     p.add_argument("path", help="a path in the repository, e.g. services/auth/jwt.py or services/auth/")
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--limit", type=bounded_int(1), default=50, metavar="N", help="newest N merge requests (default 50)")
-    p = add("me", "what needs your attention: assigned issues, review requests, your MRs' open threads, "
+    p = add("me", "what needs your attention: assigned issues and MRs, review requests, your MRs' open threads, "
                   "mentions, and what changed on your items")
     p.add_argument("--user", metavar="USERNAME", help="someone else (default: the token's user, as the last sync saw it)")
-    p.add_argument("--since", type=since_date, metavar="YYYY-MM-DD", help="changes since then (default: 7 days ago)")
+    p.add_argument("--since", type=since_date, metavar="YYYY-MM-DD",
+                   help="changes and mentions since then (default: 7 days ago)")
     p.add_argument("--project", metavar="PATH")
+    p.add_argument("--live", action="store_true", help="also your pending GitLab To-Dos, asked now (the token's user)")
     p = add("person", "what someone authored, reviewed, commented on and was assigned; their labels and files")
     p.add_argument("user", help="a GitLab username")
     p.add_argument("--project", metavar="PATH")
@@ -125,19 +127,25 @@ def me_cmd(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.graph.people import me
     from gitlab_knowledge.workspace import Workspace
 
-    result = me(Workspace(config), args.user, args.since, args.project)
+    result = me(Workspace(config), args.user, args.since, args.project, args.live)
     if args.json:
         console.print_json(result.as_dict())
         return 0
     console.out.print(f"[bold]@{escape(result.user)}[/]" + (" (the token's user)" if result.user_from == "token"
                                                                else ""))
     _section("Issues assigned to you", result.assigned_issues, _item)
+    _section("Merge requests assigned to you", result.assigned_mrs, _item)
     _section("Review requested", result.review_requested, _item)
     _section("Your open merge requests", result.authored_open_mrs,
              lambda e: _item(e) + (f"  [yellow]{e['unresolved_threads']} unresolved thread(s)[/]"
                                    if e["unresolved_threads"] else ""))
-    _section("Unresolved threads mentioning you", result.mentions,
-             lambda m: f"{_item(m['item'])}  @{escape(m['author'] or '?')}: {escape(m['excerpt'])}")
+    _section("Mentions of you", result.mentions,
+             lambda m: f"{_item(m['item'])}  [dim]{m['reason']}{_thread_state(m)}[/]  @{escape(m['author'] or '?')}: "
+                       f"{escape(m['excerpt'])}")
+    if result.todos is not None:
+        _section("Your GitLab To-Dos", result.todos,
+                 lambda t: f"{escape(t['reference'] or t['url'] or t['target_type'])}  {escape(t['title'] or '')}  "
+                           f"[dim]{escape(t['reason'])}[/]  @{escape(t['author'] or '?')}")
     changes = result.changes
     _section(f"New comments on your items since {_when(result.since)}", changes.notes,
              lambda n: f"{_when(n['created_at'])}  {escape(n['item']['reference'])}  @{escape(n['author'] or '?')}: "
@@ -145,6 +153,10 @@ def me_cmd(args: argparse.Namespace, config: Config) -> int:
     _section("Closed or merged since then", changes.state_changes,
              lambda s: f"{_when(s['at'])}  {s['change']}  {_item(s['item'])}")
     return 0
+
+
+def _thread_state(mention: dict[str, Any]) -> str:
+    return {True: ", resolved", False: ", unresolved"}.get(mention["resolved"], "")
 
 
 def _person_list(key: str) -> str:
@@ -175,6 +187,11 @@ def person_cmd(args: argparse.Namespace, config: Config) -> int:
             o.print(f"\n[bold]{_person_list(key).capitalize()}[/] ({counts[key]}{shown})")
             for entry in entries:
                 o.print("  " + _item(entry))
+    if result.mentioned_in:
+        shown = f", newest {len(result.mentioned_in)}" if counts["mentioned_in"] > len(result.mentioned_in) else ""
+        o.print(f"\n[bold]Mentioned in[/] ({counts['mentioned_in']}{shown})")
+        for m in result.mentioned_in:
+            o.print(f"  {_item(m['item'])}  @{escape(m['author'] or '?')}: {escape(m['excerpt'])}")
     if result.top_labels:
         o.print("\n[bold]Labels[/]: " + ", ".join(f"{escape(x['label'])} ({x['count']})" for x in result.top_labels))
     if result.top_paths:

@@ -30,7 +30,11 @@ def _item_kind(word: str) -> kinds.Kind:
 
 def list_cmd(args: argparse.Namespace, config: Config) -> int:
     kind = _item_kind(args.what)
-    rows = queries.list_items(Workspace(config), kind, args.project, args.limit, args.state)
+    filters = queries.ListFilters(
+        state=args.state, labels=tuple(args.label), author=args.author, assignee=args.assignee, reviewer=args.reviewer,
+        milestone=args.milestone, updated_since=args.updated_since, created_since=args.created_since, path=args.path,
+        participant=args.participant, sort=args.sort)
+    rows = queries.list_items(Workspace(config), kind, args.project, args.limit, filters=filters)
     if args.json:
         console.print_json(rows)
         return 0

@@ -57,10 +57,13 @@ class Me(Answer):
     user_from: str  # "argument" or "token"
     since: str | None
     project: str | None
+    counts: dict[str, int | None]  # every list's length before `limit` cut it
     assigned_issues: list[Entry]
+    assigned_mrs: list[Entry]
     review_requested: list[Entry]
     authored_open_mrs: list[Entry]
     mentions: list[Entry]
+    todos: list[Entry] | None  # GitLab's pending To-Dos, asked live; None when not asked
     changes: Changes
 
 
@@ -78,6 +81,7 @@ class Person(Answer):
     reviewed_mrs: list[Entry]
     assigned: list[Entry]
     commented_on: list[Entry]
+    mentioned_in: list[Entry]
     top_labels: list[Entry]
     top_paths: list[Entry]
     recent_activity: list[Entry]

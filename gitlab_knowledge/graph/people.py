@@ -22,6 +22,7 @@ from gitlab_knowledge.workspace import Workspace
 OPEN_STATES = ("opened", "reopened")
 DEFAULT_SINCE = timedelta(days=7)
 TOP = 10  # labels and paths `person` lists
+EXCERPT_LEAD = 60  # characters of context an excerpt keeps before the @mention it shows
 # The columns ITEM_COLUMNS names: what an entry says is chosen; any other column is an extra.
 _ITEM_KEYS = {c.split(" AS ")[-1].split(".")[-1] for c in ITEM_COLUMNS.split(", ")}
 
@@ -89,48 +90,110 @@ def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:
 
 
 def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
-       project: str | None = None) -> Me:
+       project: str | None = None, live: bool = False, limit: int | None = None) -> Me:
     """What needs the user's attention (the token's user, as the last sync recorded it, unless
-    named) and what changed on their items since `since` (default: the last 7 days)."""
+    named) and what changed on their items since `since` (default: the last 7 days). `live`: also
+    the token's user's pending GitLab To-Dos, asked now (only for the token's own user). `limit`:
+    at most that many entries per list, the newest (`counts` says how many there are)."""
     start = naive_utc(since) if since is not None else utcnow() - DEFAULT_SINCE
     with workspace.read() as con:
         pid = project_id(con, project)
         name = _username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
         u = name.lower()
-        open_issue = f"t.state IN {OPEN_STATES}"
-        assigned = _entries(con, kinds.ISSUE, f"{open_issue} AND {_in('t.assignees')}", [u], pid)
-        reviewing = _entries(con, kinds.MERGE_REQUEST, f"{open_issue} AND {_in('t.reviewers')}", [u], pid)
-        authored = _entries(con, kinds.MERGE_REQUEST, f"{open_issue} AND {_is('t.author_username')}", [u], pid,
+        open_item = f"t.state IN {OPEN_STATES}"
+        assigned = _entries(con, kinds.ISSUE, f"{open_item} AND {_in('t.assignees')}", [u], pid)
+        # An MR's author is usually its assignee too (GitLab's habit): those are "authored".
+        assigned_mrs = _entries(con, kinds.MERGE_REQUEST,
+                                f"{open_item} AND {_in('t.assignees')} AND NOT {_is('t.author_username')}", [u, u], pid)
+        reviewing = _entries(con, kinds.MERGE_REQUEST, f"{open_item} AND {_in('t.reviewers')}", [u], pid)
+        authored = _entries(con, kinds.MERGE_REQUEST, f"{open_item} AND {_is('t.author_username')}", [u], pid,
                             extra=", (SELECT count(*) FROM discussions d WHERE d.merge_request_id = t.id "
                                   "AND d.resolvable AND NOT COALESCE(d.resolved, false)) AS unresolved_threads")
-        mentions = _mentions(con, name, pid)
-        notes, states = _changes(con, u, start, pid)
+        mentions = mentions_of(con, name, pid, start, attention=True)
+        notes, note_total, states = _changes(con, u, start, pid, limit)
+    todos = None
+    if live:
+        from gitlab_knowledge.graph.todos import pending_todos
+
+        todos = pending_todos(workspace, name if user is not None else None)
+    lists = {"assigned_issues": _because(assigned, "assigned"), "assigned_mrs": _because(assigned_mrs, "assigned"),
+             "review_requested": _because(reviewing, "review requested"),
+             "authored_open_mrs": _because(authored, "authored"), "mentions": mentions}
+    counts = {**{key: len(value) for key, value in lists.items()}, "todos": len(todos) if todos is not None else None,
+              "notes": note_total, "state_changes": len(states)}
+    cut = slice(None, limit)
     return Me(user=name, user_from="argument" if user is not None else "token", since=iso(start), project=project,
-              assigned_issues=assigned, review_requested=reviewing, authored_open_mrs=authored, mentions=mentions,
-              changes=Changes(notes=notes, state_changes=states))
+              counts=counts, **{key: value[cut] for key, value in lists.items()},
+              todos=todos[cut] if todos is not None else None,
+              changes=Changes(notes=notes, state_changes=states[cut]))
 
 
-def _mentions(con: duckdb.DuckDBPyConnection, user: str, pid: int | None) -> list[dict[str, Any]]:
-    """Unresolved threads where someone else wrote @user: the latest such note of each thread."""
+def _because(entries: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
+    """Each entry with why it is in its group, as a person would say it."""
+    return [{**e, "reason": reason} for e in entries]
+
+
+def _around(text: str, user: str) -> str:
+    """An excerpt of `text` that shows where it names @user (a long description names people
+    anywhere)."""
+    found = re.search(rf"@{re.escape(user)}", text, re.IGNORECASE)
+    start = found.start() if found else 0
+    if start > EXCERPT_LEAD:
+        text = "…" + text[start - EXCERPT_LEAD:].lstrip()
+    return excerpt(text)
+
+
+def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, start: datetime | None,
+                attention: bool = False) -> list[dict[str, Any]]:
+    """Every place someone else wrote @user: notes in any thread (resolved or not; the latest such
+    note of each thread) and item titles and descriptions, newest first, each with its reason.
+    Written since `start`; with `attention` (what `me` lists), also any older one on an open item
+    or in a thread still unresolved."""
+    def kept(at: datetime | None, state: str | None, resolved: bool | None) -> bool:
+        recent = start is None or (at is not None and at >= start)
+        return recent or (attention and (state in OPEN_STATES or resolved is False))
+
     out: dict[str, dict[str, Any]] = {}
+    u = user.lower()
+    # contains/strpos narrow the rows in SQL (the notes alone: no join while scanning every
+    # body); mentions_user then decides (@user.other is someone else).
+    scope, scoped = (" AND n.project_id = ?", [pid]) if pid is not None else ("", [])
+    found = rows(con, f"""
+        SELECT n.id AS note_id, n.discussion_id, n.noteable_type, n.noteable_id, n.author_username AS note_author,
+               n.body, n.created_at AS note_at, n.resolvable, n.resolved
+        FROM notes n
+        WHERE contains(n.body, '@') AND strpos(lower(n.body), ?) > 0 AND NOT {_is('n.author_username')}{scope}
+        ORDER BY n.created_at DESC, n.id DESC""", [f"@{u}", u, *scoped])
+    found = [r for r in found if mentions_user(r["body"], user)]
+    items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
+    for r in found:
+        if r["discussion_id"] in out or (r["noteable_type"], r["noteable_id"]) not in items:
+            continue
+        kind, item = items[(r["noteable_type"], r["noteable_id"])]
+        # GitLab marks every note of a resolved thread resolved: the note says its thread's state.
+        resolved = bool(r["resolved"]) if r["resolvable"] else None
+        if not kept(r["note_at"], item["state"], resolved):
+            continue
+        out[r["discussion_id"]] = {
+            "item": public_item(kind, item), "reason": "mentioned in a note", "discussion_id": r["discussion_id"],
+            "note_id": r["note_id"], "author": r["note_author"], "created_at": iso(r["note_at"]),
+            "excerpt": _around(r["body"], user), "resolved": resolved,
+            "url": kinds.note_url(item['web_url'], r['note_id']) if item["web_url"] else None}
+    scope = scope.replace("n.", "t.")
     for kind in kinds.ITEM_KINDS:
-        scope = " AND t.project_id = ?" if pid is not None else ""
-        found = rows(con, f"""
-            SELECT {ITEM_COLUMNS}, n.id AS note_id, n.discussion_id, n.author_username AS note_author,
-                   n.body, n.created_at AS note_at
-            FROM {_item_of(kind)} JOIN discussions d ON d.id = n.discussion_id
-            WHERE d.resolvable AND NOT COALESCE(d.resolved, false) AND strpos(lower(n.body), ?) > 0
-              AND NOT {_is('n.author_username')}{scope}
-            ORDER BY n.created_at DESC, n.id DESC""", [f"@{user.lower()}", user.lower(),
-                                                       *([pid] if pid is not None else [])])
-        for r in found:
-            if r["discussion_id"] in out or not mentions_user(r["body"], user):
+        for r in rows(con, f"""
+                SELECT {ITEM_COLUMNS}, t.description FROM {kind.table} t JOIN projects p ON p.id = t.project_id
+                WHERE (contains(t.description, '@') AND strpos(lower(t.description), ?) > 0
+                       OR contains(t.title, '@') AND strpos(lower(t.title), ?) > 0)
+                  AND NOT {_is('t.author_username')}{scope}""", [f"@{u}", f"@{u}", u, *scoped]):
+            text = next((x for x in (r["description"], r["title"]) if mentions_user(x, user)), None)
+            if text is None or not kept(r["created_at"], r["state"], None):
                 continue
-            out[r["discussion_id"]] = {"item": public_item(kind, r), "discussion_id": r["discussion_id"],
-                                       "note_id": r["note_id"], "author": r["note_author"],
-                                       "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                                       "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None}
-    return sorted(out.values(), key=lambda m: (m["created_at"] or "", m["note_id"]), reverse=True)
+            out[f"{kind.name}:{r['id']}"] = {
+                "item": public_item(kind, r), "reason": "mentioned in the description", "discussion_id": None,
+                "note_id": None, "author": r["author_username"], "created_at": iso(r["created_at"]),
+                "excerpt": _around(text, user), "resolved": None, "url": r["web_url"]}
+    return sorted(out.values(), key=lambda m: (m["created_at"] or "", m["note_id"] or 0), reverse=True)
 
 
 def _mine(kind: kinds.Kind) -> str:
@@ -141,37 +204,64 @@ def _mine(kind: kinds.Kind) -> str:
     return "(" + " OR ".join(roles) + ")"
 
 
-def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime,
-             pid: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    notes: list[dict[str, Any]] = []
+def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime, pid: int | None,
+             limit: int | None) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
+    """New notes by others on the user's items since `start` (the newest `limit`, and how many
+    there are), and the items closed or merged since then."""
+    scope = " AND t.project_id = ?" if pid is not None else ""
+    scoped = [pid] if pid is not None else []
+    mine = " UNION ALL ".join(f"SELECT '{k.noteable_type}' AS noteable_type, t.id FROM {k.table} t "
+                              f"WHERE {_mine(k)}{scope}" for k in kinds.ITEM_KINDS)
+    mine_params = [p for k in kinds.ITEM_KINDS for p in ([u] * _mine(k).count("?") + scoped)]
+    # Newest first with a LIMIT: DuckDB reads the bodies of the notes it returns only (a user's
+    # items can carry ten thousand notes since a day long ago, and an agent is shown 100).
+    picked = f"""
+        WITH mine AS ({mine})
+        SELECT {{columns}} FROM notes n JOIN mine ON n.noteable_type = mine.noteable_type AND n.noteable_id = mine.id
+        WHERE n.created_at >= ? AND NOT {_is('n.author_username')}"""
+    params = [*mine_params, start, u]
+    found = rows(con, picked.format(columns="n.id AS note_id, n.noteable_type, n.noteable_id, "
+                                            "n.author_username AS note_author, n.body, n.created_at AS note_at")
+                 + " ORDER BY n.created_at DESC, n.id DESC" + (f" LIMIT {int(limit)}" if limit is not None else ""),
+                 params)
+    total = len(found) if limit is None or len(found) < limit else \
+        int(con.execute(picked.format(columns="count(*)"), params).fetchone()[0])  # type: ignore[index]
+    items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
+    notes = []
+    for r in found:
+        kind, item = items[(r["noteable_type"], r["noteable_id"])]
+        notes.append({"item": public_item(kind, item), "note_id": r["note_id"], "author": r["note_author"],
+                      "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
+                      "url": kinds.note_url(item['web_url'], r['note_id']) if item["web_url"] else None})
     states: list[dict[str, Any]] = []
     for kind in kinds.ITEM_KINDS:
-        mine = _mine(kind)
-        who = [u] * mine.count("?")
-        scope = " AND t.project_id = ?" if pid is not None else ""
-        scoped = [pid] if pid is not None else []
-        for r in rows(con, f"""
-                SELECT {ITEM_COLUMNS}, n.id AS note_id, n.author_username AS note_author, n.body,
-                       n.created_at AS note_at
-                FROM {_item_of(kind)} WHERE {mine} AND n.created_at >= ?
-                  AND NOT {_is('n.author_username')}{scope}""", [*who, start, u, *scoped]):
-            notes.append({"item": public_item(kind, r), "note_id": r["note_id"], "author": r["note_author"],
-                          "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                          "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None})
+        who = [u] * _mine(kind).count("?")
         merged = ", t.merged_at" if kind is kinds.MERGE_REQUEST else ", NULL AS merged_at"
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE {mine} AND (t.closed_at >= ? OR t.merged_at >= ?){scope}"""
+                WHERE {_mine(kind)} AND (t.closed_at >= ? OR t.merged_at >= ?){scope}"""
                       if kind is kinds.MERGE_REQUEST else f"""
                 SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE {mine} AND t.closed_at >= ?{scope}""",
+                WHERE {_mine(kind)} AND t.closed_at >= ?{scope}""",
                       [*who, start, *([start] if kind is kinds.MERGE_REQUEST else []), *scoped]):
             change, at = ("merged", r["merged_at"]) if r["merged_at"] and r["merged_at"] >= start \
                 else ("closed", r["closed_at"])
             states.append({"item": public_item(kind, r), "change": change, "at": iso(at)})
-    notes.sort(key=lambda n: (n["created_at"] or "", n["note_id"]), reverse=True)
     states.sort(key=lambda s: (s["at"] or "", s["item"]["reference"]), reverse=True)
-    return notes, states
+    return notes, total, states
+
+
+def _items_by_id(con: duckdb.DuckDBPyConnection,
+                 wanted: set[tuple[str, int]]) -> dict[tuple[str, int], tuple[kinds.Kind, dict[str, Any]]]:
+    """Items by (noteable type, id), one query per kind for all of them."""
+    out: dict[tuple[str, int], tuple[kinds.Kind, dict[str, Any]]] = {}
+    for kind in kinds.ITEM_KINDS:
+        ids = sorted(i for t, i in wanted if t == kind.noteable_type)
+        if ids:
+            for r in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
+                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [ids]):
+                out[(kind.noteable_type, r["id"])] = (kind, r)
+    return out
 
 
 # -- person -------------------------------------------------------------------------------------
@@ -244,6 +334,7 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
         commented.sort(key=lambda e: (e["last_note_at"] or "", e["reference"]), reverse=True)
         lists["assigned"].sort(key=lambda e: (e["updated_at"] or "", e["reference"]), reverse=True)
         lists["commented_on"] = commented
+        lists["mentioned_in"] = mentions_of(con, name, pid, start)
         labels = _top_labels(con, u, pid, created, updated)
         paths = _top_paths(con, u, pid, created, noted, start)
         activity = _activity(con, u, pid, start, limit)

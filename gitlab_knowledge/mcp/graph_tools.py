@@ -57,10 +57,6 @@ def _cap(values: list[Any]) -> list[Any]:
     return values[:GRAPH_LIST]
 
 
-def _more(values: list[Any]) -> str:
-    return f" (first {GRAPH_LIST} of {len(values)})" if len(values) > GRAPH_LIST else ""
-
-
 def _item(entry: dict[str, Any]) -> str:
     title = entry["title"] if entry.get("title") is not None else "(not in the store)"
     state = f" ({entry['state']})" if entry.get("state") else ""
@@ -78,7 +74,7 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
         out = (await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)).as_dict()
     except UsageError:
         if not ctx.include_confidential:
-            await asyncio.to_thread(_refuse_confidential, ctx, ref, project)
+            await asyncio.to_thread(refuse_confidential, ctx, ref, project)
         raise
     full = {g: len(v) for g, v in out["links"].items()}
     out["links"] = {g: _cap(v) for g, v in out["links"].items()}
@@ -95,7 +91,7 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
     return "\n".join(lines) + "\n", out
 
 
-def _refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
+def refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
     """The reference names a confidential issue the lens hid: say so, as get_issue does. It is
     resolved again through the lens that shows only those issues (store/visibility.py)."""
     from gitlab_knowledge.graph.queries import resolve_item
@@ -166,31 +162,36 @@ def _since(value: Any) -> datetime | None:
         raise UsageError(f"since must be a day like 2024-03-15, got {value!r}") from None
 
 
+def _resolution(mention: dict[str, Any]) -> str:
+    return {True: ", resolved", False: ", unresolved"}.get(mention["resolved"], "")
+
+
 async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import people
 
     since = _since(args.get("since"))
+    # The lists are cut to GRAPH_LIST in the query (the newest), `counts` keeps how long they are.
     out = (await asyncio.to_thread(people.me, ctx.workspace(visible_only=True), args.get("user") or None,
-                                   since, args.get("project") or None)).as_dict()
-    changes = out["changes"]
+                                   since, args.get("project") or None, False, GRAPH_LIST)).as_dict()
+    changes, counts = out["changes"], out["counts"]
     sections = [
-        ("Issues assigned", out["assigned_issues"], _item),
-        ("Review requested", out["review_requested"], _item),
-        ("Open merge requests authored", out["authored_open_mrs"],
+        ("Issues assigned", "assigned_issues", out["assigned_issues"], _item),
+        ("Merge requests assigned (authored by others)", "assigned_mrs", out["assigned_mrs"], _item),
+        ("Review requested", "review_requested", out["review_requested"], _item),
+        ("Open merge requests authored", "authored_open_mrs", out["authored_open_mrs"],
          lambda e: _item(e) + (f" · {e['unresolved_threads']} unresolved thread(s)" if e["unresolved_threads"] else "")),
-        ("Unresolved threads mentioning them", out["mentions"],
-         lambda m: f"{m['item']['reference']} @{m['author'] or '?'}: {m['excerpt']}"),
-        (f"New comments on their items since {when(out['since'])}", changes["notes"],
+        ("Mentions of them", "mentions", out["mentions"],
+         lambda m: f"{m['item']['reference']} ({m['reason']}{_resolution(m)}) @{m['author'] or '?'}: {m['excerpt']}"),
+        (f"New comments on their items since {when(out['since'])}", "notes", changes["notes"],
          lambda n: f"{when(n['created_at'])} {n['item']['reference']} @{n['author'] or '?'}: {n['excerpt']}"),
-        ("Closed or merged since then", changes["state_changes"],
+        ("Closed or merged since then", "state_changes", changes["state_changes"],
          lambda s: f"{when(s['at'])} {s['change']} {_item(s['item'])}"),
     ]
     who = " (the token's user)" if out["user_from"] == "token" else ""
     lines = [f"# @{out['user']}{who}" + (f" in {out['project']}" if out["project"] else "")]
-    for title, entries, line in sections:
-        lines += ["", f"## {title} ({len(entries)}){_more(entries)}"]
-        lines += [f"- {line(e)}" for e in _cap(entries)]
-    for key in ("assigned_issues", "review_requested", "authored_open_mrs", "mentions"):
-        out[key] = _cap(out[key])
-    out["changes"] = {key: _cap(value) for key, value in changes.items()}
+    for title, key, entries, line in sections:
+        total = counts[key] or 0
+        more = f" (first {len(entries)} of {total})" if total > len(entries) else ""
+        lines += ["", f"## {title} ({len(entries)}){more}"]
+        lines += [f"- {line(e)}" for e in entries]
     return "\n".join(lines) + "\n", out

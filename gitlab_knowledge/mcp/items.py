@@ -11,6 +11,8 @@ ITEM_NOTES notes, ITEM_LINKS links per group, ITEM_FILES files).
 from datetime import UTC, datetime
 from typing import Any
 
+import duckdb
+
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import AmbiguousReference, UsageError
 from gitlab_knowledge.mcp.bounds import (
@@ -25,6 +27,7 @@ from gitlab_knowledge.mcp.bounds import (
 from gitlab_knowledge.mcp.context import confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 from gitlab_knowledge.mcp.graph_tools import GROUP_TITLES
+from gitlab_knowledge.store.reader import Lens
 from gitlab_knowledge.store.visibility import hidden_issue_projects, hidden_note_count
 from gitlab_knowledge.workspace import Workspace
 
@@ -40,15 +43,17 @@ def iso(value: Any) -> str | None:
 
 def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
     """The item as an agent may see it: what `workspace`'s lens hides is not read at all."""
-    from gitlab_knowledge.store.queries import show_item
+    from gitlab_knowledge.store.queries import item_with_threads
 
-    try:
-        item = show_item(workspace, kind, iid, project)
-    except UsageError:
-        if kind is kinds.ISSUE:
-            _refuse_hidden(workspace, iid, project)
-        raise
-    links, files, hidden = graph_of(workspace, kind, item)
+    # One read for the item, its threads, links and files: each read attaches the store anew.
+    with workspace.read() as con:
+        try:
+            item = item_with_threads(con, kind, iid, project)
+        except UsageError:
+            if kind is kinds.ISSUE:
+                _refuse_hidden(con, workspace.lens, iid, project)
+            raise
+        links, files, hidden = graph_of(con, workspace, kind, item)
     out = shape(kind, item, hidden)
     out["links"] = {group: [{k: link[k] for k in ("reference", "type", "title", "state")}
                             for link in entries[:ITEM_LINKS]] for group, entries in links.items()}
@@ -61,38 +66,36 @@ def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | No
     return out
 
 
-def _refuse_hidden(workspace: Workspace, iid: int, project: str | None) -> None:
+def _refuse_hidden(con: duckdb.DuckDBPyConnection, lens: Lens | None, iid: int, project: str | None) -> None:
     """The issue the lens hid is confidential: say so (and how to let agents read it)."""
     from gitlab_knowledge.store.queries import check_project
 
-    with workspace.read() as con:
-        try:
-            project_id = check_project(con, project)
-        except UsageError:
-            return  # show_item's own message says the project is unknown
-        hidden = hidden_issue_projects(con, workspace.lens, iid, project_id)
+    try:
+        project_id = check_project(con, project)
+    except UsageError:
+        return  # show_item's own message says the project is unknown
+    hidden = hidden_issue_projects(con, lens, iid, project_id)
     if len(hidden) == 1:
         raise confidential_refusal(kinds.ISSUE.ref(iid, hidden[0]))
     if hidden:
         raise AmbiguousReference(f"issue {kinds.ISSUE.ref(iid)}", hidden)
 
 
-def graph_of(workspace: Workspace, kind: kinds.Kind,
+def graph_of(con: duckdb.DuckDBPyConnection, workspace: Workspace, kind: kinds.Kind,
              item: dict[str, Any]) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], int]:
     """The item's links, grouped as `related` groups them, an MR's changed files in GitLab's order,
-    and how many of its notes the lens hides."""
+    and how many of its notes the lens hides (read on `con`, the item's own read)."""
     from gitlab_knowledge.graph.queries import links_of
 
-    with workspace.read() as con:
-        links = links_of(con, workspace.config, kind, item)
-        files: list[dict[str, Any]] = []
-        if kind is kinds.MERGE_REQUEST:
-            rows = con.execute("""
-                SELECT old_path, new_path, new_file, renamed_file, deleted_file FROM mr_files
-                WHERE merge_request_id = ? ORDER BY position""", [item["id"]]).fetchall()
-            files = [{"old_path": o, "new_path": n, "new_file": bool(nf), "renamed_file": bool(rf),
-                      "deleted_file": bool(df)} for o, n, nf, rf, df in rows]
-        hidden = hidden_note_count(con, workspace.lens, kind.noteable_type, item["id"])
+    links = links_of(con, workspace.config, kind, item)
+    files: list[dict[str, Any]] = []
+    if kind is kinds.MERGE_REQUEST:
+        rows = con.execute("""
+            SELECT old_path, new_path, new_file, renamed_file, deleted_file FROM mr_files
+            WHERE merge_request_id = ? ORDER BY position""", [item["id"]]).fetchall()
+        files = [{"old_path": o, "new_path": n, "new_file": bool(nf), "renamed_file": bool(rf),
+                  "deleted_file": bool(df)} for o, n, nf, rf, df in rows]
+    hidden = hidden_note_count(con, workspace.lens, kind.noteable_type, item["id"])
     return links, files, hidden
 
 

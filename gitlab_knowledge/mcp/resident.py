@@ -100,6 +100,17 @@ class ResidentSearch:
             self._follow_new_index(searcher)
             return searcher.search(query, filters, mode, limit)
 
+    def similar(self, ref: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
+                project: str | None = None) -> Response:
+        """`similar` (search/similar.py) on the searcher `search` would use, under its lock."""
+        from gitlab_knowledge.search.similar import similar
+
+        warm = self._warm
+        searcher, lock = (warm, self._warm_lock) if warm is not None else (self._cold, self._lock)
+        with lock:
+            self._follow_new_index(searcher)
+            return similar(searcher, ref, filters, mode, limit, project)
+
     def _follow_new_index(self, searcher: Searcher) -> None:
         """A Searcher remembers a missing lexical index; the first sync creates it, so look again."""
         if searcher.lexical() is None and (self.config.tantivy_dir / "meta.json").exists():

@@ -31,7 +31,9 @@ INSTRUCTIONS = (
     "`get_issue` / `get_merge_request` to read one item with its threads, and `gitlab_get_mr_comments` "
     "(onlyUnresolved: true, format: markdown) to address the review feedback on an MR; live: true reads "
     "GitLab now instead of the last sync. `related` lists what an issue or MR closes, mentions or is "
-    "linked from; `file_history` the merge requests that touched a file; `me` what needs a user's attention. "
+    "linked from; `file_history` the merge requests that touched a file; `me` what needs a user's attention; "
+    "`person` what someone works on; `similar` the items most like one; `list_items` issues or MRs by state, "
+    "labels, people, milestone, dates or path, without a query. "
     "`explain` says whether an item's index entry is fresh."
 )
 

@@ -282,6 +282,7 @@ async def index_status(ctx: Context, args: dict[str, Any]) -> Result:
 
 def all_tools() -> list[Tool]:
     from gitlab_knowledge.mcp import graph_tools as graph
+    from gitlab_knowledge.mcp import query_tools
 
     return [
         Tool("search", "Search GitLab knowledge",
@@ -313,8 +314,10 @@ def all_tools() -> list[Tool]:
              "The `history --json` document.", graph.HISTORY_INPUT, schema("cli/schemas/history.json"),
              graph.file_history),
         Tool("me", "What needs a user's attention",
-             "For a user (default: the token's): open issues assigned, open MRs to review, their open MRs with "
-             "unresolved threads, unresolved threads mentioning them, and new comments and closes or merges on "
+             "For a user (default: the token's): open issues and MRs assigned, open MRs to review, their open MRs "
+             "with unresolved threads, where others mentioned them (notes in any thread, descriptions), each with "
+             "its reason, and new comments and closes or merges on "
              f"their items since a day (default 7 days ago). At most {graph.GRAPH_LIST} entries per list. "
              "The `me --json` document.", graph.ME_INPUT, schema("cli/schemas/me.json"), graph.me),
+        *query_tools.tools(),
     ]

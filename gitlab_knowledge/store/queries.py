@@ -3,15 +3,20 @@
 Each reads through `workspace.read()`, so it sees what the workspace's lens lets it see.
 """
 
+import dataclasses
 import json
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import AmbiguousReference, ItemNotFound, UnknownProject, UsageError
+from gitlab_knowledge.graph.paths import repo_path
 from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.projects import canonical_path, project_id_for
+from gitlab_knowledge.timeutil import naive_utc
 
 if TYPE_CHECKING:  # the workspace hands the read modules their connections: it sits above them
     from gitlab_knowledge.workspace import Workspace
@@ -74,21 +79,95 @@ def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> int | 
 ANY_STATE = "all"
 
 
-def list_items(workspace: "Workspace", kind: kinds.Kind, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
+# How `list` orders: newest first by default.
+SORTS = {"updated_desc": "t.updated_at DESC, t.id DESC", "updated_asc": "t.updated_at ASC, t.id ASC",
+         "created_desc": "t.created_at DESC, t.id DESC", "created_asc": "t.created_at ASC, t.id ASC"}
+# A TEXT[] of usernames or labels holds the value, compared without case (as GitLab compares them).
+_HOLDS = "COALESCE(list_contains(list_transform({c}, lambda x: lower(x)), lower(?)), false)"
+# A path (a file, or everything under a directory) an MR changed, or a review thread is on.
+_PATH = "({c} = ? OR starts_with({c}, ?))"
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    """What `list` narrows by: every filter given must hold (labels: every one of them)."""
+
+    state: str | None = None
+    labels: tuple[str, ...] = ()
+    author: str | None = None
+    assignee: str | None = None
+    reviewer: str | None = None
+    milestone: str | None = None
+    updated_since: datetime | None = None
+    created_since: datetime | None = None
+    path: str | None = None
+    participant: str | None = None
+    sort: str = "updated_desc"
+
+    def where(self, kind: kinds.Kind) -> tuple[str, list[Any]]:
+        """The SQL clauses (each starting with AND) over `t`, the kind's table, and their parameters."""
+        if self.sort not in SORTS:
+            raise UsageError(f"unknown sort {self.sort!r}: expected {', '.join(SORTS)}")
+        mr = kind is kinds.MERGE_REQUEST
+        for name, value in (("reviewer", self.reviewer), ("path", self.path)):
+            if value and not mr:
+                raise UsageError(f"{name} narrows merge requests (their reviewers, the files they changed), "
+                                 f"not {kind.plural_display.lower()}")
+        where, params = "", []  # type: tuple[str, list[Any]]
+        if self.state and self.state != ANY_STATE:
+            where, params = " AND t.state = ?", [self.state]
+        for label in self.labels:
+            where += f" AND {_HOLDS.format(c='t.labels')}"
+            params.append(label)
+        for column, value in (("t.author_username", self.author), ("t.milestone", self.milestone)):
+            if value:
+                where += f" AND lower({column}) = lower(?)"
+                params.append(value.removeprefix("@") if column == "t.author_username" else value)
+        for column, value in (("t.assignees", self.assignee), ("t.reviewers", self.reviewer)):
+            if value:
+                where += f" AND {_HOLDS.format(c=column)}"
+                params.append(value.removeprefix("@"))
+        for column, since in (("t.updated_at", self.updated_since), ("t.created_at", self.created_since)):
+            if since is not None:
+                where += f" AND {column} >= ?"
+                params.append(naive_utc(since))
+        if self.path:
+            base = repo_path(self.path)
+            if base is None:
+                raise UsageError(f"path expects a file or directory of the repository, e.g. src/app.py, got {self.path!r}")
+            files = " OR ".join(_PATH.format(c=c) for c in ("f.new_path", "f.old_path"))
+            noted = " OR ".join(_PATH.format(c=c) for c in ("np.new_path", "np.old_path"))
+            where += (f" AND (t.id IN (SELECT f.merge_request_id FROM mr_files f WHERE {files}) OR t.id IN ("
+                      f"SELECT n.noteable_id FROM note_positions np JOIN notes n ON n.id = np.note_id "
+                      f"WHERE n.noteable_type = '{kind.noteable_type}' AND ({noted})))")
+            params += [base, base + "/"] * 4
+        if self.participant:
+            who = self.participant.removeprefix("@")
+            people = " OR ".join(_HOLDS.format(c=f"t.{c}") for c in kind.people_columns)
+            where += (f" AND (lower(t.author_username) = lower(?) OR {people} OR t.id IN (SELECT noteable_id "
+                      f"FROM notes WHERE noteable_type = '{kind.noteable_type}' AND lower(author_username) = lower(?)))")
+            params += [who, *[who] * len(kind.people_columns), who]
+        return where, params
+
+
+def list_items(workspace: "Workspace", kind: kinds.Kind, project: str | None, limit: int, state: str | None = None,
+               filters: ListFilters | None = None) -> list[dict[str, Any]]:
+    """The items of a kind that pass `filters` (and `state`), ordered by `filters.sort`, at most `limit`."""
+    filters = filters or ListFilters()
+    if state is not None:
+        filters = dataclasses.replace(filters, state=state)
     table = kind.table
-    extra = ", t.source_branch, t.target_branch" if kind is kinds.MERGE_REQUEST else ""
+    extra = ", t.source_branch, t.target_branch, t.reviewers" if kind is kinds.MERGE_REQUEST else ""
+    clauses, clause_params = filters.where(kind)
     with workspace.read() as con:
         where, params = _project_filter(con, project, "t.project_id")
-        if state and state != ANY_STATE:
-            where += " AND t.state = ?"
-            params.append(state)
         return _rows(con, f"""
             SELECT p.path_with_namespace AS project, t.iid, t.title, t.state, t.author_username AS author,
-                   t.author_name, t.labels, t.updated_at, t.web_url{extra}
+                   t.author_name, t.labels, t.assignees, t.milestone, t.created_at, t.updated_at, t.web_url{extra}
             FROM {table} t JOIN projects p ON p.id = t.project_id
-            WHERE true{where}
-            ORDER BY t.updated_at DESC, t.id DESC LIMIT ?
-        """, [*params, limit])
+            WHERE true{where}{clauses}
+            ORDER BY {SORTS[filters.sort]} LIMIT ?
+        """, [*params, *clause_params, limit])
 
 
 def count(workspace: "Workspace", what: str, project: str | None) -> int:
@@ -106,40 +185,46 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
 
 def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
     """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
+    with workspace.read() as con:
+        return item_with_threads(con, kind, iid, project)
+
+
+def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
+    """`show_item` on a connection the caller holds (the MCP item tools read the links and files
+    in the same read)."""
     table = kind.table
     noteable = kind.noteable_type
-    with workspace.read() as con:
-        where, params = _project_filter(con, project, "t.project_id")
-        found = _rows(con, f"""
-            SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
-            WHERE t.iid = ?{where}
-        """, [iid, *params])
-        label = f"{kind.mid_sentence} {kind.ref(iid)}"
-        if not found:
-            raise ItemNotFound(label, kind.name, iid, project)
-        if len(found) > 1:
-            raise AmbiguousReference(label, [r["project"] for r in found])
-        item = found[0]
-        threads = _rows(con, f"""
-            SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count
-            FROM discussions WHERE noteable_type = ? AND {kind.thread_column} = ?
-            ORDER BY position, first_note_at
-        """, [noteable, item["id"]])
-        notes = _rows(con, """
-            SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.author_name, n.body, n.created_at,
-                   n.updated_at, n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line,
-                   p.line_range_start_old_line, p.line_range_start_new_line,
-                   p.line_range_end_old_line, p.line_range_end_new_line
-            FROM notes n LEFT JOIN note_positions p ON p.note_id = n.id
-            WHERE n.noteable_type = ? AND n.noteable_id = ? ORDER BY n.discussion_id, n.position
-        """, [noteable, item["id"]])
-        by_thread: dict[str, list[dict[str, Any]]] = {}
-        for note in notes:
-            by_thread.setdefault(note["discussion_id"], []).append(note)
-        for thread in threads:
-            thread["notes"] = by_thread.get(thread["id"], [])
-        item["threads"] = threads
-        return item
+    where, params = _project_filter(con, project, "t.project_id")
+    found = _rows(con, f"""
+        SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
+        WHERE t.iid = ?{where}
+    """, [iid, *params])
+    label = f"{kind.mid_sentence} {kind.ref(iid)}"
+    if not found:
+        raise ItemNotFound(label, kind.name, iid, project)
+    if len(found) > 1:
+        raise AmbiguousReference(label, [r["project"] for r in found])
+    item = found[0]
+    threads = _rows(con, f"""
+        SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count
+        FROM discussions WHERE noteable_type = ? AND {kind.thread_column} = ?
+        ORDER BY position, first_note_at
+    """, [noteable, item["id"]])
+    notes = _rows(con, """
+        SELECT n.discussion_id, n.id, n.type, n.author_username AS author, n.author_name, n.body, n.created_at,
+               n.updated_at, n.internal, n.resolved, p.new_path, p.new_line, p.old_path, p.old_line,
+               p.line_range_start_old_line, p.line_range_start_new_line,
+               p.line_range_end_old_line, p.line_range_end_new_line
+        FROM notes n LEFT JOIN note_positions p ON p.note_id = n.id
+        WHERE n.noteable_type = ? AND n.noteable_id = ? ORDER BY n.discussion_id, n.position
+    """, [noteable, item["id"]])
+    by_thread: dict[str, list[dict[str, Any]]] = {}
+    for note in notes:
+        by_thread.setdefault(note["discussion_id"], []).append(note)
+    for thread in threads:
+        thread["notes"] = by_thread.get(thread["id"], [])
+    item["threads"] = threads
+    return item
 
 
 def sync_status(workspace: "Workspace") -> dict[str, Any]:

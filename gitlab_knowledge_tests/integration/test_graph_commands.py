@@ -24,6 +24,12 @@ from gitlab_knowledge_tests.integration.test_cli_schemas import validate
 PROJECTS = ["acme/platform", "acme/web-app"]
 PLATFORM = "acme/platform"
 MENTION = "@janedoe could you check the ping interval before this merges?"
+# Where `me` used to look away: a comment on an issue (not a resolvable thread), a thread since
+# resolved, someone else's description; and an MR assigned to janedoe that li.wei wrote.
+ISSUE_MENTION = "@janedoe the repro steps from the support ticket are above"
+RESOLVED_MENTION = "@janedoe is the retry budget per user or per token?"
+DESCRIPTION_MENTION = "Login fails on every second try.\n\n@janedoe you wrote the retry logic: any idea?"
+JANE = {"id": 17, "username": "janedoe", "name": "Jane Doe", "state": "active"}
 
 
 def diff(old: str, new: str, *, renamed: bool = False, new_file: bool = False) -> dict[str, Any]:
@@ -51,6 +57,12 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
         sb.state.user = {"id": 38, "username": "li.wei", "name": "Li Wei"}
         try:
             sb.state.create_discussion(PLATFORM, "merge_requests", 862, MENTION)
+            sb.state.add_note(PLATFORM, "issues", 196, ISSUE_MENTION)
+            resolved = sb.state.create_discussion(PLATFORM, "merge_requests", 847, RESOLVED_MENTION)
+            resolved["notes"][0].update(resolvable=True, resolved=True, resolved_by=JANE)
+            sb.state.create_issue(PLATFORM, "Login flakes on the second try", description=DESCRIPTION_MENTION)
+            mr = sb.state.create_merge_request(PLATFORM, "Tune the websocket ping", "ping-interval", "main")
+            sb.state.project(PLATFORM).merge_requests.put({**mr, "assignees": [JANE], "assignee": JANE})
         finally:
             sb.state.user = token_user
         doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": PROJECTS,
@@ -118,6 +130,9 @@ def test_history_follows_the_rename_and_the_review_threads(home):
     assert "acme/platform!803" in under  # through the rename
 
 
+AT_USER = "'(^|[^A-Za-z0-9_.@/-])@' || $u || '([^A-Za-z0-9_.-]|$|\\.([^A-Za-z0-9_-]|$))'"
+
+
 def expected_me(home: Path, user: str, since: str) -> dict[str, Any]:
     """What `me` must say, straight from the tables."""
     ref = "p.path_with_namespace || '{sigil}' || t.iid"
@@ -139,9 +154,24 @@ def expected_me(home: Path, user: str, since: str) -> dict[str, Any]:
         "authored": q(f"""SELECT {ref.format(sigil='!')}, (SELECT count(*) FROM discussions d WHERE d.merge_request_id = t.id
                           AND d.resolvable AND d.resolved IS NOT TRUE) {mrs} WHERE t.state = 'opened'
                           AND t.author_username = $u"""),
-        "mentions": q("""SELECT DISTINCT d.id FROM discussions d JOIN notes n ON n.discussion_id = d.id
-                         WHERE d.resolvable AND d.resolved IS NOT TRUE AND n.author_username <> $u
-                           AND regexp_matches(n.body, '(^|[^A-Za-z0-9_.@/-])@' || $u || '([^A-Za-z0-9_.-]|$|\\.([^A-Za-z0-9_-]|$))')"""),
+        # Someone else's @u, in a note of any thread or an item's title or description: written
+        # since $since, or older on an open item or in a thread still unresolved.
+        "mentions": q(f"""SELECT DISTINCT d.id FROM discussions d JOIN notes n ON n.discussion_id = d.id
+                         LEFT JOIN issues i ON n.noteable_type = 'Issue' AND i.id = n.noteable_id
+                         LEFT JOIN merge_requests m ON n.noteable_type = 'MergeRequest' AND m.id = n.noteable_id
+                         WHERE n.author_username <> $u AND regexp_matches(n.body, {AT_USER})
+                           AND (n.created_at >= $since::TIMESTAMP OR COALESCE(i.state, m.state) = 'opened'
+                                OR (d.resolvable AND d.resolved IS NOT TRUE))
+                         UNION ALL
+                         SELECT 'issue:' || t.id FROM issues t WHERE t.author_username <> $u
+                           AND (regexp_matches(t.description, {AT_USER}) OR regexp_matches(t.title, {AT_USER}))
+                           AND (t.created_at >= $since::TIMESTAMP OR t.state = 'opened')
+                         UNION ALL
+                         SELECT 'merge_request:' || t.id FROM merge_requests t WHERE t.author_username <> $u
+                           AND (regexp_matches(t.description, {AT_USER}) OR regexp_matches(t.title, {AT_USER}))
+                           AND (t.created_at >= $since::TIMESTAMP OR t.state = 'opened')"""),
+        "assigned_mrs": q(f"SELECT {ref.format(sigil='!')} {mrs} WHERE t.state = 'opened' "
+                          "AND list_contains(t.assignees, $u) AND t.author_username <> $u"),
         "notes": q(f"""SELECT n.id FROM notes n JOIN issues t ON n.noteable_type = 'Issue' AND n.noteable_id = t.id
                        WHERE {mine_issue} AND n.created_at >= $since::TIMESTAMP AND n.author_username <> $u
                        UNION ALL
@@ -163,13 +193,43 @@ def test_me_says_what_the_tables_say(home, user):
     assert references(out["assigned_issues"]) == want["assigned"]
     assert references(out["review_requested"]) == want["review"]
     assert {(m["reference"], m["unresolved_threads"]) for m in out["authored_open_mrs"]} == want["authored"]
-    assert {m["discussion_id"] for m in out["mentions"]} == want["mentions"]
+    assert references(out["assigned_mrs"]) == want["assigned_mrs"]
+    assert {m["discussion_id"] or m["item"]["type"] + ":" + str(mention_item_id(home, m)) for m in out["mentions"]} \
+        == want["mentions"]
     assert {n["note_id"] for n in out["changes"]["notes"]} == want["notes"]
     assert {(s["item"]["reference"], s["change"]) for s in out["changes"]["state_changes"]} == want["states"]
     assert want["notes"]  # the comparison is about something
+    assert out["todos"] is None  # asked only with --live
+    groups = ("assigned_issues", "assigned_mrs", "review_requested", "authored_open_mrs")
+    assert {e["reason"] for g in groups for e in out[g]} <= {"assigned", "review requested", "authored"}
     if user == "janedoe":
-        assert [m["item"]["reference"] for m in out["mentions"]] == ["acme/platform!862"]
-        assert out["mentions"][0]["author"] == "li.wei" and out["mentions"][0]["excerpt"] == MENTION
+        assert want["assigned_mrs"] and want["mentions"]
+
+
+def mention_item_id(home: Path, mention: dict[str, Any]) -> int:
+    kind = mention["item"]["type"]
+    table = "issues" if kind == "issue" else "merge_requests"
+    return sql(home, f"SELECT t.id FROM {table} t JOIN projects p ON p.id = t.project_id "
+                     "WHERE p.path_with_namespace || ? || t.iid = ?",
+               ["#" if kind == "issue" else "!", mention["item"]["reference"]])[0][0]
+
+
+def test_me_finds_every_mention_and_the_mrs_assigned(home):
+    """Each was missed before: a comment on an issue, a resolved thread, a description, an MR
+    assigned (not authored)."""
+    out = answer(home, "me", "--user", "janedoe", "--since", "2024-06-01")
+    found = {m["excerpt"]: m for m in out["mentions"]}
+    comment, resolved, described = found[ISSUE_MENTION], found[RESOLVED_MENTION], found[DESCRIPTION_MENTION.replace("\n\n", " ")]
+    assert comment["item"]["reference"] == "acme/platform#196" and comment["reason"] == "mentioned in a note"
+    assert comment["author"] == "li.wei" and comment["resolved"] is None and comment["url"].endswith(
+        f"#note_{comment['note_id']}")
+    assert resolved["item"]["reference"] == "acme/platform!847" and resolved["resolved"] is True
+    assert described["reason"] == "mentioned in the description" and described["note_id"] is None
+    assert found[MENTION]["resolved"] is False and found[MENTION]["item"]["reference"] == "acme/platform!862"
+    [assigned] = [e for e in out["assigned_mrs"] if e["title"] == "Tune the websocket ping"]
+    assert assigned["reason"] == "assigned" and assigned["state"] == "opened"
+    mentioned = answer(home, "person", "janedoe")["mentioned_in"]
+    assert {ISSUE_MENTION, RESOLVED_MENTION, MENTION} <= {m["excerpt"] for m in mentioned}
 
 
 def test_me_defaults_to_the_tokens_user(home):
@@ -209,6 +269,51 @@ def test_human_output(home):
     assert "Closes (" in texts["related"].stdout and "acme/platform#234" in texts["related"].stdout
     assert "renamed from services/session_store.py" in texts["history"].stdout
     assert "followed: services/session_store.py → services/auth/session_store.py" in texts["history"].stdout
-    assert "@janedoe (the token's user)" in texts["me"].stdout and "Unresolved threads mentioning you (1)" in texts["me"].stdout
+    assert "@janedoe (the token's user)" in texts["me"].stdout and "Mentions of you (" in texts["me"].stdout
+    assert "mentioned in the description" in texts["me"].stdout and "Merge requests assigned to you (1)" in texts["me"].stdout
     assert texts["person"].stdout.startswith("@janedoe (Jane Doe)")
     assert "authored merge requests" in texts["person"].stdout and "authored mrs" not in texts["person"].stdout
+
+
+def test_me_live_lists_the_tokens_gitlab_todos(home, tmp_path):
+    """`me --live` asks GitLab for the token's user's pending To-Dos, each with its reason; the store
+    has none, and another user's are not GitLab's to show."""
+    from gitlab_knowledge_sandbox.todos import add_todo
+
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        li = {"id": 38, "username": "li.wei", "name": "Li Wei"}
+        add_todo(sb.state, PLATFORM, "merge_requests", 862, "review_requested", author=li)
+        add_todo(sb.state, PLATFORM, "issues", 196, "mentioned", author=li, body=ISSUE_MENTION)
+        add_todo(sb.state, PLATFORM, "issues", 234, "assigned", done=True)
+        config = tmp_path / "live.toml"  # the store of `home`, GitLab live
+        config.write_text(tomli_w.dumps({"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": PROJECTS,
+                                         "storage": {"data_dir": str(home / "data")}}), encoding="utf-8")
+        out = answer(home, "me", "--user", "janedoe", "--live", "--config", str(config))
+        other = cli(home, "me", "--user", "li.wei", "--live", "--config", str(config))
+        calls = sb.stats()
+    todos = out["todos"]
+    assert [(t["reference"], t["reason"], t["author"]) for t in todos] == [
+        ("acme/platform#196", "mentioned", "li.wei"), ("acme/platform!862", "review requested", "li.wei")]
+    assert todos[0]["excerpt"] == ISSUE_MENTION and todos[1]["title"] and todos[1]["url"].endswith("/862")
+    assert other.returncode == 2 and "only the token's own To-Dos" in other.stderr and other.stdout == ""
+    assert other.stderr.count("\n") == 1 and DEFAULT_TOKEN not in other.stderr
+    assert calls["by_route"].get("todos") == 1, calls
+
+
+def test_list_narrows_by_structured_filters(home):
+    """"Merged MRs labelled security by a reviewer": without a query, every filter holding."""
+    out = answer(home, "list", "mrs", "--state", "merged", "--label", "security", "--reviewer", "li.wei",
+                 "--updated-since", "2024-01-01", "--sort", "updated_asc", "--limit", "100")
+    want = [r[0] for r in sql(home, """
+        SELECT iid FROM merge_requests WHERE state = 'merged' AND list_contains(labels, 'security')
+          AND list_contains(reviewers, 'li.wei') AND updated_at >= TIMESTAMP '2024-01-01'
+        ORDER BY updated_at, id""")]
+    assert [r["iid"] for r in out] == want and want
+    assert all("li.wei" in r["reviewers"] and "security" in r["labels"] for r in out)
+    mine = answer(home, "list", "issues", "--participant", "janedoe", "--created-since", "2024-01-01")
+    assert mine and all(r["created_at"] >= "2024-01-01" for r in mine)
+    for args, message in ((("list", "issues", "--reviewer", "li.wei"), "reviewer narrows merge requests"),
+                          (("list", "issues", "--path", "src"), "path narrows merge requests"),
+                          (("list", "mrs", "--updated-since", "monday"), "expected a date")):
+        result = cli(home, *args)
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr

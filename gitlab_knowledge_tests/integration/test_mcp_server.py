@@ -28,7 +28,7 @@ from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLa
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 
 TOOLS = {"search", "get_issue", "get_merge_request", "gitlab_get_mr_comments", "explain", "index_status", "related",
-         "file_history", "me"}
+         "file_history", "me", "person", "similar", "list_items"}
 CALLS = [
     ("search", {"query": "why did we choose redis", "limit": 5}),
     ("search", {"query": "session", "mode": "lexical", "type": ["merge_request"], "label": ["auth"], "limit": 3}),

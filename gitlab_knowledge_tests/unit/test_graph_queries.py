@@ -254,7 +254,8 @@ def test_person(ws):
     out = validate("person", person(ws, "@JaneDoe").as_dict())
     assert out["user"] == "JaneDoe" and out["name"] == "Janedoe"
     assert out["counts"] == {"authored_issues": 1, "authored_mrs": 1, "reviewed_mrs": 2, "commented_on": 2,
-                             "assigned": 2}
+                             "assigned": 2, "mentioned_in": 1}
+    assert out["mentioned_in"][0]["reason"] == "mentioned in a note"
     assert {r["reference"]: r["review_requested"] for r in out["reviewed_mrs"]} == {
         "acme/platform!800": True, "acme/platform!820": True}
     assert out["top_labels"][0] == {"label": "auth", "count": 3}
@@ -275,3 +276,19 @@ def test_person(ws):
 ])
 def test_a_mention_is_the_whole_username(body, expected):
     assert mentions_user(body, "janedoe") is expected
+
+
+def test_a_gitlab_todo_reads_whatever_its_target_is() -> None:
+    """GitLab's To-Dos name epics, commits and designs too, and old GitLabs leave fields out."""
+    from gitlab_knowledge.graph.todos import todo
+
+    mr = todo({"action_name": "review_requested", "target_type": "MergeRequest", "author": {"username": "li.wei"},
+               "project": {"path_with_namespace": "acme/platform"}, "body": "Tune  the\nping",
+               "target": {"iid": 862, "title": "Tune the ping", "state": "opened", "confidential": False},
+               "target_url": "https://gitlab.example.com/acme/platform/-/merge_requests/862",
+               "created_at": "2024-11-25T09:10:50.516+01:00"})
+    assert mr["reason"] == "review requested" and mr["reference"] == "acme/platform!862"
+    assert mr["excerpt"] == "Tune the ping" and mr["created_at"] == "2024-11-25T08:10:50.516000Z"
+    epic = todo({"action_name": "epic_updated", "target_type": "Epic", "target": None, "project": None})
+    assert epic["reference"] is None and epic["reason"] == "epic updated" and epic["target_type"] == "Epic"
+    assert epic["author"] is None and epic["url"] is None and epic["excerpt"] == ""

@@ -12,6 +12,7 @@ from .errors import BadRequest, SandboxError
 from .pagination import DEFAULT_PER_PAGE, page_params, paginate
 from .projects import KINDS
 from .state import ListFilters, SandboxState
+from .todos import list_todos
 
 API_PREFIX = "/api/v4"
 MUTATING = ("POST", "PUT", "DELETE", "PATCH")
@@ -75,6 +76,8 @@ class Api:
         n = len(seg)
         if seg == ["user"]:
             return Route("user", {"GET": self._user})
+        if seg == ["todos"]:
+            return Route("todos", {"GET": lambda r: self._page(r, list_todos(self.state, str(r.param("state") or "pending")))})
         if not seg or seg[0] != "projects":
             return None
         if n == 1:
