@@ -120,7 +120,7 @@ def test_malformed_items_are_rejected_by_name_and_the_rest_of_the_page_kept(sync
 
     lines: list[str] = []
     progress = LogProgress(logging.getLogger("test"))
-    progress.message = lines.append  # type: ignore[method-assign]
+    progress.warning = lines.append  # type: ignore[method-assign]
     stats = sync(config, path, workspace_kwargs={"progress": progress})
     assert stats.items_rejected == 3
     rejected = [line for line in lines if "rejected" in line]
