@@ -9,6 +9,7 @@ no escape byte on stdout, nothing stored removed, bounded answers that say what 
 One store for the module (CLI sync, embedded model): the drills read it, and the few that change
 it put it back or change only what no other drill reads."""
 
+import asyncio
 import json
 import re
 import signal
@@ -99,6 +100,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         first = cli(world, "sync")
         assert first.returncode == 0, first.stderr
         yield world
+
+
+def tools() -> dict[str, Any]:
+    """The MCP server's tools by name: the functions each call runs, in-process."""
+    from gitlab_knowledge.mcp.tools import all_tools
+
+    return {t.name: t for t in all_tools()}
 
 
 def stored(config: Config) -> tuple[int, int]:
@@ -209,10 +217,12 @@ def test_a_confidential_title_behind_closes_is_not_searchable_through_the_mr(wor
 def test_show_bounds_a_50_mb_note_and_says_what_it_left_out(world: World) -> None:
     """Issue 28 point 6: `show` of an item with a 50 MB note had written 5 KB after 11 minutes (MCP
     cut the same note at 8,000 characters). Each body shown is cut at SHOW_BODY_CHARS with a line
-    saying how much more there is; --json keeps it whole."""
+    saying how much more there is; --json keeps it whole; MCP's get_issue cuts it at BODY_CHARS."""
     import duckdb
 
     from gitlab_knowledge.cli.inspect_cmd import SHOW_BODY_CHARS
+    from gitlab_knowledge.mcp.bounds import BODY_CHARS
+    from gitlab_knowledge.mcp.context import Context
 
     project = world.project
     issue = next(i["iid"] for i in world.sb.state.list_items(project, "issues") if i["user_notes_count"] > 0
@@ -233,6 +243,13 @@ def test_show_bounds_a_50_mb_note_and_says_what_it_left_out(world: World) -> Non
         assert len(shown.stdout) < SHOW_BODY_CHARS * 3
         whole = json.loads(cli(world, *ref, "--json").stdout)
         assert len(whole["threads"][0]["notes"][0]["body"]) == 51 * 1_000_000
+        # What an agent gets: the note cut at BODY_CHARS with a marker saying how much more.
+        ctx = Context.create(world.config, resident=None)  # type: ignore[arg-type]  # get_issue searches nothing
+        text, item = asyncio.run(tools()["get_issue"].handler(ctx, {"iid": issue, "project": project}))
+        note = item["threads"][0]["notes"][0]["body"]
+        assert note.startswith("a line of") and len(note) < BODY_CHARS + 200
+        assert f"[… cut by gitlab_knowledge: {51 * 1_000_000 - BODY_CHARS:,} more characters" in note
+        assert len(text) < BODY_CHARS * 3
     finally:
         with duckdb.connect(db) as con:
             con.execute("UPDATE notes SET body = ? WHERE id = ?", [before, note_id])
@@ -242,7 +259,6 @@ def test_show_bounds_a_50_mb_note_and_says_what_it_left_out(world: World) -> Non
 def test_an_mr_of_100000_files_is_bounded_in_every_mcp_answer(world: World, tmp_path: Path) -> None:
     """Issue 28 point 6: file_history returned 12 MB for an MR of 100,000 files. get_merge_request
     and file_history list ITEM_FILES of them and say how many they left out."""
-    import asyncio
     import shutil
 
     import duckdb
@@ -251,7 +267,6 @@ def test_an_mr_of_100000_files_is_bounded_in_every_mcp_answer(world: World, tmp_
     from gitlab_knowledge.config import parse_config
     from gitlab_knowledge.mcp.bounds import ITEM_FILES
     from gitlab_knowledge.mcp.context import Context
-    from gitlab_knowledge.mcp.tools import all_tools
 
     shutil.copytree(world.config.data_dir, tmp_path / "data", ignore=shutil.ignore_patterns("*.sock"))
     config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": [world.project],
@@ -262,13 +277,13 @@ def test_an_mr_of_100000_files_is_bounded_in_every_mcp_answer(world: World, tmp_
         con.execute("INSERT INTO mr_files (merge_request_id, project_id, position, new_path, old_path, new_file) "
                     "SELECT ?, ?, 1000000 + i, 'generated/many/f' || i || '.py', "
                     "'generated/many/f' || i || '.py', true FROM range(100000) t(i)", [mr_id, project_id])
-    tools = {t.name: t for t in all_tools()}
+    tool = tools()
     ctx = Context.create(config, resident=None)  # type: ignore[arg-type]  # neither tool searches
     omitted = 100_000 - ITEM_FILES
 
     async def ask(name: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        text, out = await tools[name].handler(ctx, args)
-        jsonschema.validate(out, tools[name].output_schema, format_checker=jsonschema.FormatChecker())
+        text, out = await tool[name].handler(ctx, args)
+        jsonschema.validate(out, tool[name].output_schema, format_checker=jsonschema.FormatChecker())
         assert len(text) < 100_000 and len(json.dumps(out)) < 200_000, (name, len(text), len(json.dumps(out)))
         return text, out
 
