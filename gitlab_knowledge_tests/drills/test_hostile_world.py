@@ -361,6 +361,22 @@ def post(url: str, **headers: str) -> int:
                        headers={"Accept": "application/json, text/event-stream", **headers}, timeout=10).status_code
 
 
+def raw_post(url: str, origin: bytes, headers: dict[str, str]) -> int:
+    """A POST with header bytes no HTTP client library would send; its status."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'
+    head = {"Host": parts.netloc, "Content-Type": "application/json", "Content-Length": str(len(body)),
+            "Accept": "application/json, text/event-stream", "Connection": "close", **headers}
+    request = (f"POST {parts.path} HTTP/1.1\r\n".encode() + b"".join(f"{k}: {v}\r\n".encode() for k, v in head.items())
+               + b"Origin: " + origin + b"\r\n\r\n" + body)
+    with socket.create_connection((parts.hostname, parts.port), timeout=10) as conn:
+        conn.sendall(request)
+        return int(conn.recv(64).split(b" ")[1])
+
+
 @pytest.mark.parametrize("token", [False, True], ids=["no token", "bearer token"])
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "0:0:0:0:0:0:0:1", "0.0.0.0"])
 def test_every_bind_refuses_a_foreign_origin_or_host(tmp_path: Path, host: str, token: bool) -> None:
@@ -393,6 +409,9 @@ def test_every_bind_refuses_a_foreign_origin_or_host(tmp_path: Path, host: str, 
             assert post(url, Origin="http://evil.example", Host="evil.example", **auth) == 421
         assert post(url, **auth) not in (401, 403, 421)
         assert post(url, Origin=own, **auth) not in (401, 403, 421)
+        # An Origin carrying a C1 CSI (HTTP lets bytes over 0x7f through, read as C1 characters):
+        # refused, and the server's log line quoting it obeys no terminal.
+        assert raw_post(url, b"http://evil\x9b2J\x9d0;pwned\x9c.example", auth) == 403
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -400,3 +419,4 @@ def test_every_bind_refuses_a_foreign_origin_or_host(tmp_path: Path, host: str, 
         log = proc.stderr.read()
         proc.stderr.close()
     assert "Traceback" not in log and BEARER not in log
+    assert not UNSAFE & set(log), log
