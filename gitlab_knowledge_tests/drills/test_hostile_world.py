@@ -1,7 +1,7 @@
 """A hostile world around one small synced store (issue 28): GitLab text written to drive the
 reader's terminal, a confidential issue an MR closes, a `--full` listing with a row GitLab never
 sends, a note of 50 MB, an MR of 100,000 files, an embedding server answering NaN, and a web page
-of another site talking to the MCP server on every loopback bind. Each drill runs the real parts
+of another site talking to the MCP server on every bind. Each drill runs the real parts
 (the sandbox GitLab behind the hostile proxy, CLI and MCP server subprocesses, the store's own
 files) and checks what the user sees: the exit code of the README's table, one line on stderr,
 no escape byte on stdout, nothing stored removed, bounded answers that say what they left out.
