@@ -11,6 +11,10 @@ class SyncProgress(Protocol):
 
     def message(self, text: str) -> None: ...
 
+    # What the user must read once (a rejected row, a removal held back): a terminal shows it as a
+    # line, Dagster's run log at WARNING. Not also logged beside it: the CLI's stderr got it twice.
+    def warning(self, text: str) -> None: ...
+
 
 class LogProgress:
     """Progress as log lines (Dagster's context.log, or any logger)."""
@@ -34,8 +38,13 @@ class LogProgress:
     def message(self, text: str) -> None:
         self._log.info(text)
 
+    def warning(self, text: str) -> None:
+        self._log.warning(text)
+
 
 class NullProgress:
+    """No progress shown; warnings still go to the log (nobody else would say them)."""
+
     def resource_started(self, project: str, resource: str, total: int | None) -> None:
         pass
 
@@ -44,3 +53,6 @@ class NullProgress:
 
     def message(self, text: str) -> None:
         pass
+
+    def warning(self, text: str) -> None:
+        logging.getLogger("gitlab_knowledge.sync").warning("%s", text)

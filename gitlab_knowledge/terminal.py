@@ -5,8 +5,11 @@ issue: printed raw, an escape sequence in it clears the screen, retitles the win
 fakes lines, and bidi overrides reorder what the reader sees. Escape sequences go whole (their
 visible text stays), then every other C0/C1 control except newline and tab, DEL, and the bidi
 embeddings, overrides and isolates. JSON output does not come here: it escapes by itself.
+Log lines come here too (`clean_logs`): a message may quote what a stranger sent, like the
+`Origin` header of a request the MCP server refused, whose C1 bytes arrive as C1 characters.
 """
 
+import logging
 import re
 
 _SEQUENCES = re.compile(
@@ -27,3 +30,19 @@ def clean(text: str) -> str:
     if text.isprintable():
         return text
     return _CONTROLS.sub("", _SEQUENCES.sub("", text))
+
+
+class _CleanRecords(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = clean(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def clean_logs() -> None:
+    """Pass every record the root logger's handlers write (stderr) through `clean`."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _CleanRecords) for f in handler.filters):
+            handler.addFilter(_CleanRecords())

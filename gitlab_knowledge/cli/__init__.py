@@ -12,6 +12,7 @@ from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, load_config
 from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.redact import install_logging_redaction, redact
+from gitlab_knowledge.terminal import clean_logs
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
 # GitLab's issue and MR states (`reopened` is what GitLabs before 10.x stored), and its `all`.
@@ -163,6 +164,7 @@ def _setup_logging(verbose: bool) -> None:
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.WARNING)
     install_logging_redaction()
+    clean_logs()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

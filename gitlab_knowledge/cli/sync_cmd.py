@@ -46,6 +46,9 @@ class BarProgress:
     def message(self, text: str) -> None:
         self._progress.console.print(text, markup=False, highlight=False)
 
+    def warning(self, text: str) -> None:
+        self.message(text)
+
 
 def raise_if_interrupted(outcomes: list[Any]) -> None:
     """Ctrl-C (or SIGTERM) inside a run reaches the runner as a step failure: it is an interrupt

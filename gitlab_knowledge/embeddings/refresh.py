@@ -173,7 +173,9 @@ def embed_staged(staged: Path, embed_ids: Container[str], provider: EmbeddingPro
                                   else unavailable_streak + 1 if unavailable else 0)
             out.failures += _failed(docs, project, error, attempts)
             stats.errors.append(error)
-            log.warning("embedding batch of %d documents failed: %s", len(docs), error)
+            # INFO: the run says it once (embed's warning per project, the asset's log), not once a
+            # batch on a terminal's stderr (a down provider made that a line per 32 documents).
+            log.info("embedding batch of %d documents failed: %s", len(docs), error)
         else:
             unavailable_streak = 0
             now = utcnow()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.redact import install_logging_redaction, redact
+from gitlab_knowledge.terminal import clean_logs
 
 DEFAULT_PORT = 8848
 
@@ -37,6 +38,7 @@ def _terminate(signum: int, _frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     install_logging_redaction()
+    clean_logs()
     try:
         args = build_parser().parse_args(argv)
         from gitlab_knowledge.config import load_config

@@ -197,7 +197,7 @@ def _links_and_files(item: dict[str, Any]) -> list[str]:
                 f" (renamed from `{f['old_path']}`)" if f["renamed_file"] else ""
             lines.append(f"- `{f['new_path'] or f['old_path']}`{change}")
         if item["omitted"]["files_over_limit"]:
-            lines.append(f"[{item['omitted']['files_over_limit']} more file(s) not shown: the first {ITEM_FILES} are]")
+            lines.append(f"[{item['omitted']['files_over_limit']:,} more file(s) not shown: the first {ITEM_FILES} are]")
         if not item["files"]:
             lines.append("(none stored: a sync fetches an MR's file list)")
     return lines

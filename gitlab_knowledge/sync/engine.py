@@ -268,8 +268,7 @@ class ProjectSync:
     def _reject(self, stats: ResourceStats, line: str) -> None:
         """A payload the store cannot hold: one line naming it; the rest of its page goes on."""
         stats.rejected += 1
-        self.progress.message(f"{self.project_path}: {line}")
-        log.warning("%s: %s", self.project_path, line)
+        self.progress.warning(f"{self.project_path}: {line}")
 
     # -- commits ----------------------------------------------------------------------------
 
@@ -321,8 +320,7 @@ class ProjectSync:
     def _keep_unlisted(self, resource: str, rejected: int) -> None:
         line = (f"{self.project_path}: {resource} listing incomplete ({rejected} rejected "
                 f"row{'s' if rejected != 1 else ''}): nothing removed as no longer in GitLab on this run")
-        self.progress.message(line)
-        log.warning("%s", line)
+        self.progress.warning(line)
 
 
 def _describe(exc: BaseException) -> str:

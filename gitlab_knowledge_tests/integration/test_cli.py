@@ -29,39 +29,6 @@ def synced(small_dataset, tmp_path_factory):
         yield sb, home, first
 
 
-def test_show_bounds_a_50_mb_note_and_says_what_it_left_out(synced):
-    """Issue 28, point 6: `show` of an item with a 50 MB note had written 5 KB after 11 minutes. Each
-    body shown is cut at SHOW_BODY_CHARS with a line saying how much more there is; --json keeps it whole."""
-    import duckdb
-
-    from gitlab_knowledge.cli.inspect_cmd import SHOW_BODY_CHARS
-    from gitlab_knowledge.config import load_config
-
-    sb, home, _ = synced
-    project = sb.state.list_projects(order_by="id", sort="asc")[0]["path_with_namespace"]
-    issue = next(i for i in sb.state.list_items(project, "issues") if i["user_notes_count"] > 0)
-    ref = ("show", "issue", str(issue["iid"]), "--project", project)
-    note_id = json.loads(cli(*ref, "--json", cwd=home).stdout)["threads"][0]["notes"][0]["id"]
-    db = str(load_config(home / "gitlab_knowledge.toml").duckdb_path)
-    with duckdb.connect(db) as con:
-        [(before,)] = con.execute("SELECT body FROM notes WHERE id = ?", [note_id]).fetchall()
-        con.execute("UPDATE notes SET body = repeat('a line of a very long note, fifty characters long.' "
-                    "|| chr(10), 1000000) WHERE id = ?", [note_id])
-    try:
-        shown = cli(*ref, cwd=home)
-        assert shown.returncode == 0, shown.stderr
-        left_out = 51 * 1_000_000 - SHOW_BODY_CHARS
-        assert f"[… {left_out:,} more characters not shown: `show issue {issue['iid']} --project {project} --full`" \
-            in shown.stdout
-        assert len(shown.stdout) < SHOW_BODY_CHARS * 3
-        whole = json.loads(cli(*ref, "--json", cwd=home).stdout)
-        assert len(whole["threads"][0]["notes"][0]["body"]) == 51 * 1_000_000
-    finally:
-        with duckdb.connect(db) as con:
-            con.execute("UPDATE notes SET body = ? WHERE id = ?", [before, note_id])
-    assert "more characters not shown" not in cli(*ref, cwd=home).stdout
-
-
 def test_sync_prints_a_summary_and_json(synced):
     sb, home, first = synced
     assert first.returncode == 0, first.stderr
@@ -183,44 +150,3 @@ def test_missing_token_and_config_are_one_line(tmp_path):
     assert nothing.returncode == 1 and "run `python -m gitlab_knowledge sync` first" in nothing.stderr
     unreachable = cli("auth-test", cwd=tmp_path, timeout=120)
     assert unreachable.returncode == 1 and unreachable.stderr.count("\n") == 1 and "Traceback" not in unreachable.stderr
-
-
-# An issue written to drive the reader's terminal: clear the screen, retitle the window, colour,
-# reorder with bidi overrides, a C1 CSI, a bell.
-HOSTILE_TITLE = "Zanzibar \x1b[2Jquartz\x1b]0;pwned\x07 ledger \u202eevil\u202c \x9b31mcobalt\x07"
-HOSTILE_BODY = "Body of zanzibar\x1b[8m hidden \x1b[0m\nsecond \u2066line\u2069 \x1bPdcs\x1b\\ end"
-UNSAFE = set(chr(c) for c in [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0)]) | set(
-    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def test_escape_codes_in_gitlab_text_never_reach_the_terminal(small_dataset, tmp_path):
-    home = tmp_path / "hostile"
-    home.mkdir()
-    with SandboxGitLab(dataset=small_dataset) as sb:
-        project = sb.state.list_projects(order_by="id", sort="asc")[0]["path_with_namespace"]
-        issue = sb.state.create_issue(project, HOSTILE_TITLE, description=HOSTILE_BODY, labels="esc\x1b[5mlabel")
-        mr = sb.state.create_merge_request(project, "Fix \x1b[31mzanzibar\x1b[0m", "fix-z", "main",
-                                           description=f"Closes #{issue['iid']}")
-        write_config_file(home / "gitlab_knowledge.toml", sb, home / "data")
-        assert cli("sync", cwd=home).returncode == 0
-    search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", "zanzibar quartz ledger", "--mode",
-                             "lexical", "--config", str(home / "gitlab_knowledge.toml")], capture_output=True,
-                            text=True, env=subprocess_env(), timeout=300, cwd=home)
-    outputs = {
-        "search": search,
-        "show": cli("show", "issue", str(issue["iid"]), "--project", project, cwd=home),
-        "list": cli("list", "issues", "--project", project, "--limit", "200", cwd=home),
-        "related": cli("related", f"{project}!{mr['iid']}", cwd=home),
-        "related issue": cli("related", f"{project}#{issue['iid']}", cwd=home),
-    }
-    for name, done in outputs.items():
-        assert done.returncode == 0, (name, done.stderr)
-        unsafe = sorted(UNSAFE & set(done.stdout + done.stderr))
-        assert not unsafe, (name, unsafe, done.stdout)
-        assert "Zanzibar" in done.stdout and "quartz" in done.stdout, (name, done.stdout)
-    assert "ledger evil" in outputs["search"].stdout and "cobalt" in outputs["list"].stdout
-    assert "Body of zanzibar hidden" in outputs["show"].stdout and "second line" in outputs["show"].stdout
-    assert "esclabel" in outputs["show"].stdout and "Fix zanzibar" in outputs["related issue"].stdout
-    # JSON stays exact: the title as GitLab holds it.
-    shown = json.loads(cli("show", "issue", str(issue["iid"]), "--project", project, "--json", cwd=home).stdout)
-    assert shown["title"] == HOSTILE_TITLE

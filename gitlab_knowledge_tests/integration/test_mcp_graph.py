@@ -215,32 +215,3 @@ def test_tool_errors_are_one_line_saying_what_to_do(default: tuple[list[Any], li
     assert "pass user" in nobody and "--user" not in nobody
     assert "since" in bad_day
     assert "since" in not_a_day and "input schema" in not_a_day
-
-
-def test_file_history_bounds_an_mr_of_100000_files_and_says_so(sample: Any, tmp_path: Path) -> None:
-    """Issue 28, point 6: a directory's history of an MR touching 100,000 files was 12 MB; it lists
-    ITEM_FILES of them, as get_merge_request does, and says how many it left out."""
-    import duckdb
-
-    from gitlab_knowledge.config import parse_config
-    from gitlab_knowledge.mcp import graph_tools
-    from gitlab_knowledge.mcp.bounds import ITEM_FILES
-    from gitlab_knowledge.mcp.context import Context
-
-    shutil.copytree(sample.config.data_dir, tmp_path / "data", ignore=shutil.ignore_patterns("*.sock"))
-    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": ["acme/platform", "acme/web-app"],
-                           "storage": {"data_dir": str(tmp_path / "data")}}, tmp_path, {}, "t")
-    with duckdb.connect(str(config.duckdb_path)) as con:
-        mr_id, project_id = con.execute("SELECT m.id, m.project_id FROM merge_requests m JOIN projects p "
-                                        "ON p.id = m.project_id WHERE p.path_with_namespace = 'acme/platform' "
-                                        "AND m.iid = 847").fetchone()
-        con.execute("INSERT INTO mr_files (merge_request_id, project_id, position, new_path, old_path, new_file) "
-                    "SELECT ?, ?, 1000000 + i, 'generated/many/f' || i || '.py', "
-                    "'generated/many/f' || i || '.py', true FROM range(100000) t(i)", [mr_id, project_id])
-    ctx = Context.create(config, resident=None)  # type: ignore[arg-type]  # history embeds nothing
-    text, out = asyncio.run(graph_tools.file_history(ctx, {"path": "generated/many", "project": "acme/platform"}))
-    jsonschema.validate(out, schema("cli/schemas/history.json"), format_checker=jsonschema.FormatChecker())
-    [mr] = out["merge_requests"]
-    assert len(mr["files"]) == ITEM_FILES and mr["files_omitted"] == 100_000 - ITEM_FILES
-    assert f"{100_000 - ITEM_FILES:,} more file(s) not shown" in text
-    assert len(text) < 100_000

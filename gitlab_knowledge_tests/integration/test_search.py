@@ -280,17 +280,6 @@ def test_a_long_one_word_query_is_embedded_by_its_first_characters_with_a_warnin
     assert fake.texts[-1] == "why did we choose redis"
 
 
-def test_a_nan_query_vector_falls_back_to_keywords_with_a_warning(sample):
-    """Issue 28, point 7: NaN is near nothing; the answer was empty and said nothing."""
-    import numpy as np
-
-    searcher, _ = _recording_searcher(sample, np.full(384, np.nan, np.float32))
-    response = searcher.search("why did we choose redis", mode="hybrid", limit=5)
-    assert response.effective_mode == "lexical" and response.results
-    assert UNAVAILABLE in response.warnings
-    assert any("NaN" in w for w in response.warnings), response.warnings
-
-
 def test_a_lone_surrogate_in_the_query_is_a_usage_error(searcher):
     """Issue 28, point 7: the Searcher API raised TypeError (a traceback in the resident socket's log)."""
     with pytest.raises(UsageError, match="not valid UTF-8"):

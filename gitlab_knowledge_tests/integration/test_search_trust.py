@@ -163,29 +163,3 @@ def test_a_beir_subset_through_the_whole_pipeline(tmp_path):
     runs = {r["mode"]: r for r in report["runs"]}
     assert runs["hybrid"]["recall_10"] == 1.0 and runs["hybrid"]["ndcg_10"] >= 0.8, runs
     assert runs["lexical"]["effective_modes"] == ["lexical"] and runs["semantic"]["model"]
-
-
-def test_a_confidential_title_behind_closes_is_not_searchable_through_the_mr(sample, searcher):
-    """acme/platform!827 closes the confidential #215. Its document keeps the reference and drops
-    the title: the title's words, searched with confidential items left out (the MCP default,
-    `--no-confidential`), do not find the MR; without the filter the issue itself is found."""
-    from gitlab_knowledge.search.filters import Filters
-
-    mr_doc, text = rows(sample.config, """
-        SELECT id, content_text FROM documents WHERE source_type = 'merge_request'
-          AND project_path = 'acme/platform' AND parent_iid = 827""")[0]
-    closes = [line for line in text.splitlines() if line.startswith("Closes:")]
-    assert closes == ["Closes: #215"], closes
-    words = "SSRF validation bypassed to reach internal"  # none is in the MR's own title or description
-    hidden = Filters(exclude_confidential=True)
-    for mode in ("lexical", "hybrid"):
-        results = searcher.search(words, hidden, mode=mode, limit=50, floor=False).results
-        assert all(not r.fields["confidential"] for r in results)
-        if mode == "lexical":
-            assert mr_doc not in [r.doc_id for r in results]
-    shown = searcher.search(words, mode="lexical", limit=5).results
-    assert shown[0].fields["confidential"] and shown[0].fields["iid"] == 215
-    # The pinned path: the reference of the confidential issue, with confidential items left out,
-    # shows no confidential item (the MR that closes it may be pinned: its text names #215).
-    pinned = searcher.search("#215", hidden, mode="lexical", limit=10).results
-    assert pinned and all(not r.fields["confidential"] for r in pinned)

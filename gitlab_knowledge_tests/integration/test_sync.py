@@ -252,6 +252,9 @@ class _Gate:
     def message(self, text):
         pass
 
+    def warning(self, text):
+        pass
+
 
 def test_a_second_concurrent_sync_is_refused(sandbox, make_config):
     config = make_config(sandbox, per_page=5)

@@ -6,6 +6,7 @@ An unknown model answers 404 {"error": "model \"X\" not found, try pulling it fi
 Embeddings are a signed, hashed bag of words projected to the model's dims: identical texts get identical
 vectors and texts sharing words similar ones. They are deliberately NOT unit length (the provider must
 normalise). GET /, /api/version and /api/tags answer plausibly. Every request is recorded.
+`poison(nan)` makes every vector it answers all NaN (JSON `NaN`, as a broken model's server sends it).
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class FakeOllama:
         self._connections: set[socket.socket] = set()
         self._failures, self._fail_status, self._fail_error = 0, 500, ""
         self._hang = 0.0
+        self._poison: float | None = None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -151,6 +153,11 @@ class FakeOllama:
         """Stall every embed request `seconds` before answering (0 turns it off); stop() ends a stall."""
         with self._lock:
             self._hang = seconds
+
+    def poison(self, value: float | None) -> None:
+        """Answer every vector filled with `value` (None: honest vectors again)."""
+        with self._lock:
+            self._poison = value
 
     @property
     def embed_bodies(self) -> list[Any]:
@@ -206,7 +213,7 @@ class FakeOllama:
 
     def _answer(self, body: Any) -> tuple[int, dict[str, Any]] | None:
         with self._lock:
-            stall, failing = self._hang, self._failures > 0
+            stall, failing, poison = self._hang, self._failures > 0, self._poison
             self._failures -= failing
         if stall > 0:
             self.stalled.set()
@@ -232,6 +239,6 @@ class FakeOllama:
         if body.get("truncate") is False and any(c > num_ctx for c in counts):
             return 400, {"error": "the input length exceeds the context length"}
         size = body.get("dimensions") or dims  # Ollama truncates to `dimensions` when asked
-        embeddings = [fake_embedding(t, dims)[:size] for t in inputs]
+        embeddings = [fake_embedding(t, dims)[:size] if poison is None else [poison] * size for t in inputs]
         return 200, {"model": name, "embeddings": embeddings, "total_duration": 1_000_000 * (1 + len(inputs)),
                      "load_duration": 500_000, "prompt_eval_count": sum(min(c, num_ctx) for c in counts)}

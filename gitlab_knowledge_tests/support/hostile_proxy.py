@@ -1,7 +1,8 @@
 """A hostile HTTP proxy on 127.0.0.1 in front of the sandbox GitLab: it forwards every request
 and, for the requests its rules pick, lies the way broken GitLabs and the boxes in front of them
 do: a 404/410/403 on one endpoint, `Link` headers that loop or lead to a 404, listings whose
-pagination headers were stripped, bodies larger than anything sane, gzip bombs.
+pagination headers were stripped, bodies larger than anything sane, gzip bombs, a listing with one
+row GitLab never sends (its `id` missing or not an integer).
 
     with HostileProxy(sandbox.url) as proxy:
         proxy.add(Rule(r"/issues/3/discussions$", "status", status=404, count=1))
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-ACTIONS = ("status", "link_loop", "link_404", "strip_paging", "huge", "gzip_bomb", "empty")
+ACTIONS = ("status", "link_loop", "link_404", "strip_paging", "huge", "gzip_bomb", "empty", "bad_row")
 PAGING_HEADERS = ("link", "x-next-page", "x-page", "x-total", "x-total-pages", "x-per-page", "x-prev-page")
 
 
@@ -34,7 +35,10 @@ class Rule:
     count: int | None = 1  # None: for ever
     size: int = 4 * 2**20  # bytes of body for `huge` and `gzip_bomb` (decompressed)
     query: str | None = None  # a regex the query string must match too
+    iid: int | None = None  # `bad_row`: the listed item whose row is spoilt
+    bad_id: Any = None  # `bad_row`: the value its `id` becomes (None: the key is dropped)
     fired: int = 0
+    spoilt: int = 0  # `bad_row`: rows spoilt (a page without the item spoils none)
     pattern: re.Pattern[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +125,8 @@ class HostileProxy:
         content = reply.content
         if rule is not None and rule.action == "empty":
             content = b"[]"
+        elif rule is not None and rule.action == "bad_row":
+            content = self._spoil_row(content, rule)
         elif rule is not None and rule.action == "strip_paging":
             out = {k: v for k, v in out.items() if k.lower() not in PAGING_HEADERS}
         elif rule is not None and rule.action == "link_loop":
@@ -131,6 +137,17 @@ class HostileProxy:
             out = {k: v for k, v in out.items() if k.lower() not in PAGING_HEADERS}
             out["Link"] = f'<{self.url}{parts.path}/nowhere?page=2>; rel="next"'
         self._send(handler, reply.status_code, content, out)
+
+    @staticmethod
+    def _spoil_row(content: bytes, rule: Rule) -> bytes:
+        rows = json.loads(content)
+        for row in rows:
+            if row.get("iid") == rule.iid:
+                row.pop("id", None)
+                if rule.bad_id is not None:
+                    row["id"] = rule.bad_id
+                rule.spoilt += 1
+        return json.dumps(rows).encode()
 
     @staticmethod
     def _send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict[str, str]) -> None:

@@ -1,7 +1,9 @@
-"""The search command's socket in a hostile world: a socket another user put first (at the shared
-temp-dir name the old layout used, in a directory others may write, from a process of another
-user) is never asked; a stalled or trickling server costs at most the one deadline; a malformed
-reply means the in-process search; the real server binds past a stale or squatted socket."""
+"""Drill (issue 28 point 2): the search command's socket in a hostile world. A socket another user
+put first (at the shared temp-dir name the old layout used, in a directory others may write, from
+a process of another user) is never asked, and the command prints the real answer (exit 0, no
+escape byte of the squatter's); a stalled or trickling server costs at most the one deadline; a
+malformed reply means the in-process search; the real server binds past a stale or squatted
+socket."""
 
 import hashlib
 import json
