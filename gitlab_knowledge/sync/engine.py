@@ -304,6 +304,7 @@ class ProjectSync:
         for start in range(0, len(candidates), RECHECK_BATCH):
             batch = [Parent(kind, gid, iid, None, recheck=True) for gid, iid in candidates[start:start + RECHECK_BATCH]]
             await self._fetch_threads(client, batch)
+            self._paths.read(batch)
             with self.workspace.write() as con:
                 stored = raw.stored_thread_signatures(con, kind, [p.gitlab_id for p in batch])
             # Threads changed under an unchanged updated_at: the parent's own payload is stale too

@@ -329,7 +329,8 @@ def test_migration_6_upgrades_a_store_written_before_it(v1_store: Path, make_con
     from gitlab_knowledge.sync.engine import ProjectSync
     from gitlab_knowledge.workspace import Workspace
 
-    monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS[:5])
+    every = migrations.MIGRATIONS
+    monkeypatch.setattr(migrations, "MIGRATIONS", every[:5])
     with write_connection(v1_store) as con:
         # What a sync before schema 6 left: every item's threads settled (the uncommented ones
         # "fetched" without a call), and the graph at its end.
@@ -338,7 +339,7 @@ def test_migration_6_upgrades_a_store_written_before_it(v1_store: Path, make_con
         con.execute("INSERT INTO layer_state (project_id, layer, watermark) SELECT DISTINCT project_id, 'graph', "
                     "1000000000 FROM raw_payloads WHERE project_id IS NOT NULL")
     assert version(v1_store) == 5
-    monkeypatch.undo()
+    monkeypatch.setattr(migrations, "MIGRATIONS", every)
     forget_schema_cache()
     with write_connection(v1_store):
         pass
