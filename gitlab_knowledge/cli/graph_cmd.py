@@ -15,7 +15,9 @@ from gitlab_knowledge.config import Config
 # The handlers import graph.queries (DuckDB, the explain parser) when they run: every command's
 # start-up imports this module to build the parser.
 GROUP_TITLES = {"closes": "Closes", "closed_by": "Closed by", "mentions": "Mentions",
-                "mentioned_in": "Mentioned in", "related": "Related"}
+                "mentioned_in": "Mentioned in", "related": "Related", "duplicate_of": "Duplicate of",
+                "duplicated_by": "Duplicated by", "blocks": "Blocks", "blocked_by": "Blocked by",
+                "moved_to": "Moved to", "moved_from": "Moved from"}
 CHANGE_WORDS = {"new": "added", "deleted": "deleted", "modified": "modified", None: "reviewed"}
 
 

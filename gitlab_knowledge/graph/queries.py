@@ -19,15 +19,16 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import NoteNotStored, resolve
 from gitlab_knowledge.graph.answers import History, Related
 from gitlab_knowledge.graph.paths import repo_path
+from gitlab_knowledge.graph.refs import INVERSE
 from gitlab_knowledge.store.queries import check_project
 from gitlab_knowledge.workspace import Workspace
 
 # The groups `related` sorts links into, in the order they are printed.
-GROUPS = ("closes", "closed_by", "mentions", "mentioned_in", "related")
+GROUPS = ("closes", "closed_by", "mentions", "mentioned_in", "related", "duplicate_of", "duplicated_by",
+          "blocks", "blocked_by", "moved_to", "moved_from")
 # A row read from the item it was written in keeps its kind; read from its target, it is the
 # other side of the same link ("#234 closed_by !847" is "!847 closes #234").
-_INCOMING = {"closes": "closed_by", "closed_by": "closes", "mentions": "mentioned_in",
-             "mentioned_in": "mentions", "related": "related"}
+_INCOMING = INVERSE
 VIA = ("title", "description", "note", "system_note")
 EXCERPT_CHARS = 200
 ITEM_COLUMNS = ("t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.created_at, t.updated_at, t.closed_at, "

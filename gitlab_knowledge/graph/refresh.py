@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.graph.refs import extract
+from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, UNRELATED, extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import GRAPH, NORMALIZED
 from gitlab_knowledge.store.bulk import insert_rows
@@ -120,6 +120,14 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
     for item_id, note_id, found_in, text in texts:
         for ref in extract(text, project_path=project_path, gitlab_url=gitlab_url, source_type=kind.name,
                            found_in=found_in):
+            if ref.kind == UNRELATED:
+                # "removed the relation with #N" undoes the related or blocking links its item's
+                # earlier system notes made (system notes are read in the order GitLab wrote them).
+                target = (ref.target_type, ref.target_path.casefold(), ref.target_iid)
+                rows = [r for r in rows if not (
+                    r["source_id"] == item_id and r["found_in"] == "system_note" and r["kind"] in ISSUE_LINK_KINDS
+                    and (r["target_type"], r["target_path"].casefold(), r["target_iid"]) == target)]
+                continue
             rows.append({
                 "project_id": project_id, "source_type": kind.name, "source_id": item_id, "note_id": note_id,
                 "found_in": found_in, "kind": ref.kind, "target_type": ref.target_type,
@@ -130,19 +138,30 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
     stats.references += len(rows)
 
 
+# Every path a link may name, lower case, and the synced project it names: each project's own
+# path, and the old paths GitLab redirects to it (sync/redirects.py), unless a project has that
+# path now (GitLab's redirect gives way to a project created at the old path).
+_TARGET_PATHS = """
+    SELECT lower(p.path_with_namespace) AS path, p.id FROM projects p
+    UNION ALL
+    SELECT a.path, a.project_id FROM project_aliases a JOIN projects p ON p.id = a.project_id
+    WHERE a.path NOT IN (SELECT lower(path_with_namespace) FROM projects)
+"""
+
+
 def _resolve_targets(con: duckdb.DuckDBPyConnection) -> None:
     """Point every link at the synced project its path names (or mark it external)."""
-    con.execute("""
-        UPDATE item_references SET target_project_id = p.id, external = false
-        FROM projects p
-        WHERE lower(p.path_with_namespace) = lower(item_references.target_path)
-          AND item_references.target_project_id IS DISTINCT FROM p.id
+    con.execute(f"""
+        UPDATE item_references SET target_project_id = t.id, external = false
+        FROM ({_TARGET_PATHS}) t
+        WHERE t.path = lower(item_references.target_path)
+          AND (item_references.target_project_id IS DISTINCT FROM t.id OR item_references.external)
     """)
-    con.execute("""
+    con.execute(f"""
         UPDATE item_references SET target_project_id = NULL, external = true
         WHERE target_project_id IS NOT NULL
-          AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = item_references.target_project_id
-                          AND lower(p.path_with_namespace) = lower(item_references.target_path))
+          AND NOT EXISTS (SELECT 1 FROM ({_TARGET_PATHS}) t WHERE t.id = item_references.target_project_id
+                          AND t.path = lower(item_references.target_path))
     """)
 
 

@@ -23,6 +23,21 @@ CLOSED_BY = "closed_by"
 MENTIONS = "mentions"
 MENTIONED_IN = "mentioned_in"
 RELATED = "related"
+DUPLICATE_OF = "duplicate_of"
+DUPLICATED_BY = "duplicated_by"
+BLOCKS = "blocks"
+BLOCKED_BY = "blocked_by"
+MOVED_TO = "moved_to"
+MOVED_FROM = "moved_from"
+# "removed the relation with #N": not a link, it undoes an earlier related or blocking one
+# (graph/refresh.py drops those); never stored.
+UNRELATED = "unrelated"
+# Each kind and the same link read from its other end ("!847 closes #234" is "#234 closed_by !847").
+INVERSE = {CLOSES: CLOSED_BY, CLOSED_BY: CLOSES, MENTIONS: MENTIONED_IN, MENTIONED_IN: MENTIONS,
+           RELATED: RELATED, DUPLICATE_OF: DUPLICATED_BY, DUPLICATED_BY: DUPLICATE_OF,
+           BLOCKS: BLOCKED_BY, BLOCKED_BY: BLOCKS, MOVED_TO: MOVED_FROM, MOVED_FROM: MOVED_TO}
+# The kinds an "unrelated" note undoes: what GitLab's issue links hold.
+ISSUE_LINK_KINDS = frozenset({RELATED, BLOCKS, BLOCKED_BY})
 
 SOURCE_TYPES = frozenset(k.name for k in kinds.ITEM_KINDS)
 FOUND_IN = frozenset({"title", "description", "note", "system_note"})
@@ -30,7 +45,7 @@ FOUND_IN = frozenset({"title", "description", "note", "system_note"})
 
 @dataclass(frozen=True)
 class Ref:
-    kind: str  # "closes" | "closed_by" | "mentions" | "mentioned_in" | "related"
+    kind: str  # a key of INVERSE, or UNRELATED
     target_type: str  # "issue" | "merge_request"
     target_path: str  # the target project's path_with_namespace
     target_iid: int
@@ -67,25 +82,27 @@ _BLANK_LINE_RE = re.compile(r"\n[ \t]*(?=\n)")
 # segment is a project in the same namespace).
 _SYS_LIST_SEP_RE = re.compile(r",? and |, ")
 # (phrase, kind, target type, several references allowed, phrase that must follow the reference)
+_ISSUABLE = r"(?:issue|incident|task|work item|item)"
 _SYS_PATTERNS: tuple[tuple[re.Pattern[str], str, str, bool, re.Pattern[str] | None], ...] = (
     (re.compile(r"\s*mentioned in merge request ", re.I), MENTIONED_IN, kinds.MERGE_REQUEST.name, False, None),
     (re.compile(r"\s*mentioned in issue ", re.I), MENTIONED_IN, kinds.ISSUE.name, False, None),
     (re.compile(r"\s*closed via merge request ", re.I), CLOSED_BY, kinds.MERGE_REQUEST.name, False, None),
-    (
-        re.compile(r"\s*marked this (?:issue|incident|task|work item) as related to ", re.I),
-        RELATED,
-        kinds.ISSUE.name,
-        True,
-        None,
-    ),
-    (re.compile(r"\s*marked this issue as a duplicate of ", re.I), RELATED, kinds.ISSUE.name, False, None),
+    (re.compile(rf"\s*marked this {_ISSUABLE} as related to ", re.I), RELATED, kinds.ISSUE.name, True, None),
+    # GitLab's blocking links (Premium): "marked this issue as blocking #2 and #3".
+    (re.compile(rf"\s*marked this {_ISSUABLE} as blocking ", re.I), BLOCKS, kinds.ISSUE.name, True, None),
+    (re.compile(rf"\s*marked this {_ISSUABLE} as blocked by ", re.I), BLOCKED_BY, kinds.ISSUE.name, True, None),
+    (re.compile(r"\s*removed the relation with ", re.I), UNRELATED, kinds.ISSUE.name, True, None),
+    (re.compile(r"\s*marked this issue as a duplicate of ", re.I), DUPLICATE_OF, kinds.ISSUE.name, False, None),
     (
         re.compile(r"\s*marked ", re.I),
-        RELATED,
+        DUPLICATED_BY,
         kinds.ISSUE.name,
         False,
         re.compile(r" as a duplicate of this issue", re.I),
     ),
+    # A moved issue: the old one says "moved to group/project#12", the new one "moved from ...".
+    (re.compile(r"\s*moved to ", re.I), MOVED_TO, kinds.ISSUE.name, False, None),
+    (re.compile(r"\s*moved from ", re.I), MOVED_FROM, kinds.ISSUE.name, False, None),
 )
 
 

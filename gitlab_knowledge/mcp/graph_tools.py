@@ -20,7 +20,9 @@ from gitlab_knowledge.mcp.context import Context, confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 
 GROUP_TITLES = {"closes": "Closes", "closed_by": "Closed by", "mentions": "Mentions",
-                "mentioned_in": "Mentioned in", "related": "Related"}
+                "mentioned_in": "Mentioned in", "related": "Related", "duplicate_of": "Duplicate of",
+                "duplicated_by": "Duplicated by", "blocks": "Blocks", "blocked_by": "Blocked by",
+                "moved_to": "Moved to", "moved_from": "Moved from"}
 _DATE = r"^\d{4}-\d{2}-\d{2}$"
 
 

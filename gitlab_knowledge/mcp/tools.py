@@ -304,7 +304,8 @@ def all_tools() -> list[Tool]:
              "unindexed, failed or orphaned.", {"type": "object", "additionalProperties": False, "properties": {}},
              INDEX_STATUS_OUTPUT, index_status),
         Tool("related", "Related issues and MRs",
-             "An issue or MR and every item it closes, is closed by, mentions, is mentioned in or is related to, "
+             "An issue or MR and every item it closes, is closed by, mentions, is mentioned in, is related to, "
+             "duplicates or is duplicated by, blocks or is blocked by, was moved to or from, "
              "from its descriptions, notes and GitLab's system notes, each with where the link was written. "
              f"At most {graph.GRAPH_LIST} links per group. The `related --json` document.",
              graph.RELATED_INPUT, schema("cli/schemas/related.json"), graph.related),

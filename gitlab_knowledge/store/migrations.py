@@ -259,3 +259,30 @@ def _knowledge_graph(con: duckdb.DuckDBPyConnection) -> None:
         WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
           AND COALESCE(TRY_CAST(json_extract(json, '$.user_notes_count') AS BIGINT), 0) > 0
     """)
+
+
+@migration(6, "typed links and project aliases", notice=(
+    "links are rebuilt with their types (duplicate_of, blocks, blocked_by, moved_to, ...) by the next run; "
+    "the threads of items nobody commented on were never fetched, so run a sync "
+    "(`python -m gitlab_knowledge sync`) to fetch them (once: one call per such item, two for one that has system notes)"))
+def _typed_links(con: duckdb.DuckDBPyConnection) -> None:
+    # A project path a link names that is not a synced project's path, as GitLab answered
+    # `GET /projects/:path` for it once: the project its rename or transfer redirects to, or none.
+    con.execute("""
+        CREATE TABLE project_aliases (
+            path TEXT PRIMARY KEY,              -- the path as links write it, lower case
+            project_id BIGINT,                  -- the project GitLab answered with; NULL: 404
+            path_with_namespace TEXT,           -- what GitLab called that project then
+            looked_up_at TIMESTAMP NOT NULL
+        )
+    """)
+    # The graph is rebuilt from the stored text: duplicate and blocking notes were folded into
+    # `related`, "moved to" made no link.
+    con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'graph'")
+    # Items without user notes had their threads skipped (their system notes are links): the next
+    # sync rechecks them, which fetches their threads once.
+    con.execute("""
+        UPDATE raw_payloads SET discussions_fetched_at = NULL
+        WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
+          AND COALESCE(TRY_CAST(json_extract(json, '$.user_notes_count') AS BIGINT), 0) = 0
+    """)

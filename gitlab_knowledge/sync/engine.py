@@ -38,12 +38,12 @@ from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.sync import files, listing, runs, writes
+from gitlab_knowledge.sync import files, listing, redirects, runs, writes
 from gitlab_knowledge.sync.identity import refresh_identity
 from gitlab_knowledge.sync.parents import Parent, fetch_threads
 from gitlab_knowledge.sync.pipeline import PagePipeline
 from gitlab_knowledge.sync.stats import RawStats, ResourceStats, SyncResult
-from gitlab_knowledge.timeutil import naive_utc, utcnow
+from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,7 @@ class ProjectSync:
                                  sync_run_id=None)
         self._project_id: int | None = None
         self._files: files.FileFetcher | None = None
+        self._paths = redirects.LinkedPaths(project_path, self.config.gitlab.url)
 
     @property
     def project_id(self) -> int:
@@ -144,6 +145,9 @@ class ProjectSync:
             self.result.project_id = self._project_id
             self._files = files.FileFetcher(client, self._project_id, self.config.gitlab.per_page)
             self._commit(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
+            if canonical and canonical.casefold() != self.project_path.casefold():
+                # Links written with the configured (old) path name this project too.
+                self._commit(lambda con, prov: redirects.record(con, self.project_path, project))
             await refresh_identity(self.workspace, client)
             for resource, kind in RESOURCES:
                 stats = self.result.resources.setdefault(resource, ResourceStats())
@@ -151,6 +155,8 @@ class ProjectSync:
                 if kind == kinds.MERGE_REQUEST.name:
                     await self._backfill_files(stats)
             self.result.file_calls = self._files.calls
+            self._paths.paths.discard(self.project_path.casefold())
+            self.result.path_lookups = await redirects.look_up(self.workspace, client, self._paths.paths)
 
     # -- one resource -----------------------------------------------------------------------
 
@@ -209,7 +215,7 @@ class ProjectSync:
                          pipeline: PagePipeline) -> None:
         """Fetch the page's changed items and queue their commit, with the cursor if it moves."""
         wanted = listing.changed(state, items, self.full)
-        parents = await self._fetch_parents(client, kind, wanted, page)
+        parents = await self._fetch_parents(client, kind, wanted)
         cursor_item = listing.moves_cursor(state, items[-1])
 
         def settled() -> None:
@@ -219,23 +225,21 @@ class ProjectSync:
         await pipeline.commit(
             functools.partial(self._commit_parents, kind, resource, parents, stats, cursor_item), settled)
 
-    async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]],
-                             page: Page) -> list[Parent]:
+    async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]]) -> list[Parent]:
+        # Every changed parent's threads, also of one nobody commented on: GitLab writes its links
+        # ("closed via merge request !12", "moved to g/p#3", "marked this issue as blocking #4")
+        # and "approved this merge request" as system notes, which `user_notes_count` does not count.
         parents = [Parent(kind, int(it["id"]), int(it["iid"]), it) for it in items]
-        with_notes = [p for p in parents if int(p.listed.get("user_notes_count") or 0) > 0]
         if kind == kinds.MERGE_REQUEST.name:
             try:
                 async with asyncio.TaskGroup() as group:
-                    group.create_task(self._fetch_threads(client, with_notes))
+                    group.create_task(self._fetch_threads(client, parents))
                     group.create_task(self._fetch_files(parents))
             except BaseExceptionGroup as eg:
                 raise first_error(eg) from None
         else:
-            await self._fetch_threads(client, with_notes)
-        for p in parents:
-            if p.fetched_at is None and p.threads is None and int(p.listed.get("user_notes_count") or 0) == 0:
-                # No user notes: nothing to fetch, and the list page's time is what we know them by.
-                p.threads, p.fetched_at = [], naive_utc(page.server_time) or utcnow()
+            await self._fetch_threads(client, parents)
+        self._paths.read(parents)
         return parents
 
     async def _fetch_threads(self, client: GitLabClient, parents: Sequence[Parent]) -> None:
@@ -299,6 +303,7 @@ class ProjectSync:
         for start in range(0, len(candidates), RECHECK_BATCH):
             batch = [Parent(kind, gid, iid, None, recheck=True) for gid, iid in candidates[start:start + RECHECK_BATCH]]
             await self._fetch_threads(client, batch)
+            self._paths.read(batch)
             with self.workspace.write() as con:
                 stored = raw.stored_thread_signatures(con, kind, [p.gitlab_id for p in batch])
             # Threads changed under an unchanged updated_at: the parent's own payload is stale too

@@ -34,6 +34,7 @@ class SyncResult:
     client: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
     file_calls: int = 0  # requests for MR file lists, pages included
+    path_lookups: int = 0  # GET /projects/:path for project paths links name (sync/redirects.py)
 
     def totals(self) -> dict[str, int]:
         keys = ResourceStats.__dataclass_fields__.keys()
@@ -44,7 +45,8 @@ class SyncResult:
             "project": self.project, "project_id": self.project_id, "mode": self.mode,
             "sync_run_id": self.sync_run_id, "duration_s": round(self.duration_s, 3),
             "resources": {k: asdict(v) for k, v in self.resources.items()},
-            "totals": self.totals(), "file_calls": self.file_calls, **self.client,
+            "totals": self.totals(), "file_calls": self.file_calls,
+            "path_lookups": self.path_lookups, **self.client,
         }
 
 
@@ -68,6 +70,7 @@ class RawStats(LayerStats):
     threads_deleted: int = 0
     files_fetched: int = 0  # merge requests whose file lists were fetched
     file_calls: int = 0
+    path_lookups: int = 0  # project paths links name, looked up once each (sync/redirects.py)
     items_rejected: int = 0  # issues, MRs and threads rejected as unstorable
     api_calls: int = 0
     api_retries: int = 0
@@ -85,7 +88,7 @@ class RawStats(LayerStats):
             items_deleted=totals["deleted"], threads_fetched=totals["discussion_fetches"],
             threads_rechecked=totals["rechecked"], threads_new=totals["threads_new"],
             threads_updated=totals["threads_updated"], threads_deleted=totals["threads_deleted"],
-            files_fetched=totals["file_fetches"], file_calls=result.file_calls,
+            files_fetched=totals["file_fetches"], file_calls=result.file_calls, path_lookups=result.path_lookups,
             items_rejected=totals["rejected"], api_calls=client.get("api_calls", 0), api_retries=client.get("retries", 0),
             rate_limited_429=client.get("throttled", 0),
             rate_limit_wait_s=round(client.get("throttle_wait_s", 0.0) + client.get("limiter_wait_s", 0.0), 3),

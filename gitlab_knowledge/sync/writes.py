@@ -45,7 +45,7 @@ def write_parents(con: duckdb.DuckDBPyConnection, prov: raw.Provenance, kind: st
     stats.new += counts.new
     stats.updated += counts.updated
     stats.deleted += deleted
-    stats.discussion_fetches += sum(1 for p in alive if p.recheck or int(p.listed.get("user_notes_count") or 0) > 0)
+    stats.discussion_fetches += len(alive)
     stats.rechecked += len(rechecked)
     stats.threads_new += threads.new
     stats.threads_updated += threads.updated

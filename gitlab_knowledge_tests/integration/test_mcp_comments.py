@@ -156,6 +156,18 @@ def test_include_system_adds_exactly_the_system_notes_from_the_store_and_live(co
     assert system_ids[False] == system_ids[True]
 
 
+def test_include_system_agrees_for_an_mr_nobody_commented_on(config: Config) -> None:
+    """!818 has no user notes, only GitLab's ("approved this merge request", "mentioned in ..."):
+    the store holds them as GitLab serves them, as it does for a commented MR."""
+    uncommented = {"project": "acme/platform", "mr": 818, "includeSystem": True}
+    store = call(config, "gitlab_get_mr_comments", uncommented).structured_content
+    live = call(config, "gitlab_get_mr_comments", {**uncommented, "live": True}).structured_content
+    bodies = [c["body"] for c in store["comments"]]
+    assert "approved this merge request" in bodies
+    assert [(c["note_id"], c["body"]) for c in store["comments"]] == [(c["note_id"], c["body"]) for c in live["comments"]]
+    assert store["counts"] == live["counts"]
+
+
 def test_include_system_says_when_the_threads_predate_system_notes(config: Config) -> None:
     """A store upgraded to schema 5 keeps an MR's old threads until the next sync fetches them again."""
     mr_row = "SELECT raw_payload_id FROM merge_requests WHERE iid = 847 AND project_id = 101"

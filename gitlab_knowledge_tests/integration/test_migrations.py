@@ -220,7 +220,7 @@ def test_a_migration_in_this_process_refreshes_the_bulk_schemas(tmp_path: Path,
 def test_the_first_sync_after_upgrading_fetches_threads_and_file_lists_once(v1_store: Path, reference: Path,
                                                                             make_config: Any) -> None:
     """A store from before migration 5 has neither system notes nor MR file lists. The first sync
-    after the upgrade refetches the threads of every item with notes and every MR's file list,
+    after the upgrade refetches the threads of every item and every MR's file list,
     and nothing else; the one after it fetches nothing. What people wrote is unchanged."""
     from gitlab_knowledge.graph import refresh as graph
     from gitlab_knowledge.normalized import refresh as normalize
@@ -230,11 +230,13 @@ def test_the_first_sync_after_upgrading_fetches_threads_and_file_lists_once(v1_s
 
     with write_connection(v1_store):
         pass
-    with_notes = query(reference, """
+    # Migration 5 asks again for the threads of every item with notes, migration 6 for those of
+    # every item without (their system notes): every item's, once.
+    items = query(reference, """
         SELECT count(*) FROM raw_payloads WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
-          AND CAST(json_extract(json, '$.user_notes_count') AS BIGINT) > 0""")[0][0]
+        """)[0][0]
     assert query(v1_store, "SELECT count(*) FROM raw_payloads WHERE resource_type IN ('issue', 'merge_request') "
-                           "AND discussions_fetched_at IS NULL")[0][0] == with_notes > 0
+                           "AND discussions_fetched_at IS NULL")[0][0] == items > 0
     # What the list calls return when the cursors are understood: the items at or after each
     # cursor (`updated_after` is inclusive). Without them every stored item would be listed again.
     at_cursor = query(reference, f"""
@@ -255,7 +257,7 @@ def test_the_first_sync_after_upgrading_fetches_threads_and_file_lists_once(v1_s
     totals = [r.totals() for r in results]
     assert sum(t["deleted"] for t in totals) == 0
     assert sum(t["listed"] for t in totals) == at_cursor < COUNTS["issues"] + COUNTS["merge_requests"]
-    assert sum(t["rechecked"] for t in totals) == with_notes
+    assert sum(t["rechecked"] for t in totals) == items
     assert sum(t["file_fetches"] for t in totals) == COUNTS["merge_requests"]
     assert all(t["fetched"] == t["file_fetches"] == t["rechecked"] == 0 for t in again)
     # Migrations 3 and 5 reset the normalized watermark: the layer re-reads every stored payload
@@ -315,3 +317,50 @@ def test_upgrading_a_store_with_data_says_a_sync_completes_it(v1_store: Path, tm
             write_connection(tmp_path / "fresh" / "gitlab_knowledge.duckdb"):
         pass
     assert not caplog.records  # a new, empty store has nothing to complete
+
+
+def test_migration_6_upgrades_a_store_written_before_it(v1_store: Path, make_config: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store at schema 5 whose sync skipped the threads of items nobody commented on, and whose
+    graph folded duplicate notes into `related`: upgraded, it gains `project_aliases`, its graph
+    is rebuilt, and the next sync fetches those items' threads once (their system notes' links)."""
+    from gitlab_knowledge.graph import refresh as graph
+    from gitlab_knowledge.normalized import refresh as normalize
+    from gitlab_knowledge.sync.engine import ProjectSync
+    from gitlab_knowledge.workspace import Workspace
+
+    every = migrations.MIGRATIONS
+    monkeypatch.setattr(migrations, "MIGRATIONS", every[:5])
+    with write_connection(v1_store) as con:
+        # What a sync before schema 6 left: every item's threads settled (the uncommented ones
+        # "fetched" without a call), and the graph at its end.
+        con.execute("UPDATE raw_payloads SET discussions_fetched_at = updated_at + INTERVAL 1 HOUR "
+                    "WHERE resource_type IN ('issue', 'merge_request')")
+        con.execute("INSERT INTO layer_state (project_id, layer, watermark) SELECT DISTINCT project_id, 'graph', "
+                    "1000000000 FROM raw_payloads WHERE project_id IS NOT NULL")
+    assert version(v1_store) == 5
+    monkeypatch.setattr(migrations, "MIGRATIONS", every)
+    forget_schema_cache()
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) == migrations.latest_version() >= 6
+    assert query(v1_store, "SELECT count(*) FROM project_aliases") == [(0,)]
+    assert query(v1_store, "SELECT DISTINCT watermark FROM layer_state WHERE layer = 'graph'") == [(0,)]
+    uncommented = query(v1_store, """
+        SELECT count(*) FROM raw_payloads WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
+          AND COALESCE(TRY_CAST(json_extract(json, '$.user_notes_count') AS BIGINT), 0) = 0""")[0][0]
+    assert uncommented > 0
+    assert query(v1_store, "SELECT count(*) FROM raw_payloads WHERE resource_type IN ('issue', 'merge_request') "
+                           "AND discussions_fetched_at IS NULL")[0][0] == uncommented
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        workspace = Workspace(make_config(sb, data_dir=v1_store.parent))
+        results = [ProjectSync(workspace, project).run().totals() for project in workspace.config.projects]
+        for project in workspace.config.projects:
+            normalize.refresh(workspace, project)
+            graph.refresh(workspace, project)
+    assert sum(t["rechecked"] for t in results) == uncommented
+    assert query(v1_store, """
+        SELECT r.kind, r.target_iid FROM item_references r JOIN issues i ON i.id = r.source_id
+        WHERE r.source_type = 'issue' AND i.project_id = 101 AND i.iid = 259""") == [("blocked_by", 258)]
+    assert query(v1_store, "SELECT path, project_id FROM project_aliases ORDER BY path") == [
+        ("acme/marketing-site", None), ("acme/webapp", 102)]

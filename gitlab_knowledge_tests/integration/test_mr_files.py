@@ -33,16 +33,21 @@ def expected_lists(sb: SandboxGitLab) -> dict[int, list[tuple]]:
 
 
 def test_the_sync_stays_within_its_call_bound_with_file_lists(make_config):
-    """calls ≤ 1 (project) + 1 (/user, once an hour) + list pages + parents with user notes
-    + changed MRs × their diff pages; here every call is needed, so the bound is met exactly."""
+    """calls ≤ 1 (project) + 1 (/user, once an hour) + list pages + changed parents (each one's
+    threads, commented or not: GitLab writes links as system notes) + changed MRs × their diff
+    pages + one look-up per distinct project path links name that no synced project has; here
+    every call is needed, so the bound is met exactly. The items nobody commented on are the
+    extra calls of fetching every parent's threads; the look-ups are cached (none the next time)."""
     with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
         config = make_config(sb, per_page=20)
         results = sync_all(config)
         by_route = sb.stats()["by_route"]
-        parents_with_notes = sum(
+        parents = sum(len(sb.state.list_items(p["id"], kind))
+                      for p in sb.state.list_projects() for kind in ("issues", "merge_requests"))
+        uncommented = sum(
             1 for p in sb.state.list_projects() for kind in ("issues", "merge_requests")
             for it in sb.state.list_items(p["id"], kind)
-            if any(not n.get("system") for t in sb.state.discussions(p["id"], kind, it["iid"]) for n in t["notes"]))
+            if not any(not n.get("system") for t in sb.state.discussions(p["id"], kind, it["iid"]) for n in t["notes"]))
         diff_pages = sum(max(1, math.ceil(len(sb.state.diffs(p["id"], mr["iid"])) / 20))
                          for p in sb.state.list_projects() for mr in sb.state.list_items(p["id"], "merge_requests"))
         expected = expected_lists(sb)
@@ -50,8 +55,14 @@ def test_the_sync_stays_within_its_call_bound_with_file_lists(make_config):
     calls = sum(s.api_calls for s in results.values())
     list_pages = by_route["issues"] + by_route["merge_requests"]
     projects = len(config.projects)
-    bound = projects + 1 + list_pages + parents_with_notes + diff_pages
+    lookups = sum(s.path_lookups for s in results.values())
+    assert lookups == 2  # acme/webapp (renamed acme/web-app) and acme/marketing-site (a 404)
+    bound = projects + 1 + list_pages + parents + diff_pages + lookups
     assert calls <= bound, (calls, bound, by_route)
+    # What links of uncommented items cost on the sample: one call for each such item.
+    assert sum(s.threads_fetched for s in results.values()) == parents
+    assert uncommented == 8
+    assert sum(s.path_lookups for s in again.values()) == 0
     assert by_route["merge_request_diffs"] == diff_pages == sum(s.file_calls for s in results.values())
     assert by_route.get("user") == 1  # recorded once, not once per project
     assert any(len(v) > 20 for v in expected.values()), "an MR must need several pages for this to mean anything"

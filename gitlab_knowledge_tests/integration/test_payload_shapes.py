@@ -215,3 +215,19 @@ def test_explain_resolves_legacy_and_current_urls(shapes, url: str, document: st
 
     with read_connection(shapes[0].duckdb_path) as con:
         assert resolve(con, url, None) == document
+
+
+def test_a_system_note_written_with_the_projects_old_path_links_to_the_synced_item(shapes) -> None:
+    """#4 has no user notes; its one thread says "marked this issue as a duplicate of
+    shapes/old-name#1", written before the project was renamed shapes/versions: the sync fetches
+    that thread, asks GitLab about shapes/old-name once, and the link is to shapes/versions#1."""
+    from gitlab_knowledge.graph.queries import related
+    from gitlab_knowledge.workspace import Workspace
+
+    config, _, first, second = shapes
+    links = related(Workspace(config), f"{PROJECT}#4").links
+    assert [(link["reference"], link["external"], link["in_store"]) for link in links["duplicate_of"]] == [
+        (f"{PROJECT}#1", False, True)]
+    assert [link["reference"] for link in related(Workspace(config), f"{PROJECT}#1").links["duplicated_by"]] == [
+        f"{PROJECT}#4"]
+    assert (first.path_lookups, second.path_lookups) == (1, 0)

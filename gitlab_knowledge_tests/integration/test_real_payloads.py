@@ -67,9 +67,18 @@ def test_a_renamed_project_keeps_its_data_under_either_path(sandbox, config_for,
     sync(config, old)
     before = count(config, "issues")
     sandbox.state.rename_project(project["id"], "moved/elsewhere")
-    sandbox.state.create_issue(project["id"], "Filed after the move")
+    filed = sandbox.state.create_issue(project["id"], "Filed after the move")
+    target = min(i["iid"] for i in sandbox.state.list_items(project["id"], "issues"))
+    sandbox.state.create_discussion(project["id"], "issues", filed["iid"], f"Same as {old}#{target}")
     stats = sync(config, old)  # the old path follows GitLab's redirect
     assert stats.items_new == 1
+    # Links written with the old path name this project: recorded without a look-up.
+    assert rows(config, "SELECT path, project_id FROM project_aliases") == [(old.lower(), project["id"])]
+    assert stats.path_lookups == 0
+    # The link written with the old path, and those read before the rename, stay on the project.
+    assert rows(config, "SELECT external, target_project_id FROM item_references WHERE text = ?",
+                [f"{old}#{target}"]) == [(False, project["id"])]
+    assert scalar(config, "SELECT count(*) FROM item_references WHERE external") == 0
     assert count(config, "issues") == count(config, "issues", old) == before + 1
     # The configuration updated to the new path: the same project, nothing refetched.
     renamed = config_for(sandbox, ["moved/elsewhere"])

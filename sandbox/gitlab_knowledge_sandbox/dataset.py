@@ -38,6 +38,8 @@ class Dataset:
     diffs: dict[int, list[Json]] = field(default_factory=dict)
     description: str = ""
     path: Path | None = None
+    # Old project paths (a rename or transfer) → the project id GitLab's redirect serves there.
+    redirects: dict[str, int] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         """Totals for summaries: documents are issues + MRs + threads with a user note."""
@@ -142,7 +144,11 @@ def _load(root: Path) -> Dataset:
     if not isinstance(projects, list) or not all(isinstance(p, dict) and "id" in p for p in projects):
         raise DatasetError(f"{root / 'projects.json'}: expected a list of project objects with ids")
 
-    data = Dataset(user=user, projects=projects, description=str(meta.get("description") or ""), path=root)
+    redirects = meta.get("redirects") or {}
+    if not isinstance(redirects, dict) or not all(isinstance(v, int) for v in redirects.values()):
+        raise DatasetError(f"{root / 'dataset.json'}: \"redirects\" must map old project paths to project ids")
+    data = Dataset(user=user, projects=projects, description=str(meta.get("description") or ""), path=root,
+                   redirects=redirects)
     for project in projects:
         pid = project["id"]
         pdir = root / "projects" / str(pid)
@@ -191,10 +197,13 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def write_meta(root: Path, user: Json, projects: list[Json], description: str = "") -> None:
+def write_meta(root: Path, user: Json, projects: list[Json], description: str = "",
+               redirects: dict[str, int] | None = None) -> None:
     """Write dataset.json and projects.json (the generator streams the JSONL files itself)."""
     root.mkdir(parents=True, exist_ok=True)
-    meta = {"format": FORMAT, "description": description, "user": user}
+    meta: dict[str, Any] = {"format": FORMAT, "description": description, "user": user}
+    if redirects:
+        meta["redirects"] = redirects
     (root / "dataset.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     (root / "projects.json").write_text(
         json.dumps(projects, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
@@ -217,7 +226,7 @@ def write_jsonl(path: Path, rows: Iterable[Json]) -> int:
 def write_dataset(data: Dataset, directory: Path | str) -> Path:
     """Write `data` as a dataset directory (the format load_dataset reads)."""
     root = Path(directory)
-    write_meta(root, data.user, data.projects, data.description)
+    write_meta(root, data.user, data.projects, data.description, data.redirects)
     for project in data.projects:
         pid = project["id"]
         pdir = root / "projects" / str(pid)

@@ -86,6 +86,10 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
                 for iid, item in list(coll.items.items()):
                     # Shallow copy: the count is ours to set, the caller's dict stays untouched.
                     coll.items[iid] = {**item, "user_notes_count": user_note_count(coll.discussions.get(iid, ()))}
+        for old_path, pid in dataset.redirects.items():
+            # A project that has the path now wins over the redirect, as in GitLab.
+            if pid in self._by_id:
+                self._by_path.setdefault(old_path.lower(), self._by_id[pid])
         self._next_id = {kind: value + 1 for kind, value in max_ids.items()}
         self._next_note_id = max_note + 1
 

@@ -1,0 +1,98 @@
+"""Project paths links name that no synced project has: the project GitLab redirects each to.
+
+A link keeps the path it was written with (`gitlab-org/gitlab-ce#57766`). When that project was
+renamed or transferred since (`gitlab-org/gitlab-foss`), GitLab still answers `GET /projects/:old
+path` with the project under its new path, through the redirect the rename left. The sync asks
+once per distinct unknown path and records the answer in `project_aliases` (also a 404: the path
+is no project the token sees); the graph layer resolves links through it, so the link targets
+the synced project instead of being kept as an external one.
+
+A path is unknown when it is neither a stored project's path, a configured path, nor asked
+before. The paths looked at are those of the items this sync fetched (their text is read with
+the graph layer's own rules, graph/refs.py) and those of the links already stored as external
+(a store upgraded to this, or links read before the path was asked about).
+"""
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge.errors import GitLabError, NotFoundError
+from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
+from gitlab_knowledge.graph.refs import extract
+from gitlab_knowledge.store.db import transaction
+from gitlab_knowledge.sync.parents import Parent
+from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+class LinkedPaths:
+    """The project paths named by the text of the items one sync fetched."""
+
+    def __init__(self, project_path: str, gitlab_url: str) -> None:
+        self.project_path = project_path
+        self.gitlab_url = gitlab_url
+        self.paths: set[str] = set()
+
+    def read(self, parents: Sequence[Parent]) -> None:
+        for p in parents:
+            texts: list[tuple[str, Any]] = []
+            if p.item is not None:
+                texts += [("title", p.item.get("title")), ("description", p.item.get("description"))]
+            for thread in p.threads or ():
+                for note in thread.get("notes") or ():
+                    if isinstance(note, dict):
+                        texts.append(("system_note" if note.get("system") else "note", note.get("body")))
+            for found_in, text in texts:
+                if isinstance(text, str) and text:
+                    self.paths.update(
+                        ref.target_path.casefold()
+                        for ref in extract(text, project_path=self.project_path, gitlab_url=self.gitlab_url,
+                                           source_type=p.kind, found_in=found_in))
+
+
+def unknown_paths(con: duckdb.DuckDBPyConnection, candidates: Iterable[str], configured: Iterable[str]) -> list[str]:
+    """The candidates (and the stored external links' paths) no project, configured path or
+    earlier look-up answers, lower case."""
+    wanted = {c.casefold() for c in candidates}
+    wanted.update(r[0] for r in con.execute(
+        "SELECT DISTINCT lower(target_path) FROM item_references WHERE external").fetchall())
+    known = {c.casefold() for c in configured}
+    known.update(r[0] for r in con.execute("SELECT lower(path_with_namespace) FROM projects").fetchall())
+    known.update(r[0] for r in con.execute("SELECT path FROM project_aliases").fetchall())
+    known.update(r[0] for r in con.execute(
+        "SELECT lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL").fetchall())
+    return sorted(p for p in wanted - known if p)
+
+
+def record(con: duckdb.DuckDBPyConnection, path: str, project: dict[str, Any] | None) -> None:
+    """GitLab's answer for `path`: the project it serves there, or None for a 404."""
+    pid = project.get("id") if project else None
+    con.execute("INSERT OR REPLACE INTO project_aliases VALUES (?, ?, ?, ?)", [
+        path.casefold(), int(pid) if isinstance(pid, int) else None,
+        project.get("path_with_namespace") if project else None, utcnow()])
+
+
+async def look_up(workspace: Workspace, client: GitLabClient, candidates: Iterable[str]) -> int:
+    """Ask GitLab once for each unknown path; returns the number of calls made. A failure other
+    than a 404 leaves the path unasked (the next sync asks again) and does not fail the sync."""
+    with workspace.write() as con:
+        paths = unknown_paths(con, candidates, workspace.config.projects)
+    calls = 0
+    for path in paths:
+        calls += 1
+        try:
+            found = await client.get(f"/projects/{encode_project(path)}")
+        except NotFoundError:
+            found = None
+        except GitLabError as exc:
+            log.warning("could not look up project %s (%s); its links stay external for now", path, exc)
+            continue
+        with workspace.write() as con, transaction(con):
+            record(con, path, found if isinstance(found, dict) else None)
+    return calls
+
