@@ -22,12 +22,14 @@ from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.graph_filters import resolve
 from gitlab_knowledge.search.lexical_retriever import LexicalHit, search_lexical
 from gitlab_knowledge.search.pinned import exact_matches, linked_items
+from gitlab_knowledge.search.query_plan import plan
 from gitlab_knowledge.search.query_text import check_finite, embedding_text, keyword_text, query_text
 from gitlab_knowledge.search.rrf import Fused, normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
 
 if TYPE_CHECKING:  # LanceDB and numpy load on a search's first semantic step, not at import
     from gitlab_knowledge.search.semantic import MemoryVectors, SemanticHit
+    from gitlab_knowledge.search.tolerance import Expansion
     from gitlab_knowledge.workspace import Workspace
 
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
@@ -67,6 +69,9 @@ class Response:
     results: list[Result]
     warnings: list[str]
     no_good_match: str | None = None  # why nothing is shown although documents were ranked
+    phrases: list[str] = field(default_factory=list)  # the query's "quoted phrases" (search/query_plan.py)
+    excluded: list[str] = field(default_factory=list)  # its -excluded words and phrases
+    expanded: "list[Expansion]" = field(default_factory=list)  # words no document holds, searched as others
 
 
 @dataclass
@@ -170,11 +175,13 @@ class Searcher:
         warnings: list[str] = []
         filters, graph_warnings = resolve(self.workspace, filters)
         warnings += graph_warnings
-        lexical_text = keyword_text(text, warnings)
-        got = self._retrieve(mode, text, lexical_text, filters, vector, warnings)
         index = self.lexical()
+        planned = plan(index, keyword_text(text, warnings), filters, self.config.gitlab.url, warnings)
+        filters, lexical_text = planned.filters, planned.keyword
+        got = self._retrieve(mode, planned.semantic, lexical_text, filters, vector, warnings)
         fusion = self._fuse(got)
-        pinned = exact_matches(index, lexical_text, filters, fusion.fields, got.lexical,
+        ranked = [h.doc_id for h in got.lexical] or [h.doc_id for h in got.semantic]
+        pinned = exact_matches(index, lexical_text, filters, fusion.fields, ranked,
                                lambda ids: linked_items(self.workspace, ids, warnings)) if index else []
         bodies = _BodyCache(index)
         ordered = self._order(index, lexical_text, pinned, fusion, bodies, group)
@@ -194,7 +201,8 @@ class Searcher:
         return Response(query=text, mode=mode, effective_mode=got.mode, took_ms=round(took, 2),
                         embed_ms=round(got.embed_ms, 2), total=total, limit=limit,
                         rrf_k=self.config.search.rrf_k, model=model, filters=filters, results=results,
-                        warnings=warnings, no_good_match=no_good_match)
+                        warnings=warnings, no_good_match=no_good_match, phrases=planned.phrases,
+                        excluded=planned.excluded, expanded=planned.expanded)
 
     def _retrieve(self, mode: str, text: str, lexical_text: str, filters: Filters, vector: Any,
                   warnings: list[str]) -> _Retrieved:

@@ -266,9 +266,9 @@ class Filters:
                 graph = True
             else:
                 yield spec, value
-        if graph:
-            if self.doc_ids is None:
-                raise AssertionError("graph filters reach a retriever unresolved (search/graph_filters.py)")
+        if graph and self.doc_ids is None:
+            raise AssertionError("graph filters reach a retriever unresolved (search/graph_filters.py)")
+        if self.doc_ids is not None:  # the graph filters' documents, and a query's phrases and exclusions
             yield (NOT_IN_IDS if self.complement else IN_IDS), self.doc_ids
 
     def describe(self) -> dict[str, object]:

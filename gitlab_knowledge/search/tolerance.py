@@ -1,0 +1,126 @@
+"""Typo and prefix tolerance for keyword search: a query word no document holds is searched as the
+index's word nearest to it.
+
+The trigger is the word itself, not the ranking: a word with no document in the index (`reddis`,
+`kubern`) can only ever add nothing, so it is replaced, and a word some document holds is left as
+typed, however rare (a fuzzy pass over known words would let `rails` find `rail`s and `nails`).
+The replacement, in this order:
+
+1. prefix: the most frequent index word the typed word begins (`kubern` → kubernetes), for words of
+   at least MIN_PREFIX_CHARS characters;
+2. typo: the index words within an edit distance (adjacent transpositions count one) of it, 1 for
+   words of up to 5 characters and 2 above (as Lucene's and Elasticsearch's "AUTO"), starting with
+   its first letter (a typo there is rare, and the candidates are read per first letter); the
+   nearest, then the most frequent (`reddis` → redis).
+
+Words are compared as the index keeps them (stemmed), and the replacement is shown and searched as
+a document writes it (the first word of a document holding it that stems to it). Only plain words
+are tolerated: code identifiers, paths, references and numbers are asked exactly, and words shorter
+than MIN_CHARS (too many neighbours) or stopwords are left alone. Both retrievers keep the typed
+words for the embedding: a model reads a typo well enough, and the replacement is a keyword guess.
+"""
+
+import re
+from dataclasses import dataclass
+
+import tantivy
+
+from gitlab_knowledge.lexical.analysis import STOPWORDS
+from gitlab_knowledge.lexical.index import LexicalIndex
+
+MIN_CHARS = 4
+MIN_PREFIX_CHARS = 4
+MAX_TOLERATED_WORDS = 32  # a longer query is a pasted document: its unknown words are names, not typos
+FIELD = "body"
+# A plain word: letters only, not part of an identifier, path, URL, reference or e-mail address.
+_WORD = re.compile(r"(?<![\w./:#!@$&\\-])[^\W\d_]+(?![\w/:#!@$&-]|\.\w)")
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A query word no document holds, and what keyword search looked for instead."""
+
+    word: str  # as typed, lowercased
+    matched: str  # the index's word it was searched as, as a document writes it (lowercased)
+    how: str  # "prefix" | "typo"
+
+
+def max_distance(word: str) -> int:
+    return 1 if len(word) <= 5 else 2
+
+
+def edit_distance(a: str, b: str, bound: int) -> int:
+    """Optimal string alignment distance (insert, delete, substitute, swap two adjacent letters),
+    or bound + 1 when it is larger than `bound`."""
+    if abs(len(a) - len(b)) > bound:
+        return bound + 1
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        if min(current) > bound:
+            return bound + 1
+        previous2, previous = previous, current
+    return previous[-1] if previous[-1] <= bound else bound + 1
+
+
+def _replacement(index: LexicalIndex, searcher: tantivy.Searcher, word: str, term: str) -> tuple[str, str] | None:
+    """(index term, how) for a word whose term no document holds, or None."""
+    if len(word) >= MIN_PREFIX_CHARS:
+        for prefix in dict.fromkeys((word, term)):
+            found = [(t, n) for t, n in searcher.terms_with_prefix(FIELD, prefix, limit=2)
+                     if t != term]
+            if found:
+                return found[0][0], "prefix"
+    bound = max_distance(word)
+    best: tuple[int, int, str] | None = None
+    for candidate, count in searcher.terms_with_prefix(FIELD, term[0]):
+        if candidate == term or abs(len(candidate) - len(term)) > bound:
+            continue
+        distance = edit_distance(term, candidate, bound)
+        if distance <= bound and (best is None or (distance, -count, candidate) < best):
+            best = (distance, -count, candidate)
+    return (best[2], "typo") if best else None
+
+
+def _as_written(index: LexicalIndex, searcher: tantivy.Searcher, term: str) -> str:
+    """A word that stems to `term`, as the first document holding it writes it (lowercased)."""
+    hits = searcher.search(index.term(FIELD, term), limit=1, count=False).hits
+    if hits:
+        body = searcher.doc(hits[0][1])[FIELD][0]
+        for match in re.finditer(r"[^\W_]+", body):
+            if index.words.analyze(match.group(0).lower()) == [term]:
+                return match.group(0).lower()
+    return term
+
+
+def tolerate(index: LexicalIndex, text: str) -> tuple[str, list[Expansion]]:
+    """`text` with each plain word no document holds replaced by its nearest index word, and
+    what was replaced (empty when every word is known, or the query is a pasted document)."""
+    if len(text.split()) > MAX_TOLERATED_WORDS:
+        return text, []
+    searcher = index.searcher()
+    expansions: dict[str, Expansion] = {}
+    for match in _WORD.finditer(text):
+        word = match.group(0).lower()
+        if len(word) < MIN_CHARS or word in STOPWORDS or word in expansions:
+            continue
+        terms = index.words.analyze(word)
+        if len(terms) != 1 or searcher.doc_freq(FIELD, terms[0]):
+            continue
+        found = _replacement(index, searcher, word, terms[0])
+        if found is not None:
+            expansions[word] = Expansion(word, _as_written(index, searcher, found[0]), found[1])
+    if not expansions:
+        return text, []
+
+    def replace(match: re.Match[str]) -> str:
+        known = expansions.get(match.group(0).lower())
+        return known.matched if known else match.group(0)
+
+    return _WORD.sub(replace, text), list(expansions.values())
