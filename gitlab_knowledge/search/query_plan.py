@@ -105,11 +105,11 @@ def _operators(text: str) -> tuple[str, list[str], list[str]]:
 
 def _words_query(index: LexicalIndex, words: str) -> tantivy.Query | None:
     """Documents whose body holds `words` in this order (one word: a term), as the index analyzes them."""
-    terms = [t for w in re.findall(r"\w+", words.lower()) for t in index.words.analyze(w)]
+    terms: list[str | tuple[int, str]] = [t for w in re.findall(r"\w+", words.lower()) for t in index.words.analyze(w)]
     if not terms:
         return None
     if len(terms) == 1:
-        return index.term("body", terms[0])
+        return index.term("body", str(terms[0]))
     return tantivy.Query.phrase_query(index.schema, "body", terms)
 
 

@@ -1,10 +1,13 @@
 """Typo and prefix tolerance for keyword search: a query word no document holds is searched as the
 index's word nearest to it.
 
-The trigger is the word itself, not the ranking: a word with no document in the index (`reddis`,
-`kubern`) can only ever add nothing, so it is replaced, and a word some document holds is left as
-typed, however rare (a fuzzy pass over known words would let `rails` find `rail`s and `nails`).
-The replacement, in this order:
+It applies when the exact words cannot find anything good: when fewer than COVERAGE_FLOOR (half)
+of the query's words are in any document, no document can hold the share of the query's words
+that makes a keyword match count (search/relevance.py). Then each word no document holds
+(`reddis`, `kubern`) is replaced; a word some document holds is left as typed, however rare (a
+fuzzy pass over known words would let `rails` find `nails`). A longer question with one word the
+corpus lacks (`offline`) is answered by its other words, as typed: replacing a correct word by its
+nearest neighbour (`online`) would change the question. The replacement, in this order:
 
 1. prefix: the most frequent index word the typed word begins (`kubern` → kubernetes), for words of
    at least MIN_PREFIX_CHARS characters;
@@ -25,8 +28,9 @@ from dataclasses import dataclass
 
 import tantivy
 
-from gitlab_knowledge.lexical.analysis import STOPWORDS
+from gitlab_knowledge.lexical.analysis import STOPWORDS, query_words
 from gitlab_knowledge.lexical.index import LexicalIndex
+from gitlab_knowledge.search.relevance import COVERAGE_FLOOR
 
 MIN_CHARS = 4
 MIN_PREFIX_CHARS = 4
@@ -105,6 +109,10 @@ def tolerate(index: LexicalIndex, text: str) -> tuple[str, list[Expansion]]:
     if len(text.split()) > MAX_TOLERATED_WORDS:
         return text, []
     searcher = index.searcher()
+    terms = query_words(index.words, text)
+    known = sum(1 for t in terms if searcher.doc_freq(FIELD, t))
+    if not terms or known >= COVERAGE_FLOOR * len(terms):
+        return text, []
     expansions: dict[str, Expansion] = {}
     for match in _WORD.finditer(text):
         word = match.group(0).lower()
