@@ -165,10 +165,12 @@ class Searcher:
     # -- search: resolve filters -> retrieve -> fuse -> pin -> order -> floor -> snippets ----
 
     def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
-               floor: bool = True, vector: Any = None, group: bool = False) -> Response:
+               floor: bool = True, vector: Any = None, group: bool = False, typed: bool = True) -> Response:
         """`floor=False` keeps results below the relevance floor (search/relevance.py) unmarked;
         `vector` is the query's embedding when the caller has it already (`similar`: the item's);
-        `group` keeps each issue/MR's best-ranked document only (its item or one thread)."""
+        `group` keeps each issue/MR's best-ranked document only (its item or one thread);
+        `typed=False`: the query is a document's text (`similar`), searched as it is: no URLs,
+        phrases, exclusions or typo tolerance read into it (search/query_plan.py)."""
         started = time.perf_counter()
         filters = filters or Filters()
         text = query_text(query, mode)
@@ -176,8 +178,8 @@ class Searcher:
         filters, graph_warnings = resolve(self.workspace, filters)
         warnings += graph_warnings
         index = self.lexical()
-        planned = plan(index, keyword_text(text, warnings), filters, self.config.gitlab.url, warnings)
-        filters, lexical_text = planned.filters, planned.keyword
+        planned = plan(index if typed else None, text, filters, self.config.gitlab.url, warnings, typed)
+        filters, lexical_text = planned.filters, keyword_text(planned.keyword, warnings)
         got = self._retrieve(mode, planned.semantic, lexical_text, filters, vector, warnings)
         fusion = self._fuse(got)
         ranked = [h.doc_id for h in got.lexical] or [h.doc_id for h in got.semantic]

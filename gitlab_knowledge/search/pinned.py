@@ -1,7 +1,7 @@
 """Exact matches, pinned before the fused ranking.
 
 A query's `#234`, `!847` or `group/project#12` (or a pasted URL of a synced issue/MR, read as its
-reference: `urls_as_references`) pins that issue/MR, then the items linked to it by
+reference: search/query_plan.py `urls_as_references`) pins that issue/MR, then the items linked to it by
 closing (the MR that closes the issue, the issue an MR closes: `item_references` rows of kind
 closes or closed_by, in either direction), then the item's own threads. Someone asking about an
 issue wants the change that fixed it next, before the issue's comment threads. A query that is
@@ -9,7 +9,7 @@ exactly an issue's or MR's title (its words, whatever the case and punctuation) 
 next: a title is the item's name, as a reference is its number, and other documents repeating
 those words (the MR whose `Closes:` line names the issue, a thread under its header) are not it.
 The query's whole code identifiers and paths (`parseJwtClaims`, `src/auth/login.ts`) pin the
-documents containing all of them next, in BM25 order.
+documents containing all of them next, in BM25 order (the vectors' order in semantic mode).
 
 Links live in the DuckDB store (the lexical index does not know which mention closes what), read
 through one short connection per query that pins an item. A store that cannot be read in time

@@ -8,7 +8,8 @@ documents the query's own operators allow.
   are returned, in every mode; the phrase's words also score as words. `-word` (and
   `-"a phrase"`): documents holding it are left out, in every mode, and it scores nothing. Both
   are read only in a typed query (at most OPERATOR_MAX_WORDS words): a pasted report's quotes and
-  dashes are its text. Unbalanced quotes are words.
+  dashes are its text. Unbalanced quotes are words, and so is a query of exclusions alone
+  (`-redis`: there is nothing to rank).
 - A word no document holds (`reddis`, `kubern`) is searched as the index's words it is a prefix
   of, or else its nearest words within an edit distance (search/tolerance.py), and the response
   says so (`expanded`).
@@ -25,7 +26,6 @@ from dataclasses import dataclass, field
 import tantivy
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.tolerance import Expansion, tolerate
@@ -98,8 +98,8 @@ def _operators(text: str) -> tuple[str, list[str], list[str]]:
 
     kept = _EXCLUDED.sub(word, _PHRASE.sub(phrase, text))
     kept = " ".join(kept.split())
-    if (phrases or excluded) and not kept:
-        raise UsageError(f"nothing to search for: the query only excludes words ({', '.join(excluded)})")
+    if not kept:  # `-redis` alone asks for nothing to rank: any text is a query, so it is words
+        return text, [], []
     return kept, list(dict.fromkeys(phrases)), list(dict.fromkeys(excluded))
 
 
@@ -142,10 +142,11 @@ def _resolve(index: LexicalIndex, filters: Filters, phrases: list[str], excluded
 
 
 def plan(index: LexicalIndex | None, text: str, filters: Filters, gitlab_url: str | None,
-         warnings: list[str]) -> QueryPlan:
-    """The query `text` (validated, white space folded) as each part of a search reads it."""
+         warnings: list[str], typed: bool = True) -> QueryPlan:
+    """The query `text` (validated, white space folded) as each part of a search reads it;
+    `typed=False`: a document's text (`similar`), read as it is."""
     if index is None:  # no lexical index: nothing to resolve URLs, phrases or words against
-        kept, phrases, excluded = _operators(text)
+        kept, phrases, excluded = _operators(text) if typed else (text, [], [])
         if phrases or excluded:
             warnings.append("\"phrases\" and -exclusions were read as words: they need the lexical index")
         return QueryPlan(text, text, filters)

@@ -11,10 +11,12 @@ nearest neighbour (`online`) would change the question. The replacement, in this
 
 1. prefix: the most frequent index word the typed word begins (`kubern` → kubernetes), for words of
    at least MIN_PREFIX_CHARS characters;
-2. typo: the index words within an edit distance (adjacent transpositions count one) of it, 1 for
-   words of up to 5 characters and 2 above (as Lucene's and Elasticsearch's "AUTO"), starting with
-   its first letter (a typo there is rare, and the candidates are read per first letter); the
-   nearest, then the most frequent (`reddis` → redis).
+2. typo: the index words within an edit distance (adjacent transpositions count one) of its
+   stem: none for stems under 5 letters, 1 up to 7, 2 from 8 (`max_distance`: stricter than
+   Elasticsearch's "AUTO", since a word the corpus lacks is often a real word, and a loose bound
+   finds it a neighbour: `recipe` → redis), starting with its first letter (a typo there is rare,
+   and the candidates are read per first letter); the nearest, then the most frequent
+   (`reddis` → redis).
 
 Words are compared as the index keeps them (stemmed), and the replacement is shown and searched as
 a document writes it (the first word of a document holding it that stems to it). Only plain words
@@ -49,8 +51,10 @@ class Expansion:
     how: str  # "prefix" | "typo"
 
 
-def max_distance(word: str) -> int:
-    return 1 if len(word) <= 5 else 2
+def max_distance(term: str) -> int:
+    """The edit distance a word's index term may be corrected by: none under 5 letters (too many
+    neighbours: `mango` is 1 from `mongo`, `recip` 2 from `redi`), 1 up to 7, 2 from 8."""
+    return 0 if len(term) < 5 else 1 if len(term) < 8 else 2
 
 
 def edit_distance(a: str, b: str, bound: int) -> int:
@@ -81,7 +85,9 @@ def _replacement(index: LexicalIndex, searcher: tantivy.Searcher, word: str, ter
                      if t != term]
             if found:
                 return found[0][0], "prefix"
-    bound = max_distance(word)
+    bound = max_distance(term)
+    if not bound:
+        return None
     best: tuple[int, int, str] | None = None
     for candidate, count in searcher.terms_with_prefix(FIELD, term[0]):
         if candidate == term or abs(len(candidate) - len(term)) > bound:
