@@ -6,7 +6,8 @@ documents the query's own operators allow.
   stays words.
 - `"exact phrase"`: only documents holding those words in that order (stemmed, like every word)
   are returned, in every mode; the phrase's words also score as words. `-word` (and
-  `-"a phrase"`): documents holding it are left out, in every mode, and it scores nothing. Both
+  `-"a phrase"`): documents holding it (a word also as a part of code: `-redis` drops
+  `RedisSessionStore`) are left out, in every mode, and it scores nothing. Both
   are read only in a typed query (at most OPERATOR_MAX_WORDS words): a pasted report's quotes and
   dashes are its text. Unbalanced quotes are words, and so is a query of exclusions alone
   (`-redis`: there is nothing to rank).
@@ -123,6 +124,8 @@ def _resolve(index: LexicalIndex, filters: Filters, phrases: list[str], excluded
     searcher = index.searcher()
     musts = [q for q in (_words_query(index, p) for p in phrases) if q is not None]
     nots = [q for q in (_words_query(index, e) for e in excluded) if q is not None]
+    # An excluded word is also excluded as a part of code (`-redis`: `RedisSessionStore.touch()`).
+    nots += [index.term("idents", e.lower()) for e in excluded if re.fullmatch(r"\w+", e)]
     if not musts and not nots:
         return filters
     allowed: set[str] | None = None
