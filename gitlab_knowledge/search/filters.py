@@ -221,7 +221,8 @@ class Filters:
     participant: str | None = None
     exclude_confidential: bool = False
     exclude_internal: bool = False
-    # Set by `resolved`: the documents the graph filters match (None: not resolved).
+    # Set by `resolved`: the documents the graph filters and the query's phrases and exclusions
+    # allow (search/query_plan.py; None: nothing to resolve).
     doc_ids: frozenset[str] | None = field(default=None, repr=False)
     complement: bool = field(default=False, repr=False)
 
