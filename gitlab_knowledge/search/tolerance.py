@@ -18,7 +18,10 @@ nearest neighbour (`online`) would change the question. The replacement, in this
    and the candidates are read per first letter); the nearest, then the most frequent
    (`reddis` → redis).
 
-Words are compared as the index keeps them (stemmed), and the replacement is shown and searched as
+The replacement is a real index term searched like any word (BM25), rather than Tantivy's
+FuzzyTermQuery or a prefix query: those score every match the same (1.0, no term frequency or
+IDF), so their hits come in index order. The candidates are read from the term dictionary
+(`Searcher.terms_with_prefix`). Words are compared as the index keeps them (stemmed), and the replacement is shown and searched as
 a document writes it (the first word of a document holding it that stems to it). Only plain words
 are tolerated: code identifiers, paths, references and numbers are asked exactly, and words shorter
 than MIN_CHARS (too many neighbours) or stopwords are left alone. Both retrievers keep the typed
