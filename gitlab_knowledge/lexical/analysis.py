@@ -152,6 +152,19 @@ def code_identifiers(text: str) -> list[str]:
     return out
 
 
+# GitLab caps a title at 255 characters; a longer key is no title and is neither indexed nor looked up.
+MAX_TITLE_KEY_CHARS = 512
+
+
+def title_key(text: str | None) -> str | None:
+    """An issue's or MR's title as a name to look up: its words (letters, digits, `_`), case-folded
+    and single-spaced, so punctuation and case do not make another name: "Checkout v2 behind the
+    `enable_new_checkout` flag" and "checkout v2 behind the enable_new_checkout flag" are one key.
+    None when it has no words (or is longer than any title)."""
+    key = " ".join(re.findall(r"\w+", (text or "").casefold()))
+    return key if key and len(key) <= MAX_TITLE_KEY_CHARS else None
+
+
 def references(text: str) -> list[tuple[str | None, str, int]]:
     """`#234`, `!847`, `group/project#12` → (project or None, the kind's name: 'issue'|'merge_request', iid)."""
     return [(ref.project, ref.kind.name, ref.iid) for ref, _start, _end in kinds.find_references(text or "")]

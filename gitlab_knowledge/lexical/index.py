@@ -32,6 +32,7 @@ from gitlab_knowledge.lexical.analysis import (
     ident_analyzer,
     identifier_terms,
     references,
+    title_key,
     word_analyzer,
 )
 
@@ -41,11 +42,12 @@ FORMAT_VERSION = 1
 FORMAT_FILE = "gitlab_knowledge_format.json"
 # The index's own fields (the metadata columns follow, from documents/columns.py's COLUMNS).
 OWN_FIELDS = (("doc_id", "raw"), ("refs", "raw"), ("mentions", "raw"), ("content_hash", "raw"), ("meta_hash", "raw"),
-              ("title", "words"), ("body", "words"), ("idents", "idents"))
+              ("title", "words"), ("body", "words"), ("idents", "idents"), ("title_key", "key"))
 _ADD_FIELD: dict[str, Callable[[tantivy.SchemaBuilder, str], Any]] = {
     "raw": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
     "words": lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name=WORD_ANALYZER),
     "idents": lambda sb, name: sb.add_text_field(name, stored=False, tokenizer_name=IDENT_ANALYZER),
+    "key": lambda sb, name: sb.add_text_field(name, stored=False, tokenizer_name="raw", index_option="basic"),
     ColumnType.TEXT: lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
     ColumnType.TEXT_LIST: lambda sb, name: sb.add_text_field(name, stored=True, tokenizer_name="raw"),
     ColumnType.INT: lambda sb, name: sb.add_integer_field(name, stored=True, indexed=True, fast=True),
@@ -211,6 +213,11 @@ class LexicalIndex:
         doc.add_text("title", row["title"] or "" if row["source_type"] != "discussion" else "")
         doc.add_text("body", row["content_text"])
         doc.add_text("idents", " ".join(identifier_terms(row["content_text"])))
+        # An issue's or MR's title as one term: a query that is exactly a title finds its item
+        # (search/pinned.py), whatever the BM25 of other documents repeating those words.
+        key = title_key(row["title"]) if row["source_type"] != "discussion" else None
+        if key:
+            doc.add_text("title_key", key)
         return doc
 
     # -- reads ------------------------------------------------------------------------------

@@ -22,12 +22,14 @@ from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.graph_filters import resolve
 from gitlab_knowledge.search.lexical_retriever import LexicalHit, search_lexical
 from gitlab_knowledge.search.pinned import exact_matches, linked_items
+from gitlab_knowledge.search.query_plan import plan
 from gitlab_knowledge.search.query_text import check_finite, embedding_text, keyword_text, query_text
 from gitlab_knowledge.search.rrf import Fused, normalized, rrf
 from gitlab_knowledge.search.snippets import make_snippet
 
 if TYPE_CHECKING:  # LanceDB and numpy load on a search's first semantic step, not at import
     from gitlab_knowledge.search.semantic import MemoryVectors, SemanticHit
+    from gitlab_knowledge.search.tolerance import Expansion
     from gitlab_knowledge.workspace import Workspace
 
 UNAVAILABLE = "Embedding service unavailable, using lexical search only"
@@ -67,6 +69,9 @@ class Response:
     results: list[Result]
     warnings: list[str]
     no_good_match: str | None = None  # why nothing is shown although documents were ranked
+    phrases: list[str] = field(default_factory=list)  # the query's "quoted phrases" (search/query_plan.py)
+    excluded: list[str] = field(default_factory=list)  # its -excluded words and phrases
+    expanded: "list[Expansion]" = field(default_factory=list)  # words no document holds, searched as others
 
 
 @dataclass
@@ -160,21 +165,25 @@ class Searcher:
     # -- search: resolve filters -> retrieve -> fuse -> pin -> order -> floor -> snippets ----
 
     def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
-               floor: bool = True, vector: Any = None, group: bool = False) -> Response:
+               floor: bool = True, vector: Any = None, group: bool = False, typed: bool = True) -> Response:
         """`floor=False` keeps results below the relevance floor (search/relevance.py) unmarked;
         `vector` is the query's embedding when the caller has it already (`similar`: the item's);
-        `group` keeps each issue/MR's best-ranked document only (its item or one thread)."""
+        `group` keeps each issue/MR's best-ranked document only (its item or one thread);
+        `typed=False`: the query is a document's text (`similar`), searched as it is: no URLs,
+        phrases, exclusions or typo tolerance read into it (search/query_plan.py)."""
         started = time.perf_counter()
         filters = filters or Filters()
         text = query_text(query, mode)
         warnings: list[str] = []
         filters, graph_warnings = resolve(self.workspace, filters)
         warnings += graph_warnings
-        lexical_text = keyword_text(text, warnings)
-        got = self._retrieve(mode, text, lexical_text, filters, vector, warnings)
         index = self.lexical()
+        planned = plan(index if typed else None, text, filters, self.config.gitlab.url, warnings, typed)
+        filters, lexical_text = planned.filters, keyword_text(planned.keyword, warnings)
+        got = self._retrieve(mode, planned.semantic, lexical_text, filters, vector, warnings)
         fusion = self._fuse(got)
-        pinned = exact_matches(index, lexical_text, filters, fusion.fields, got.lexical,
+        ranked = [h.doc_id for h in got.lexical] or [h.doc_id for h in got.semantic]
+        pinned = exact_matches(index, lexical_text, filters, fusion.fields, ranked,
                                lambda ids: linked_items(self.workspace, ids, warnings)) if index else []
         bodies = _BodyCache(index)
         ordered = self._order(index, lexical_text, pinned, fusion, bodies, group)
@@ -194,7 +203,8 @@ class Searcher:
         return Response(query=text, mode=mode, effective_mode=got.mode, took_ms=round(took, 2),
                         embed_ms=round(got.embed_ms, 2), total=total, limit=limit,
                         rrf_k=self.config.search.rrf_k, model=model, filters=filters, results=results,
-                        warnings=warnings, no_good_match=no_good_match)
+                        warnings=warnings, no_good_match=no_good_match, phrases=planned.phrases,
+                        excluded=planned.excluded, expanded=planned.expanded)
 
     def _retrieve(self, mode: str, text: str, lexical_text: str, filters: Filters, vector: Any,
                   warnings: list[str]) -> _Retrieved:

@@ -221,7 +221,8 @@ class Filters:
     participant: str | None = None
     exclude_confidential: bool = False
     exclude_internal: bool = False
-    # Set by `resolved`: the documents the graph filters match (None: not resolved).
+    # Set by `resolved`: the documents the graph filters and the query's phrases and exclusions
+    # allow (search/query_plan.py; None: nothing to resolve).
     doc_ids: frozenset[str] | None = field(default=None, repr=False)
     complement: bool = field(default=False, repr=False)
 
@@ -266,9 +267,9 @@ class Filters:
                 graph = True
             else:
                 yield spec, value
-        if graph:
-            if self.doc_ids is None:
-                raise AssertionError("graph filters reach a retriever unresolved (search/graph_filters.py)")
+        if graph and self.doc_ids is None:
+            raise AssertionError("graph filters reach a retriever unresolved (search/graph_filters.py)")
+        if self.doc_ids is not None:  # the graph filters' documents, and a query's phrases and exclusions
             yield (NOT_IN_IDS if self.complement else IN_IDS), self.doc_ids
 
     def describe(self) -> dict[str, object]:

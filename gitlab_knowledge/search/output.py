@@ -11,6 +11,7 @@ from gitlab_knowledge.terminal import clean
 SCHEMA_VERSION = 1
 # How the human view marks a pinned result (a fused one is marked only when weak).
 MATCH_LABELS = {"exact_reference": " [exact match]", "exact_identifier": " [exact match]",
+                "exact_title": " [title match]",
                 "linked": " [linked: closes or closed by the referenced item]"}
 
 
@@ -41,6 +42,8 @@ def response_json(resp: Response) -> dict[str, Any]:
         "effective_mode": resp.effective_mode, "took_ms": resp.took_ms, "embed_ms": resp.embed_ms,
         "model": resp.model, "rrf_k": resp.rrf_k, "filters": resp.filters.describe(), "total": resp.total,
         "limit": resp.limit, "warnings": list(resp.warnings), "no_good_match": resp.no_good_match,
+        "phrases": list(resp.phrases), "excluded": list(resp.excluded),
+        "expanded": [{"word": e.word, "matched": e.matched, "how": e.how} for e in resp.expanded],
         "results": [result_json(r) for r in resp.results],
     }
 
@@ -69,11 +72,23 @@ def _highlight(snippet: str, ranges: list[tuple[int, int]], color: bool) -> str:
     return "".join(out)
 
 
+def expansion_line(resp: Response) -> str | None:
+    """The one line saying keyword search looked for other words than typed (search/tolerance.py)."""
+    if not resp.expanded:
+        return None
+    said = {"prefix": "a word it begins", "typo": "the nearest word"}
+    return "No document has " + "; ".join(
+        f"\"{clean(e.word)}\": searched \"{clean(e.matched)}\" instead ({said.get(e.how, e.how)})" for e in resp.expanded) + "."
+
+
 def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
     query = clean(resp.query)
     mode = resp.effective_mode if resp.effective_mode == resp.mode else f"{resp.effective_mode} (asked: {resp.mode})"
+    expanded = expansion_line(resp)
     if not resp.results:
         lines = [f"No results for \"{query}\" ({mode} search, {resp.took_ms / 1000:.2f}s)."]
+        if expanded:
+            lines.append(expanded)
         if resp.no_good_match:
             lines.append(resp.no_good_match[:1].upper() + resp.no_good_match[1:] + ".")
         elif not resp.filters.is_empty():
@@ -89,6 +104,8 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
     if resp.no_good_match:
         lines = [f"No good match for \"{query}\" ({mode} search, {resp.took_ms / 1000:.2f}s): "
                  f"{resp.no_good_match}; the closest keyword matches follow, marked weak.", ""]
+    if expanded:
+        lines.insert(1, expanded)
     bold, dim, cyan, red, reset = ("\x1b[1m", "\x1b[2m", "\x1b[36m", "\x1b[31m", "\x1b[0m") if color else ("",) * 5
     for r in resp.results:
         f = r.fields

@@ -1,11 +1,15 @@
 """Exact matches, pinned before the fused ranking.
 
-A query's `#234`, `!847` or `group/project#12` pins that issue/MR, then the items linked to it by
+A query's `#234`, `!847` or `group/project#12` (or a pasted URL of a synced issue/MR, read as its
+reference: search/query_plan.py `urls_as_references`) pins that issue/MR, then the items linked to it by
 closing (the MR that closes the issue, the issue an MR closes: `item_references` rows of kind
 closes or closed_by, in either direction), then the item's own threads. Someone asking about an
-issue wants the change that fixed it next, before the issue's comment threads. The query's whole
-code identifiers and paths (`parseJwtClaims`, `src/auth/login.ts`) pin the documents containing
-all of them next, in BM25 order.
+issue wants the change that fixed it next, before the issue's comment threads. A query that is
+exactly an issue's or MR's title (its words, whatever the case and punctuation) pins that item
+next: a title is the item's name, as a reference is its number, and other documents repeating
+those words (the MR whose `Closes:` line names the issue, a thread under its header) are not it.
+The query's whole code identifiers and paths (`parseJwtClaims`, `src/auth/login.ts`) pin the
+documents containing all of them next, in BM25 order (the vectors' order in semantic mode).
 
 Links live in the DuckDB store (the lexical index does not know which mention closes what), read
 through one short connection per query that pins an item. A store that cannot be read in time
@@ -20,7 +24,7 @@ import tantivy
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import DOC_ID, DocFields
 from gitlab_knowledge.errors import StoreBusyError, StoreError
-from gitlab_knowledge.lexical.analysis import code_identifiers, references
+from gitlab_knowledge.lexical.analysis import code_identifiers, references, title_key
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.lexical_retriever import filter_queries
@@ -86,10 +90,11 @@ def _reference_order(doc: DocFields) -> tuple[Any, ...]:
 
 
 def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict[str, DocFields],
-                  lexical_hits: list[Any], linker: Linker) -> list[tuple[str, str]]:
+                  ranked: list[str], linker: Linker) -> list[tuple[str, str]]:
     """(document id, how) of the documents pinned first: `exact_reference`, `linked` (closes /
-    closed by a referenced item) or `exact_identifier`. Every one passes `filters`. Their stored
-    fields are added to `fields`."""
+    closed by a referenced item), `exact_title` or `exact_identifier`. Every one passes `filters`.
+    Their stored fields are added to `fields`. `ranked`: document ids in the retrievers' order
+    (BM25's when it ran), which orders the items of one title and the identifier matches."""
     searcher = index.searcher()
     must_filters = [(tantivy.Occur.Must, q) for q in filter_queries(index, filters)]
     out: list[tuple[str, str]] = []
@@ -122,11 +127,17 @@ def exact_matches(index: LexicalIndex, text: str, filters: Filters, fields: dict
                 query = tantivy.Query.term_set_query(index.schema, DOC_ID, ids)
                 pin(sorted(run(query, len(ids)), key=_reference_order), "linked")
         pin([d for d in docs if d["source_type"] == kinds.DISCUSSION], "exact_reference")
+    rank = {doc_id: i for i, doc_id in enumerate(ranked)}
+    key = title_key(text)
+    if key:
+        # Items sharing a title (an MR named after the issue it closes) in the retrievers' order.
+        docs = run(index.term("title_key", key), 50)
+        docs.sort(key=lambda d: (rank.get(d["doc_id"], len(rank)), *_reference_order(d)))
+        pin(docs, "exact_title")
     idents = pinned_identifiers(text)
     if idents:
         query = tantivy.Query.boolean_query([(tantivy.Occur.Must, index.term("idents", t)) for t in idents])
         docs = run(query, 50)
-        lexical_rank = {h.doc_id: i for i, h in enumerate(lexical_hits)}
-        docs.sort(key=lambda d: (lexical_rank.get(d["doc_id"], len(lexical_rank)), d["doc_id"]))
+        docs.sort(key=lambda d: (rank.get(d["doc_id"], len(rank)), d["doc_id"]))
         pin(docs, "exact_identifier")
     return out

@@ -201,7 +201,7 @@ class MemoryVectors:
         if not self._fresh() or not len(self.doc_ids):
             return []
         scores = self.vectors @ vector.astype(np.float32)
-        if not filters.is_empty():
+        if next(filters.pushed(), None) is not None:  # a query's phrases/exclusions resolve to ids alone
             scores[~self.mask(filters)] = -np.inf
         candidates = int(np.isfinite(scores).sum())
         if candidates == 0:

@@ -58,7 +58,7 @@ def similar(searcher: Searcher, ref: str, filters: Filters | None = None, mode: 
     if not filters.types:
         filters = dataclasses.replace(filters, types=tuple(k.name for k in kinds.ITEM_KINDS))
     vector = _stored_vector(searcher, source["doc_id"]) if mode != "lexical" else None
-    response = searcher.search(query, filters, mode, FETCH, vector=vector)
+    response = searcher.search(query, filters, mode, FETCH, vector=vector, typed=False)
     own = item_key(source)
     others = [r for r in response.results if item_key(r.fields) != own]
     kept = others[:limit]
