@@ -173,3 +173,13 @@ def test_a_client_that_writes_then_closes_gets_the_sdks_answer(config_path: Path
     code, stderr = ended(proc)
     assert code == 0, stderr
     clean(stderr)
+
+
+def test_a_sigterm_at_once_ends_it_quietly(config_path: Path) -> None:
+    """Before the interpreter has run the server's first line the signal's default action ends
+    it (-15); from then on the handler does (130). Neither prints, neither keeps serving."""
+    proc = start(config_path)
+    proc.send_signal(signal.SIGTERM)
+    code, stderr = ended(proc)
+    assert code in (130, -signal.SIGTERM), stderr
+    assert stderr == ""
