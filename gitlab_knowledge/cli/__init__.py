@@ -14,9 +14,6 @@ from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.redact import install_logging_redaction, redact
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
-# GitLab's issue and MR states (`reopened` is what GitLabs before 10.x stored), and its `all`.
-LIST_STATES = ("opened", "closed", "merged", "locked", "reopened", "all")
-
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m gitlab_knowledge", description=__doc__)
@@ -61,8 +58,8 @@ def build_parser() -> OneLineParser:
     p = add("list", "list issues or merge requests")
     p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("--project", metavar="PATH")
-    p.add_argument("--state", metavar="STATE", choices=LIST_STATES,
-                   help="opened, closed, merged, locked or all (GitLab's states; default: all)")
+    p.add_argument("--state", metavar="STATE",
+                   help=f"{', '.join(kinds.STATES)} or {kinds.ANY_STATE} (GitLab's states; default: all)")
     p.add_argument("--limit", type=bounded_int(1), default=20)
 
     p = add("count", "count issues, mrs, discussions or notes")

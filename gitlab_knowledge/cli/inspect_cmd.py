@@ -30,7 +30,8 @@ def _item_kind(word: str) -> kinds.Kind:
 
 def list_cmd(args: argparse.Namespace, config: Config) -> int:
     kind = _item_kind(args.what)
-    rows = queries.list_items(Workspace(config), kind, args.project, args.limit, args.state)
+    state = kinds.check_state(args.state) if args.state is not None else None  # as search checks its --state
+    rows = queries.list_items(Workspace(config), kind, args.project, args.limit, state)
     if args.json:
         console.print_json(rows)
         return 0

@@ -297,3 +297,31 @@ def test_a_lone_surrogate_in_the_query_is_a_usage_error(searcher):
         searcher.search("redis \ud800 cache", mode="lexical")
     with pytest.raises(UsageError, match="not valid UTF-8"):
         searcher.search("\udcff", mode="hybrid")
+
+
+IMPOSSIBLE = [
+    (["--state", "weird"], "--state expects one of opened, closed, merged, locked, reopened, all, got 'weird'"),
+    (["--project", "nope/nope"],
+     "project 'nope/nope' is not in the store (synced projects: acme/platform, acme/web-app)"),
+    (["--label", "auth,backend"], "repeat it, --label auth --label backend"),
+    (["--label", " "], "--label expects a label name, got ' '"),
+    (["--type", "epic"], "--type expects issue, mr or discussion, got 'epic'"),
+]
+
+
+def test_impossible_filters_are_refused_naming_the_valid_values(sample, searcher):
+    """What `list` refuses, search refuses the same way (one line, exit 2), instead of 'No results'."""
+    for args, message in IMPOSSIBLE:
+        result = _cli(["redis", *args], sample.config_path, GITLAB_KNOWLEDGE_RESIDENT="off")
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert message in result.stderr and not result.stdout
+    listed = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "list", "issues", "--state", "weird",
+                             "--config", str(sample.config_path)], capture_output=True, text=True,
+                            env=subprocess_env(), timeout=120)
+    assert listed.returncode == 2 and listed.stderr == f"error: {IMPOSSIBLE[0][1]}\n"
+    # What a project is named by in the store, another case or `all` included, still searches.
+    response = searcher.search("redis", Filters.build(project="ACME/Platform", state="all"), "lexical", 20)
+    assert response.results and {r.fields["project"] for r in response.results} == {"acme/platform"}
+    assert response.filters.describe()["project"] == "acme/platform" and response.filters.state is None
+    assert Filters.build(state="Merged").state == "merged"
