@@ -325,3 +325,27 @@ def test_impossible_filters_are_refused_naming_the_valid_values(sample, searcher
     assert response.results and {r.fields["project"] for r in response.results} == {"acme/platform"}
     assert response.filters.describe()["project"] == "acme/platform" and response.filters.state is None
     assert Filters.build(state="Merged").state == "merged"
+
+
+def test_the_mcp_search_tool_refuses_them_in_words_an_agent_can_act_on(sample):
+    import asyncio
+
+    from mcp import Client
+
+    from gitlab_knowledge.mcp.resident import Resident
+    from gitlab_knowledge.mcp.server import build_server
+
+    server = build_server(Resident(sample.config, local_socket=False).context)
+
+    async def ask(arguments: dict) -> list:
+        async with Client(server) as client:
+            return [await client.call_tool("search", {"query": "redis", "mode": "lexical", **extra})
+                    for extra in arguments]
+
+    state, project, label, fine = asyncio.run(ask([{"state": "weird"}, {"project": "nope/nope"},
+                                                   {"label": ["auth,backend"]}, {"project": "ACME/Platform"}]))
+    assert state.is_error and "'weird' is not one of ['opened', 'closed', 'merged', 'locked', 'reopened', 'all']" \
+        in state.content[0].text
+    assert project.is_error and project.content[0].text == IMPOSSIBLE[1][1]
+    assert label.is_error and "--label auth --label backend" in label.content[0].text
+    assert not fine.is_error and fine.structured_content["filters"]["project"] == "acme/platform"
