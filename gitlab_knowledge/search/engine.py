@@ -46,6 +46,7 @@ class Result:
     snippet: str = ""
     highlights: list[tuple[int, int]] = field(default_factory=list)
     weak: bool = False  # no retriever vouches for it (search/relevance.py)
+    linked: bool = False  # `similar`: the asked-about item's own text references it (a link, not a likeness)
 
     @property
     def doc_id(self) -> str:
@@ -160,10 +161,12 @@ class Searcher:
     # -- search: resolve filters -> retrieve -> fuse -> pin -> order -> floor -> snippets ----
 
     def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
-               floor: bool = True, vector: Any = None, group: bool = False) -> Response:
+               floor: bool = True, vector: Any = None, group: bool = False, pin: bool = True) -> Response:
         """`floor=False` keeps results below the relevance floor (search/relevance.py) unmarked;
         `vector` is the query's embedding when the caller has it already (`similar`: the item's);
-        `group` keeps each issue/MR's best-ranked document only (its item or one thread)."""
+        `group` keeps each issue/MR's best-ranked document only (its item or one thread);
+        `pin=False` ranks the query's references and identifiers like its words (`similar`: an
+        item's text is the query, and what it mentions is not what it is like)."""
         started = time.perf_counter()
         filters = filters or Filters()
         text = query_text(query, mode)
@@ -175,7 +178,7 @@ class Searcher:
         index = self.lexical()
         fusion = self._fuse(got)
         pinned = exact_matches(index, lexical_text, filters, fusion.fields, got.lexical,
-                               lambda ids: linked_items(self.workspace, ids, warnings)) if index else []
+                               lambda ids: linked_items(self.workspace, ids, warnings)) if index and pin else []
         bodies = _BodyCache(index)
         ordered = self._order(index, lexical_text, pinned, fusion, bodies, group)
         results = self._results(ordered[:limit], fusion, got)
