@@ -14,6 +14,7 @@ from gitlab_knowledge.errors import KnowledgeError
 from gitlab_knowledge.redact import install_logging_redaction, redact
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
+LIST_STATES = (*kinds.STATES, kinds.ANY_STATE)  # what `list --state` takes (checked by kinds.check_state)
 
 def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m gitlab_knowledge", description=__doc__)

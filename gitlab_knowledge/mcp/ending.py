@@ -18,13 +18,11 @@ Two things end it besides a returning `main`:
 """
 
 import contextlib
-import fcntl
 import os
 import select
 import signal
 import stat
 import sys
-import termios
 import threading
 from collections.abc import Callable
 from typing import NoReturn
@@ -66,6 +64,8 @@ class Ending:
     def on_stdin_hangup(self) -> bool:
         """End with 0 when the client closes stdin and every byte it sent has been read. False
         when stdin is not a pipe or socket (a terminal, a file: the SDK's end of input rules)."""
+        if not hasattr(select, "poll"):  # not POSIX: the SDK's end of input rules
+            return False
         try:
             kind = os.fstat(0).st_mode
         except OSError:
@@ -95,6 +95,9 @@ class Ending:
 
 def _unread(fd: int) -> int:
     """Bytes waiting in the pipe or socket (FIONREAD); -1 when it cannot be told."""
+    import fcntl
+    import termios
+
     buf = bytearray(4)
     try:
         fcntl.ioctl(fd, termios.FIONREAD, buf)

@@ -71,7 +71,7 @@ def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> int | 
 
 
 # `--state all` is GitLab's own word for "any state".
-ANY_STATE = "all"
+ANY_STATE = kinds.ANY_STATE
 
 
 def list_items(workspace: "Workspace", kind: kinds.Kind, project: str | None, limit: int, state: str | None = None) -> list[dict[str, Any]]:
