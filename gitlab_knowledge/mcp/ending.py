@@ -41,8 +41,11 @@ class Ending:
         self._cleanups.append(cleanup)
 
     def now(self, code: int) -> NoReturn:
-        # One thread ends the process; another arriving here (a signal during a hang-up) waits for it.
+        # One thread ends the process; another arriving here (the hang-up during a signal) waits for it.
         self._lock.acquire()
+        self._leave(code)
+
+    def _leave(self, code: int) -> NoReturn:
         for cleanup in self._cleanups:
             with contextlib.suppress(Exception):
                 cleanup()
@@ -59,7 +62,9 @@ class Ending:
                 signal.signal(signum, self._signalled)
 
     def _signalled(self, _signum: int, _frame: object) -> None:
-        self.now(INTERRUPTED)
+        # Not waiting: the handler may run in the very thread that is already ending the process.
+        if self._lock.acquire(blocking=False):
+            self._leave(INTERRUPTED)
 
     def on_stdin_hangup(self) -> bool:
         """End with 0 when the client closes stdin and every byte it sent has been read. False
