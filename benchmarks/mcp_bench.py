@@ -10,7 +10,8 @@ with the real embedded model either way, so search latency includes real query e
 
 Measured: process start to the first `search` answer; `search` (hybrid) p50/p95 per call through
 the client, protocol and query embedding included, once the vectors are in memory;
-`gitlab_get_mr_comments` and `get_merge_request` from the store; the graph tools (`related` per
+`gitlab_get_mr_comments` and `get_merge_request` from the store; the same searches and MR comments
+over Streamable HTTP beside stdio, with a 404 for the transport alone; the graph tools (`related` per
 MR, `file_history` per reviewed path, `me` and `person` per MR author) on what the store's graph
 holds; `list_items` over label, assignee, participant and path filters; `similar` per MR; the
 server's peak RSS; and the search command's wall time per call, a new process each time, with the
@@ -169,7 +170,60 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
         out["server_peak_rss_mb"] = server_status(config)["peak_rss_mb"]
         out["cli_with_server"] = cli_runs(config_path, 15, resident=True)
     out["cli_without_server"] = cli_runs(config_path, 5, resident=False)
+    out["http"] = await over_http(config_path, queries, mrs)
     return out
+
+
+HTTP_CALLS = 60
+
+
+async def over_http(config_path: Path, queries: list[str], mrs: list[tuple[str, int]]) -> dict[str, Any]:
+    """The calls measured over stdio, once the vectors are in memory, over Streamable HTTP from a
+    server of its own (a first read of each MR, as stdio's first round), and a 404 beside them:
+    what the transport adds to the same work."""
+    import re
+    import signal
+
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    config = load_config(config_path)
+    proc = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge.mcp", "--config", str(config_path), "--http",
+                             "--port", "0"], stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        match = re.search(r"(http://\S+/mcp)", line)
+        assert match, line
+        url = match.group(1)
+        while not (server_status(config) or {}).get("warm"):
+            await asyncio.sleep(0.1)
+        out: dict[str, Any] = {}
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(60)) as http:
+            ms = []
+            for _ in range(HTTP_CALLS):
+                t0 = time.perf_counter()
+                await http.get(url.removesuffix("/mcp") + "/nope")
+                ms.append((time.perf_counter() - t0) * 1000)
+            out["not_found"] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
+            async with Client(streamable_http_client(url, http_client=http)) as client:
+                async def timed(name: str, arguments: dict[str, Any]) -> float:
+                    t0 = time.perf_counter()
+                    result = await client.call_tool(name, arguments)
+                    assert not result.is_error, result.content[0].text
+                    return (time.perf_counter() - t0) * 1000
+
+                for mode in ("hybrid", "lexical"):
+                    ms = [await timed("search", {"query": q, "mode": mode, "limit": 10})
+                          for q in queries[:HTTP_CALLS]]
+                    out[f"search_{mode}"] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
+                ms = [await timed("gitlab_get_mr_comments", {"project": p, "mr": i}) for p, i in mrs]
+                out["gitlab_get_mr_comments"] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
+        return out
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
 
 
 def cli_runs(config_path: Path, runs: int, *, resident: bool) -> dict[str, Any]:
@@ -220,6 +274,16 @@ def table(r: dict[str, Any]) -> str:
         m = r.get(name)
         if m:
             rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))
+    http = r.get("http") or {}
+    for name, label in (("search_hybrid", "search, hybrid"), ("search_lexical", "search, lexical"),
+                        ("gitlab_get_mr_comments", "gitlab_get_mr_comments, from the store (each MR once)")):
+        m = http.get(name)
+        if m:
+            rows.append((f"{label}, over HTTP beside stdio",
+                         f"HTTP p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls); stdio p50 {r[name]['p50']} ms"))
+    if http.get("not_found"):
+        m = http["not_found"]
+        rows.append(("HTTP 404 (GET /nope), the transport alone", f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))
     rows.append(("server peak RSS", f"{r['server_peak_rss_mb']:,} MB"))
     w, wo = r["cli_with_server"], r["cli_without_server"]
     rows.append(("search command, new process per call, server running",

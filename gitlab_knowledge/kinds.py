@@ -74,6 +74,24 @@ _BY_NOTEABLE = {k.noteable_type: k for k in ITEM_KINDS}
 _BY_API_PATH = {k.api_path: k for k in ITEM_KINDS}
 _BY_CLI = {alias: k for k in ITEM_KINDS for alias in k.cli_names}
 
+# GitLab's item states (`reopened` is what GitLabs before 10.x stored), and `all`, its word for any:
+# what `list --state` and search's state filter take.
+STATES = ("opened", "closed", "merged", "locked", "reopened")
+ANY_STATE = "all"
+
+
+def check_state(word: str) -> str | None:
+    """The state a filter keeps (None: any) from what was typed; anything else is one line naming
+    the valid ones (`list --state`, search's `--state` and the MCP search tool all ask here)."""
+    from gitlab_knowledge.errors import BadValue
+
+    state = word.strip().lower()
+    if state == ANY_STATE:
+        return None
+    if state not in STATES:
+        raise BadValue("state", word, (*STATES, ANY_STATE))
+    return state
+
 
 def kind(name: str) -> Kind:
     """The kind by its store name (`issue`, `merge_request`); KeyError for anything else."""

@@ -15,8 +15,7 @@ from gitlab_knowledge.redact import install_logging_redaction, redact
 from gitlab_knowledge.terminal import clean_logs
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
-# GitLab's issue and MR states (`reopened` is what GitLabs before 10.x stored), and its `all`.
-LIST_STATES = ("opened", "closed", "merged", "locked", "reopened", "all")
+LIST_STATES = (*kinds.STATES, kinds.ANY_STATE)  # what `list --state` takes (checked by kinds.check_state)
 LIST_SORTS = ("updated_desc", "updated_asc", "created_desc", "created_asc")  # store.queries.SORTS
 
 
@@ -65,8 +64,8 @@ def build_parser() -> OneLineParser:
     p = add("list", "list issues or merge requests, narrowed by any of the filters below (all must hold)")
     p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
     p.add_argument("--project", metavar="PATH")
-    p.add_argument("--state", metavar="STATE", choices=LIST_STATES,
-                   help="opened, closed, merged, locked or all (GitLab's states; default: all)")
+    p.add_argument("--state", metavar="STATE",
+                   help=f"{', '.join(kinds.STATES)} or {kinds.ANY_STATE} (GitLab's states; default: all)")
     p.add_argument("--label", action="append", default=[], metavar="LABEL", help="carries this label (repeatable: all)")
     for who in ("author", "assignee", "reviewer", "participant"):
         p.add_argument(f"--{who}", metavar="USERNAME", help="a participant: author, assignee, reviewer or commenter"

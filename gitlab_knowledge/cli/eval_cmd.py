@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="repeatable (default: all three)")
     p.add_argument("--model", action="append", metavar="PROVIDER[:MODEL]",
                    help="vector table to compare, repeatable (default: the configured model)")
-    p.add_argument("--per-query", action="store_true", help="JSON: each query's scores and top results")
+    p.add_argument("--per-query", action="store_true", help="each query's scores and first result (with --json: its top 5)")
     p.add_argument("--json", action="store_true", help="machine-readable output (schema: search/eval_schema.json)")
 
 

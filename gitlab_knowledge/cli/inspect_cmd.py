@@ -30,8 +30,9 @@ def _item_kind(word: str) -> kinds.Kind:
 
 def list_cmd(args: argparse.Namespace, config: Config) -> int:
     kind = _item_kind(args.what)
+    state = kinds.check_state(args.state) if args.state is not None else None  # as search checks its --state
     filters = queries.ListFilters(
-        state=args.state, labels=tuple(args.label), author=args.author, assignee=args.assignee, reviewer=args.reviewer,
+        state=state, labels=tuple(args.label), author=args.author, assignee=args.assignee, reviewer=args.reviewer,
         milestone=args.milestone, updated_since=args.updated_since, created_since=args.created_since, path=args.path,
         participant=args.participant, sort=args.sort)
     rows = queries.list_items(Workspace(config), kind, args.project, args.limit, filters=filters)

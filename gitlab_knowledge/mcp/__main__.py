@@ -7,12 +7,12 @@ stderr); `--http` serves Streamable HTTP at http://HOST:PORT/mcp.
 import argparse
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
 from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.errors import KnowledgeError
+from gitlab_knowledge.mcp.ending import INTERRUPTED, Ending
 from gitlab_knowledge.redact import install_logging_redaction, redact
 from gitlab_knowledge.terminal import clean_logs
 
@@ -31,16 +31,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, ending: Ending | None = None) -> int:
+    """Serve until the client goes; `ending` (when given) is how the process ends early: on
+    SIGTERM/SIGINT, or in stdio when the client closes stdin, whatever is still loading."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     install_logging_redaction()
     clean_logs()
+    if ending is not None:
+        ending.on_signals()
     try:
         args = build_parser().parse_args(argv)
+        if ending is not None and not args.http:
+            ending.on_stdin_hangup()
         from gitlab_knowledge.config import load_config
         from gitlab_knowledge.mcp.resident import Resident
 
@@ -51,9 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             token, sock = bearer_token(config, args.host), listen(args.host, args.port)
         # The model and the indexes load on a thread while the SDK is imported and the client connects.
         resident = Resident(config)
+        if ending is not None:
+            ending.on_exit(resident.remove_socket)  # the one thing the process leaves behind
         resident.start()
-        # A client stopping the server with SIGTERM still gets the socket file removed.
-        signal.signal(signal.SIGTERM, _terminate)
         import anyio
 
         try:
@@ -66,13 +68,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 anyio.run(serve_stdio, resident)
         finally:
-            resident.stop()
+            if ending is None:  # in-process; otherwise ending.now() removes the socket and exits at once
+                resident.stop()
         return 0
     except KnowledgeError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return exc.exit_code
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback, unless asked for
         if os.environ.get("GITLAB_KNOWLEDGE_DEBUG"):
             raise
@@ -81,4 +84,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Out through Ending whatever main returns: native threads may still be loading (ending.py).
+    ending = Ending()
+    ending.now(main(ending=ending))

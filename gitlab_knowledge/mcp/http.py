@@ -113,7 +113,10 @@ def bearer_token(config: Config, host: str) -> str | None:
 
 def listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on an accepted connection only when the
+    # socket says proto == IPPROTO_TCP (accepted sockets copy the listener's); with proto 0 Nagle
+    # holds each answer's last segment for the client's delayed ACK, ~40 ms per call, even a 404.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

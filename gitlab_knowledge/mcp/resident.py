@@ -223,6 +223,13 @@ class LocalEndpoint:
             self.path.unlink()
 
 
+    def remove_file(self) -> None:
+        """The socket file, if this endpoint listens on it: what a process ending at once removes."""
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+
+
 def _foreign(path: Path) -> str | None:
     """Why the file at `path` is not ours to replace (None: no file, or our own socket). In a
     private directory another user's file can only mean the directory was not private once."""
@@ -258,3 +265,8 @@ class Resident:
         if self.endpoint is not None:
             self.endpoint.stop()
         self.context.reader.close()
+
+    def remove_socket(self) -> None:
+        """Undo what outlives the process (the socket file) without waiting on anything."""
+        if self.endpoint is not None:
+            self.endpoint.remove_file()

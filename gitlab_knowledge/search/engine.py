@@ -48,6 +48,7 @@ class Result:
     snippet: str = ""
     highlights: list[tuple[int, int]] = field(default_factory=list)
     weak: bool = False  # no retriever vouches for it (search/relevance.py)
+    linked: bool = False  # `similar`: the asked-about item's own text references it (a link, not a likeness)
 
     @property
     def doc_id(self) -> str:
@@ -165,12 +166,15 @@ class Searcher:
     # -- search: resolve filters -> retrieve -> fuse -> pin -> order -> floor -> snippets ----
 
     def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
-               floor: bool = True, vector: Any = None, group: bool = False, typed: bool = True) -> Response:
+               floor: bool = True, vector: Any = None, group: bool = False, typed: bool = True,
+               pin: bool = True) -> Response:
         """`floor=False` keeps results below the relevance floor (search/relevance.py) unmarked;
         `vector` is the query's embedding when the caller has it already (`similar`: the item's);
         `group` keeps each issue/MR's best-ranked document only (its item or one thread);
         `typed=False`: the query is a document's text (`similar`), searched as it is: no URLs,
-        phrases, exclusions or typo tolerance read into it (search/query_plan.py)."""
+        phrases, exclusions or typo tolerance read into it (search/query_plan.py);
+        `pin=False` ranks the query's references and identifiers like its words (`similar`: an
+        item's text is the query, and what it mentions is not what it is like)."""
         started = time.perf_counter()
         filters = filters or Filters()
         text = query_text(query, mode)
@@ -184,7 +188,7 @@ class Searcher:
         fusion = self._fuse(got)
         ranked = [h.doc_id for h in got.lexical] or [h.doc_id for h in got.semantic]
         pinned = exact_matches(index, lexical_text, filters, fusion.fields, ranked,
-                               lambda ids: linked_items(self.workspace, ids, warnings)) if index else []
+                               lambda ids: linked_items(self.workspace, ids, warnings)) if index and pin else []
         bodies = _BodyCache(index)
         ordered = self._order(index, lexical_text, pinned, fusion, bodies, group)
         results = self._results(ordered[:limit], fusion, got)

@@ -199,4 +199,25 @@ def render_table(report: dict[str, Any]) -> str:
     for run in report["runs"]:
         for warning in run["warnings"]:
             lines.append(f"warning ({run['mode']}): {warning}")
+    if "per_query" in report:
+        lines += ["", *_per_query_rows(report["per_query"])]
     return "\n".join(lines) + "\n"
+
+
+QUERY_CHARS = 60  # a query's column in the per-query rows; --json keeps 200
+
+
+def _per_query_rows(details: list[dict[str, Any]]) -> list[str]:
+    """`--per-query` in the table: one row per query and run, its scores and first result."""
+    from gitlab_knowledge.terminal import clean
+
+    rows = [("mode", "model", "nDCG@10", "R@10", "R@50", "RR", "query", "first result")]
+    for d in details:
+        query = " ".join(clean(d["query"]).split())
+        query = query if len(query) <= QUERY_CHARS else query[:QUERY_CHARS - 1] + "…"
+        rows.append((d["mode"], d["model"] or "-", f"{d['ndcg_10']:.3f}", f"{d['recall_10']:.3f}",
+                     f"{d['recall_50']:.3f}", f"{d['rr']:.3f}", query, clean(d["top"][0]) if d["top"] else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    numeric = range(2, 6)
+    return ["  ".join(cell.rjust(w) if i in numeric else cell.ljust(w) for i, (cell, w) in
+                      enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]

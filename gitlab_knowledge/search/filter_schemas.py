@@ -29,7 +29,7 @@ def _argument(spec: FilterSpec) -> dict[str, Any]:
     elif spec.match is Match.EXCLUDE_TRUE:
         shape = {"type": "boolean"}
     else:
-        shape = {"type": "string"}
+        shape = {"type": "string", "enum": list(spec.accepts)} if spec.accepts else {"type": "string"}
     return shape if spec.summary is None else {**shape, "description": spec.summary}
 
 

@@ -31,6 +31,7 @@ ids reaches both retrievers as one more pushed-down filter (`Match.IN_SET` on th
 
 import argparse
 import re
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
@@ -77,6 +78,7 @@ class FilterSpec:
     choose: Callable[[str], str | None] | None = None  # ANY_OF: a typed word → its canonical value
     expects: str = ""  # ANY_OF, GRAPH: the choices or the expected form, for the error message
     clean: Callable[[str], str | None] | None = None  # GRAPH: a typed value → its canonical form (None: invalid)
+    check: Callable[[str], Any] | None = None  # EXACT, ALL_OF: a typed value → what is matched (None: nothing), or BadValue
     choices: tuple[str, ...] = ()  # ANY_OF: the canonical values, listed in the JSON Schemas
     accepts: tuple[str, ...] = ()  # ANY_OF: every spelling an agent may pass (default: `choices`)
     summary: str | None = None  # the MCP search tool's description of its argument (the `describe` key)
@@ -100,6 +102,18 @@ def _source_type(word: str) -> str | None:
     return kinds.DISCUSSION if word.strip().lower() in (kinds.DISCUSSION, kinds.DISCUSSION + "s") else None
 
 
+def _label(label: str) -> str | None:
+    """One label as GitLab names them: not blank, no comma (GitLab's separator of label lists:
+    `--label a,b` would match nothing, where `--label a --label b` is what was meant)."""
+    if "," in label:
+        parts = [shlex.quote(part.strip()) for part in label.split(",") if part.strip()]
+        raise UsageError(f"--label takes one label (GitLab's label names hold no comma), got {label!r}: repeat it, "
+                         f"--label {' --label '.join(parts)}")
+    if not label.strip():
+        raise UsageError(f"--label expects a label name, got {label!r}")
+    return label
+
+
 _TYPE_WORDS = ", ".join(k.cli_names[0] for k in kinds.ITEM_KINDS) + f" or {kinds.DISCUSSION}"
 
 
@@ -112,15 +126,17 @@ FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("author", "--author", Match.EXACT, "author", metavar="USER", describe="author", strip="@",
                summary="Only documents by this username."),
     FilterSpec("labels", "--label", Match.ALL_OF, "labels", help="repeatable: every label must match",
-               metavar="LABEL", describe="label", summary="Every label must match."),
+               metavar="LABEL", describe="label", check=_label,
+               summary="Every label must match (one label each; GitLab's label names hold no comma)."),
     FilterSpec("after", "--after", Match.ON_OR_AFTER, "created_at", help="created on or after this date",
                metavar="YYYY-MM-DD", describe="after", summary="Created on or after (YYYY-MM-DD)."),
     FilterSpec("before", "--before", Match.BEFORE, "created_at", help="created before this date",
                metavar="YYYY-MM-DD", describe="before", summary="Created before (YYYY-MM-DD)."),
     FilterSpec("project", "--project", Match.EXACT, "project", metavar="PATH", describe="project",
                summary="Only this project (group/project)."),
-    FilterSpec("state", "--state", Match.EXACT, "state", help="opened, closed, merged, ...", metavar="STATE",
-               describe="state", summary="opened, closed, merged, ..."),
+    FilterSpec("state", "--state", Match.EXACT, "state", help=f"{', '.join(kinds.STATES)} or {kinds.ANY_STATE}",
+               metavar="STATE", describe="state", check=kinds.check_state, accepts=(*kinds.STATES, kinds.ANY_STATE),
+               summary=f"{', '.join(kinds.STATES)} (the item's, for a thread too), or {kinds.ANY_STATE}."),
     FilterSpec("path", "--path", Match.GRAPH, DOC_ID, metavar="PATH", describe="path", clean=repo_path,
                expects="a file or directory path in the repository, e.g. services/auth",
                help="merge requests that changed this file or directory, and threads on its diff lines",
@@ -168,11 +184,14 @@ def _parse(spec: FilterSpec, raw: Any) -> Any:
             chosen.append(value)
         return tuple(dict.fromkeys(chosen))
     if spec.match is Match.ALL_OF:
-        return tuple(dict.fromkeys(value for value in raw or [] if value))
+        checked = (spec.check(value) if spec.check else value for value in raw or [])
+        return tuple(dict.fromkeys(value for value in checked if value))
     if spec.match in DATES:
         return parse_date(raw, spec.flag) if raw else None
     if spec.match is Match.EXCLUDE_TRUE:
         return bool(raw)
+    if spec.check and raw is not None:
+        return spec.check(raw)
     value = (raw or "").strip().lstrip(spec.strip) if spec.match is Match.GRAPH else (raw or "").lstrip(spec.strip)
     if spec.clean and raw:
         cleaned = spec.clean(value)

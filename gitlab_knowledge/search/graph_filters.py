@@ -1,4 +1,5 @@
-"""Graph filters (`--path`, `--participant`): which documents match, read from the store per search.
+"""Graph filters (`--path`, `--participant`): which documents match, read from the store per search;
+and `--project`, checked against the store's projects the way `list` checks it.
 
 A graph filter is a fact about relations the indexes do not carry: the files a merge request
 changed (`mr_files`), the diff lines a thread is on (`note_positions`), who wrote a thread's notes.
@@ -14,6 +15,7 @@ than half the documents is pushed as its complement (`NOT IN` the rest), so what
 exceeds half the store.
 """
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge import kinds
@@ -91,9 +93,31 @@ def matching_ids(con: "duckdb.DuckDBPyConnection", spec: FilterSpec, value: str)
     return {row[0] for row in con.execute(sql, params(value)).fetchall()}
 
 
+def stored_project(workspace: "Workspace", filters: Filters) -> Filters:
+    """`filters` with `project` as the store writes it (another case, or a path the project had
+    before a rename, resolve as `list --project` resolves them); a project the store does not
+    hold is a usage error naming the synced ones, as `list` says it, not an empty answer.
+    While a sync holds DuckDB the filter goes unchecked: the indexes answer without DuckDB, and a
+    search must not wait on a sync for a check."""
+    if not filters.project or filters.doc_ids is not None:
+        return filters
+    from gitlab_knowledge.errors import StoreBusyError
+    from gitlab_knowledge.store.queries import check_project
+
+    try:
+        with workspace.read(wait=0) as con:
+            project_id = check_project(con, filters.project)
+            path = one_row(con.execute("SELECT path_with_namespace FROM projects WHERE id = ?", [project_id]))[0]
+    except StoreBusyError:
+        return filters
+    return replace(filters, project=path)
+
+
 def resolve(workspace: "Workspace", filters: Filters) -> tuple[Filters, list[str]]:
     """`filters` with their graph filters resolved to document ids (all of them must match), and
-    a warning when they match nothing. Filters without graph filters are returned as they are."""
+    a warning when they match nothing. Filters without graph filters are returned as they are
+    (their project checked against the store)."""
+    filters = stored_project(workspace, filters)
     graph = filters.graph()
     if not graph or filters.doc_ids is not None:
         return filters, []

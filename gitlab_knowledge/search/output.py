@@ -32,7 +32,7 @@ def result_json(r: Result) -> dict[str, Any]:
         "url": f["url"], "author": f["author"], "labels": list(f["labels"] or []), "state": f["state"],
         "created_at": _iso(f["created_at"]), "updated_at": _iso(f["updated_at"]),
         "confidential": bool(f["confidential"]), "internal": bool(f["internal"]),
-        "snippet": r.snippet, "highlights": [list(h) for h in r.highlights], "weak": r.weak,
+        "snippet": r.snippet, "highlights": [list(h) for h in r.highlights], "weak": r.weak, "linked": r.linked,
     }
 
 
@@ -114,7 +114,7 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
             flags.append(f"{red}[confidential]{reset}")
         if f["internal"]:
             flags.append(f"{red}[internal]{reset}")
-        exact = MATCH_LABELS.get(r.match, " [weak match]" if r.weak else "")
+        exact = MATCH_LABELS.get(r.match, " [weak match]" if r.weak else "") + (" [linked]" if r.linked else "")
         lines.append(f"{bold}[{r.rank}] {clean(headline(r))}{reset} ({r.score:.2f}){exact}" + (" " + " ".join(flags) if flags else ""))
         day = f["created_at"].strftime("%Y-%m-%d") if f["created_at"] else "?"
         meta = [f"@{f['author']}" if f["author"] else "@?", day, f["project"]]

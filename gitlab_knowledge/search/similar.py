@@ -5,6 +5,10 @@ description, without the header's reference and state lines) is the keyword quer
 vector (its first window: title and the start of the description) is the semantic query, so
 nothing is embedded again. The two are fused like any search, with the same filters; the item and
 its own threads are left out. Unless `--type` says otherwise, only issues and MRs are returned.
+
+The ranking is by likeness alone: the references in the item's text are not pinned first as a
+search pins a query's `#12` (they are what the item mentions, not what it is like). A result the
+item's own text references is marked `linked`, beside its score.
 """
 
 import dataclasses
@@ -15,6 +19,7 @@ import numpy as np
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import DocFields
 from gitlab_knowledge.errors import AmbiguousReference, BadReference, StoreError, UsageError
+from gitlab_knowledge.lexical.analysis import references
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
@@ -55,20 +60,32 @@ def similar(searcher: Searcher, ref: str, filters: Filters | None = None, mode: 
     text = index.bodies([source["doc_id"]]).get(source["doc_id"], "")
     query = "\n".join(filter(None, [source.get("title") or "", body_of(text) if "\n\n" in text else ""])) \
         or source.get("title") or ref
+    # Its references out of the keyword query: a `#234` there would match #234's own reference
+    # field, a link scored as likeness (the result is marked `linked` instead).
+    query = _without_references(query) or query
     if not filters.types:
         filters = dataclasses.replace(filters, types=tuple(k.name for k in kinds.ITEM_KINDS))
     vector = _stored_vector(searcher, source["doc_id"]) if mode != "lexical" else None
-    response = searcher.search(query, filters, mode, FETCH, vector=vector, typed=False)
+    response = searcher.search(query, filters, mode, FETCH, vector=vector, typed=False, pin=False)
     own = item_key(source)
     others = [r for r in response.results if item_key(r.fields) != own]
     kept = others[:limit]
+    mentioned = {(ref_project or source["project"], kind, iid) for ref_project, kind, iid in references(text)}
     for rank, result in enumerate(kept, start=1):
         result.rank = rank
+        result.linked = item_key(result.fields) in mentioned
     response.total = max(len(others), response.total - (len(response.results) - len(others)))
     response.results = kept
     response.limit = limit
     response.query = f"similar to {source['project']}{kinds.kind(source['parent_type']).ref(source['iid'])}"
     return response
+
+
+def _without_references(text: str) -> str:
+    spans = [(start, end) for _ref, start, end in kinds.find_references(text)]
+    for start, end in reversed(spans):
+        text = text[:start] + " " + text[end:]
+    return text.strip()
 
 
 def _stored_vector(searcher: Searcher, doc_id: str) -> np.ndarray | None:

@@ -76,7 +76,7 @@ def check_project(con: duckdb.DuckDBPyConnection, project: str | None) -> int | 
 
 
 # `--state all` is GitLab's own word for "any state".
-ANY_STATE = "all"
+ANY_STATE = kinds.ANY_STATE
 
 
 # How `list` orders: newest first by default.

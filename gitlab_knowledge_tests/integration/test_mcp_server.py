@@ -148,6 +148,9 @@ def test_stdio_every_tool_a_sync_while_serving_and_the_search_command(config_pat
             assert timing.sub("", human.stdout) == timing.sub("", human_local.stdout) and human.stdout
             bad = await asyncio.to_thread(run_search, config_path, "x", "--after", "2024-13-01", "--json")
             assert bad.returncode == 2 and "calendar date" in json.loads(bad.stdout)["error"]
+            # A project the store does not hold: the server refuses it as the command would.
+            unknown = await asyncio.to_thread(run_search, config_path, "x", "--project", "nope/nope", "--json")
+            assert unknown.returncode == 2 and "synced projects: acme/platform" in json.loads(unknown.stdout)["error"]
             assert server_status(config)["answered"] == before + 2
 
             # A sync commits new index versions while the server answers; it picks them up unrestarted.

@@ -287,3 +287,55 @@ def test_a_lone_surrogate_in_the_query_is_a_usage_error(searcher):
         searcher.search("redis \ud800 cache", mode="lexical")
     with pytest.raises(UsageError, match="not valid UTF-8"):
         searcher.search("\udcff", mode="hybrid")
+
+
+IMPOSSIBLE = [
+    (["--state", "weird"], "--state expects one of opened, closed, merged, locked, reopened, all, got 'weird'"),
+    (["--project", "nope/nope"],
+     "project 'nope/nope' is not in the store (synced projects: acme/platform, acme/web-app)"),
+    (["--label", "auth,backend"], "repeat it, --label auth --label backend"),
+    (["--label", " "], "--label expects a label name, got ' '"),
+    (["--type", "epic"], "--type expects issue, mr or discussion, got 'epic'"),
+]
+
+
+def test_impossible_filters_are_refused_naming_the_valid_values(sample, searcher):
+    """What `list` refuses, search refuses the same way (one line, exit 2), instead of 'No results'."""
+    for args, message in IMPOSSIBLE:
+        result = _cli(["redis", *args], sample.config_path, GITLAB_KNOWLEDGE_RESIDENT="off")
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+        assert message in result.stderr and not result.stdout
+    listed = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "list", "issues", "--state", "weird",
+                             "--config", str(sample.config_path)], capture_output=True, text=True,
+                            env=subprocess_env(), timeout=120)
+    assert listed.returncode == 2 and listed.stderr == f"error: {IMPOSSIBLE[0][1]}\n"
+    # What a project is named by in the store, another case or `all` included, still searches.
+    response = searcher.search("redis", Filters.build(project="ACME/Platform", state="all"), "lexical", 20)
+    assert response.results and {r.fields["project"] for r in response.results} == {"acme/platform"}
+    assert response.filters.describe()["project"] == "acme/platform" and response.filters.state is None
+    assert Filters.build(state="Merged").state == "merged"
+
+
+def test_the_mcp_search_tool_refuses_them_in_words_an_agent_can_act_on(sample):
+    import asyncio
+
+    from mcp import Client
+
+    from gitlab_knowledge.mcp.resident import Resident
+    from gitlab_knowledge.mcp.server import build_server
+
+    server = build_server(Resident(sample.config, local_socket=False).context)
+
+    async def ask(arguments: dict) -> list:
+        async with Client(server) as client:
+            return [await client.call_tool("search", {"query": "redis", "mode": "lexical", **extra})
+                    for extra in arguments]
+
+    state, project, label, fine = asyncio.run(ask([{"state": "weird"}, {"project": "nope/nope"},
+                                                   {"label": ["auth,backend"]}, {"project": "ACME/Platform"}]))
+    assert state.is_error and "'weird' is not one of ['opened', 'closed', 'merged', 'locked', 'reopened', 'all']" \
+        in state.content[0].text
+    assert project.is_error and project.content[0].text == IMPOSSIBLE[1][1]
+    assert label.is_error and "--label auth --label backend" in label.content[0].text
+    assert not fine.is_error and fine.structured_content["filters"]["project"] == "acme/platform"

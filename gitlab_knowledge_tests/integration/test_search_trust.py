@@ -116,6 +116,24 @@ def test_similar_finds_the_known_duplicate_and_leaves_out_the_item(sample, searc
     jsonschema.validate(response_json(back), SCHEMA)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_similar_ranks_by_likeness_and_marks_what_the_item_links(searcher, mode):
+    """acme/platform!847's description names #234, #245, !841 and acme/web-app!143: links, not
+    exact matches; each keeps the rank its likeness earns, with `linked` beside its score."""
+    response = similar(searcher, "acme/platform!847", mode=mode, limit=10)
+    assert all(r.match == "fused" for r in response.results)
+    assert [r.score for r in response.results] == sorted((r.score for r in response.results), reverse=True)
+    linked = {f"{r.fields['project']}{'#' if r.fields['parent_type'] == 'issue' else '!'}{r.fields['iid']}"
+              for r in response.results if r.linked}
+    assert linked and linked <= {"acme/platform#234", "acme/platform#245", "acme/web-app!143", "acme/platform!841"}
+    assert any(not r.linked for r in response.results)
+    payload = response_json(response)
+    jsonschema.validate(payload, SCHEMA)
+    assert sum(r["linked"] for r in payload["results"]) == len(linked)
+    assert "[linked]" in render_human(response, color=False)
+    assert not any(r.linked for r in searcher.search("authentication redesign #234", mode=mode).results)
+
+
 def test_similar_honours_filters_and_says_what_it_cannot_resolve(searcher):
     from gitlab_knowledge.errors import UsageError
     from gitlab_knowledge.search.filters import Filters
@@ -141,6 +159,12 @@ def test_eval_and_similar_commands(sample, tmp_path):
     assert [r["mode"] for r in report["runs"]] == ["lexical", "hybrid"] and report["queries"] == 32
     human = _cli(["eval", str(GOLDEN_FILE), "--mode", "lexical"], sample.config_path)
     assert human.returncode == 0 and "nDCG@10" in human.stdout and "lexical" in human.stdout
+    rows_of = _cli(["eval", str(GOLDEN_FILE), "--mode", "lexical", "--per-query"], sample.config_path)
+    assert rows_of.returncode == 0 and rows_of.stdout.startswith(human.stdout.split("\n")[0])
+    queries = [case["query"] for case in json.loads(GOLDEN_FILE.read_text())]
+    lexical_rows = [line for line in rows_of.stdout.splitlines() if line.startswith("lexical ")]
+    assert len(lexical_rows) == 1 + len(queries) == 1 + 32, rows_of.stdout  # the summary, then one per query
+    assert "first result" in rows_of.stdout and queries[0][:40] in rows_of.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
     failed = _cli(["eval", str(bad)], sample.config_path)

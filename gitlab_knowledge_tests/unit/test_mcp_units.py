@@ -177,3 +177,38 @@ def test_the_server_creates_a_missing_data_directory_private(tmp_path: Path) -> 
         assert (data.stat().st_mode & 0o777) == 0o700
     finally:
         endpoint.stop()
+
+
+def test_http_connections_are_accepted_with_tcp_nodelay() -> None:
+    """uvicorn on the socket `listen` makes, as `serve_http` runs it: every accepted connection
+    has TCP_NODELAY, so no answer waits for the client's delayed ACK (Nagle: ~40 ms a call)."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    from gitlab_knowledge.mcp.http import listen
+
+    async def not_found(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    sock = listen("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(not_found, log_level="warning", lifespan="off"))
+
+    async def serve_one() -> list[int]:
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        reader, writer = await asyncio.open_connection(*sock.getsockname()[:2])
+        writer.write(b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 404")
+        accepted = [c.transport.get_extra_info("socket") for c in server.server_state.connections]
+        flags = [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in accepted]
+        writer.close()
+        server.should_exit = True
+        await serving
+        return flags
+
+    flags = asyncio.run(serve_one())
+    assert len(flags) == 1 and flags[0] != 0

@@ -67,11 +67,13 @@ HAND_WRITTEN_SEARCH_INPUT = {
         "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPE_WORDS)},
                  "description": "Only these document types: issue, merge_request (or mr), discussion."},
         "author": {"type": "string", "description": "Only documents by this username."},
-        "label": {"type": "array", "items": {"type": "string"}, "description": "Every label must match."},
+        "label": {"type": "array", "items": {"type": "string"},
+                  "description": "Every label must match (one label each; GitLab's label names hold no comma)."},
         "after": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created on or after (YYYY-MM-DD)."},
         "before": {"type": "string", "pattern": r"^\d{4}-\d{2}-\d{2}$", "description": "Created before (YYYY-MM-DD)."},
         "project": {"type": "string", "description": "Only this project (group/project)."},
-        "state": {"type": "string", "description": "opened, closed, merged, ..."},
+        "state": {"type": "string", "enum": ["opened", "closed", "merged", "locked", "reopened", "all"],
+                  "description": "opened, closed, merged, locked, reopened (the item's, for a thread too), or all."},
         "path": {"type": "string", "description": "Only MRs that changed this file, or a file under this directory, "
                  "and review threads positioned on it (e.g. services/auth or services/auth/jwt.py)."},
         "participant": {"type": "string", "description": "Only threads this username wrote a note in, and "
