@@ -1,10 +1,11 @@
-"""Peak memory of a sync that meets one very long issue description.
+"""Peak memory of a sync that meets one very long issue description, layer by layer.
 
-The bundled sample is synced once (the baseline row); then, for each size, a copy of that store
-syncs incrementally after one issue's description was replaced by SIZE MB of text in the sandbox.
-Each sync is `python -m gitlab_knowledge sync --project acme/platform` in a process of its own, and
-its peak RSS is what the kernel recorded for it (`wait4`'s ru_maxrss). The sandbox serves from this
-process, so its own copies of the text are not counted.
+The bundled sample's acme/platform is synced once (every layer but the embeddings, whose peak is
+the model's and whose text is bounded per document); then, for each size, one issue's description
+is replaced by SIZE MB of text in the sandbox and each layer of the incremental sync runs in a
+process of its own, whose peak RSS (`ru_maxrss`) is reported, with that of a process that only
+loads the pipeline (the floor). The sandbox serves from this process, so its copies of the text
+are not counted.
 
     python -m benchmarks.memory_bench [--sizes 10,40,120] [--json]
 """
@@ -12,7 +13,6 @@ process, so its own copies of the text are not counted.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,41 +45,53 @@ def write_config(path: Path, url: str, data_dir: Path) -> None:
                     f'[storage]\ndata_dir = "{data_dir}"\n')
 
 
-def sync_peak_rss(config: Path, workdir: Path) -> tuple[int, float, int]:
-    """(exit code, seconds, peak RSS in MB) of one `sync` in its own process."""
+LAYERS = ("raw_gitlab_payloads", "normalized_gitlab", "knowledge_graph", "search_documents", "lexical_index")
+
+
+def child(config: str, layer: str) -> None:
+    """In the measured process: run `layer` ("none": only load the pipeline) and print the peak."""
+    import resource
+
+    import dagster as dg
+
+    from gitlab_knowledge.defs.runner import run_sync
+    from gitlab_knowledge.workspace import Workspace
+
+    workspace = Workspace.load(config)
+    if layer != "none":
+        selection = list(LAYERS) if layer == "all" else [layer]
+        outcome, = run_sync(workspace, [PROJECT], instance=dg.DagsterInstance.ephemeral(), selection=selection)
+        if not outcome.success:
+            raise SystemExit(f"{layer}: {outcome.message}")
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+
+
+def peak_rss(config: Path, layer: str) -> int:
+    """Peak RSS in MB of a process that runs one layer of the sync."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITLAB", "DAGSTER_HOME", "OLLAMA"))}
     env.update({TOKEN_ENV: DEFAULT_TOKEN, "NO_COLOR": "1"})
-    t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "sync", "--project",
-                             PROJECT], cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        print(err.decode(errors="replace")[-2000:], file=sys.stderr)
-    return proc.returncode, round(time.monotonic() - t0, 1), usage.ru_maxrss // 1024
+    done = subprocess.run([sys.executable, "-m", "benchmarks.memory_bench", "--child", str(config), layer],
+                          env=env, capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1])
 
 
 def measure(sizes: list[int]) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="gk-membench-") as tmp, SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
         base = Path(tmp)
-        config = base / "base.toml"
-        write_config(config, sb.url, base / "base-data")
-        code, seconds, peak = sync_peak_rss(config, base)
-        rows.append({"description_mb": 0, "exit_code": code, "seconds": seconds, "peak_rss_mb": peak})
+        config = base / "gitlab_knowledge.toml"
+        write_config(config, sb.url, base / "data")
+        peak_rss(config, "all")
+        floor = peak_rss(config, "none")
         issue = sb.state.list_items(PROJECT, "issues")[0]["iid"]
         for size in sizes:
-            data = base / f"data-{size}"
-            shutil.copytree(base / "base-data", data)
-            config = base / f"{size}.toml"
-            write_config(config, sb.url, data)
             sb.clock.advance(3600)
+            t0 = time.monotonic()
             sb.state.update_issue(PROJECT, issue, description=text_of(size))
-            code, seconds, peak = sync_peak_rss(config, base)
-            rows.append({"description_mb": size, "exit_code": code, "seconds": seconds, "peak_rss_mb": peak})
-            shutil.rmtree(data)
+            row: dict[str, Any] = {"description_mb": size, "floor_mb": floor}
+            row.update({layer: peak_rss(config, layer) for layer in LAYERS})
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            rows.append(row)
     return rows
 
 
@@ -87,15 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10,40,120", help="description sizes in MB, comma-separated")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", nargs=2, metavar=("CONFIG", "LAYER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child:
+        child(*args.child)
+        return 0
     rows = measure([int(s) for s in args.sizes.split(",")])
     if args.json:
         print(json.dumps(rows, indent=2))
-    else:
-        print("| description | exit | sync s | peak RSS |\n| ---: | ---: | ---: | ---: |")
-        for r in rows:
-            label = f"{r['description_mb']} MB" if r["description_mb"] else "none (first sync)"
-            print(f"| {label} | {r['exit_code']} | {r['seconds']} | {r['peak_rss_mb']} MB |")
+        return 0
+    print("| description | " + " | ".join(LAYERS) + " |\n| ---: |" + " ---: |" * len(LAYERS))
+    for r in rows:
+        print(f"| {r['description_mb']} MB | " + " | ".join(f"{r[layer]} MB" for layer in LAYERS) + " |")
+    print(f"(peak RSS of a process per layer; one that only loads the pipeline: {rows[0]['floor_mb']} MB)")
     return 0
 
 
