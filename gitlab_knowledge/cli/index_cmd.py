@@ -51,13 +51,16 @@ def embed_cmd(args: argparse.Namespace, config: Config) -> int:
     raise_if_interrupted(outcomes)
     rows = []
     for o in outcomes:
-        stats = o.stats(EmbedStats).as_dict() if EmbedStats.ASSET in o.metadata else {}
-        rows.append({"project": o.project, "success": o.success, "error": o.message, **stats,
-                     "last_error": o.stats(EmbedStats).last_error})
+        emb = o.stats(EmbedStats) if EmbedStats.ASSET in o.metadata else None
+        failed_stats = getattr(o.error, "embed_stats", None)  # the provider was unreachable: what the step did
+        if emb is None and failed_stats:
+            emb = failed_stats[0]
+        rows.append({"project": o.project, "success": o.success, "error": o.message,
+                     **(emb.as_dict() if emb is not None else {}), "last_error": emb.last_error if emb else None})
     if args.json:
         console.print_json({"duration_s": round(time.monotonic() - started, 3), "projects": rows})
     else:
-        if all(r.get("to_embed", 0) == 0 for r in rows if r["success"]):
+        if all(r.get("to_embed", 0) == 0 for r in rows if r["success"] or "to_embed" in r):
             console.out.print("0 documents to embed: every document's vector is current.")
         table = Table(title=f"Embeddings ({rows[0].get('provider', '?')}/{rows[0].get('model', '?')})"
                       if rows else "Embeddings", title_justify="left")
@@ -73,15 +76,16 @@ def embed_cmd(args: argparse.Namespace, config: Config) -> int:
             if r.get("failed"):
                 console.warn(f"{r['project']}: {r['failed']} document(s) failed to embed ({r.get('last_error')}); "
                              "they are retried on the next run")
-    failed = [o for o in outcomes if not o.success]
+    # An unreachable provider fails each project's run; the line below says it once for all.
+    failed = [o for o in outcomes if not o.success and not isinstance(o.error, EmbeddingUnavailable)]
     for o in failed:
         console.fail(f"{o.project}: {o.message}")
     if failed:
         return failed[0].exit_code
     not_embedded = sum(r.get("failed", 0) for r in rows)
     if not_embedded:
-        # The run itself succeeded, but the command did not do what it was asked to: say so in
-        # the exit code too (README: 6, embedding provider unavailable).
+        # The command did not do what it was asked to (the provider unreachable, which failed the
+        # runs, or answering nonsense): say so in the exit code (README: 6, provider unavailable).
         console.fail(f"{not_embedded} document(s) could not be embedded: "
                      f"{next(r.get('last_error') for r in rows if r.get('failed'))}")
         return EmbeddingUnavailable.exit_code

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.errors import EmbeddingUnavailable, UsageError
 
 
 class BarProgress:
@@ -77,6 +77,8 @@ def summary_rows(outcome: Any) -> dict[str, Any]:
     emb, lex = outcome.stats(EmbedStats), outcome.stats(LexicalStats)
     if RawStats.ASSET not in outcome.metadata and getattr(outcome.error, "raw_stats", None) is not None:
         raw = outcome.error.raw_stats  # the raw step failed: what it did before it failed
+    if EmbedStats.ASSET not in outcome.metadata and getattr(outcome.error, "embed_stats", None):
+        emb = outcome.error.embed_stats[0]  # the provider was unreachable: what the step did before failing
     return {
         "fetched": raw.items_fetched, "new": raw.items_new, "updated": raw.items_updated,
         "deleted": raw.items_deleted, "rejected": raw.items_rejected, "threads": raw.threads_fetched,
@@ -113,7 +115,7 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
                          "(each named above); the rest was synced")
         if row["rate_limited"]:
             console.warn(f"{o.project}: GitLab rate-limited {row['rate_limited']} request(s); they were retried")
-        if row["embedding_failures"]:
+        if row["embedding_failures"] and o.success:  # else the run's error line says it
             console.warn(f"{o.project}: {row['embedding_failures']} document(s) could not be embedded "
                          f"({row['embedding_error']}); they are searchable by keyword and will be embedded "
                          "on the next sync")
@@ -138,7 +140,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
     raise_if_interrupted(outcomes)
     elapsed = time.monotonic() - started
     failed = [o for o in outcomes if not o.success]
-    removed = removed_projects(workspace, args, interactive=not args.json) if not failed else []
+    # An embedding outage fails the run, but every configured project was synced and resolved.
+    synced_all = all(o.success or isinstance(o.error, EmbeddingUnavailable) for o in outcomes)
+    removed = removed_projects(workspace, args, interactive=not args.json) if synced_all else []
     if args.json:
         console.print_json({
             "success": not failed, "duration_s": round(elapsed, 3), "removed_projects": removed,

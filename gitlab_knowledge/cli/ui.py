@@ -1,4 +1,5 @@
-"""`ui`: the Dagster UI (webserver + daemon) for this project, stopped as a whole by Ctrl-C."""
+"""`ui`: the Dagster UI (webserver + daemon) for this project, stopped as a whole by Ctrl-C, after
+canceling the runs it launched that are still in progress (defs/cancel.py)."""
 
 import argparse
 import os
@@ -61,8 +62,41 @@ def launch(config: Config, *, host: str, port: int, config_path: Path | str | No
     except (KeyboardInterrupt, _Terminated):
         return 0
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        try:
+            stop(server)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def stop(server: DagsterServer, *, wait_s: float = 30.0) -> list[str]:
+    """Stop the UI: first cancel the runs it launched that are still in progress (the code server
+    interrupts them, and they end CANCELED rather than killed and FAILED), then stop the whole
+    process group; one line says which runs were canceled. The ids of those runs."""
+    import dagster as dg
+
+    from gitlab_knowledge.defs.cancel import cancel_runs, mark_canceled, server_runs
+
+    instance, asked = None, []
+    try:
+        instance = dg.DagsterInstance.from_config(str(server.home))
+        asked = server_runs(instance)
+        cancel_runs(instance, asked, wait_s=wait_s)
+    except (KeyboardInterrupt, _Terminated):  # asked again: stop now, the runs are marked below
+        pass
+    except Exception as exc:  # noqa: BLE001 - an instance that cannot be read must not keep the UI up
+        console.warn(f"could not cancel the runs in progress: {exc}")
+    finally:
         server.stop()
+    if instance is None:
+        return []
+    with instance:
+        mark_canceled(instance, asked)
+        canceled = [run_id for run_id in asked
+                    if getattr(instance.get_run_by_id(run_id), "status", None) == dg.DagsterRunStatus.CANCELED]
+    if canceled:
+        console.err.print(f"Canceled {len(canceled)} run(s) in progress, as the UI stopped: "
+                          f"{', '.join(run_id[:8] for run_id in canceled)}", markup=False, highlight=False)
+    return canceled
 
 
 class _Terminated(Exception):

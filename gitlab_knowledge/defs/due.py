@@ -197,9 +197,10 @@ def decide(probe: Probe, work: Backlog | None, *, in_flight: bool, attempt: int,
                 retry = RETRY_EMBEDDINGS
             else:
                 waits.append(f"{reason}: retry {history.embedding_retries + 1} after {wait:%H:%M:%S}")
-    if not parts.reasons and history.failed:
+    if not parts.reasons and history.failed and not work.failed_embeddings:
         # Nothing new, but the last run failed: retry it on backoff, or the partition stays red
-        # until GitLab next changes.
+        # until GitLab next changes. (Failed embeddings have their own schedule above: an outage
+        # fails the runs, and a second schedule would double the retries and reset the first.)
         wait = _wait(history.failed - 1, history.failed_at, history.now, interval_seconds)
         if wait is None:
             parts.reasons.append(f"the last {history.failed} run(s) failed: retry {history.failed} on backoff")

@@ -4,23 +4,87 @@ Dagster shows an exception raised in a step as "Error occurred while executing o
 cause further down; a `dg.Failure` is shown with its description as the failure itself. The
 original exception rides along as the Failure's cause, and the in-process runner hands that cause
 to the CLI, so exit codes still come from the exception's type.
+
+An expected failure (GitLab unreachable or refusing, the store not writable, the embedding provider
+down: a `KnowledgeError`) is one line in the run's event log, without a Python stack trace: the
+trace is of Dagster's frames and ours, and says nothing the line does not. The run also carries the
+line as a tag (`FAILURE_TAG`), which the UI's run list shows. Anything else is a bug and keeps its
+trace.
 """
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import dagster as dg
 
 from gitlab_knowledge.errors import KnowledgeError
 
+FAILURE_TAG = "gitlab_knowledge/failure"
+MAX_DESCRIPTION = 1000
+
+try:  # Dagster records a step failure's error from the exception; see `_Plain`.
+    from dagster._core.errors import DagsterUserCodeProcessError
+    from dagster._utils.error import SerializableErrorInfo
+except ImportError:  # pragma: no cover - another Dagster: plain Failures (with a trace) still say the cause
+    DagsterUserCodeProcessError = None  # type: ignore[assignment,misc]
+
+
+def one_line(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= MAX_DESCRIPTION else line[:MAX_DESCRIPTION - 1] + "…"
+
+
+def plain_failure(description: str, metadata: Mapping[str, Any] | None = None,
+                  cls_name: str = "Failure") -> dg.Failure:
+    """A `dg.Failure` whose event-log entry is `description` alone, with no stack trace.
+
+    Dagster builds a step failure's error record from the raised exception's traceback, except for
+    an error that already carries the record of a failure in another process
+    (`DagsterUserCodeProcessError`): that record is used as is. A Failure that is also one, carrying
+    a record with no stack, is caught as a Failure (description and metadata shown) and recorded
+    without frames.
+    """
+    description = one_line(description)
+    if DagsterUserCodeProcessError is None:
+        return dg.Failure(description=description, metadata=dict(metadata or {}), allow_retries=False)
+    return _Plain(description, dict(metadata or {}), cls_name)
+
+
+if DagsterUserCodeProcessError is not None:
+    class _Plain(dg.Failure, DagsterUserCodeProcessError):
+        def __init__(self, description: str, metadata: dict[str, Any], cls_name: str) -> None:
+            # Neither base's __init__ can run (each passes its own arguments up the shared MRO):
+            # the Failure's fields are those of an ordinary Failure, built to normalize them.
+            Exception.__init__(self, description)
+            plain = dg.Failure(description=description, metadata=metadata, allow_retries=False)
+            self.description, self.metadata, self.allow_retries = plain.description, plain.metadata, False
+            self.user_code_process_error_infos = [SerializableErrorInfo(
+                message=description, stack=[], cls_name=cls_name, cause=None, context=None)]
+
 
 @contextlib.contextmanager
-def said_plainly() -> Iterator[None]:
+def said_plainly(context: dg.AssetExecutionContext | dg.OpExecutionContext | None = None) -> Iterator[None]:
+    """Turn a `KnowledgeError` raised inside into a one-line Failure (and, given the step's
+    `context`, tag the run with that line)."""
     try:
         yield
     except KnowledgeError as exc:
-        raise dg.Failure(description=str(exc), metadata={"error": type(exc).__name__},
-                         allow_retries=False) from exc
+        failure = plain_failure(str(exc), {"error": type(exc).__name__, **_extra_metadata(exc)}, type(exc).__name__)
+        if context is not None:
+            tag_cause(context, failure.description or "")
+        raise failure from exc
+
+
+def _extra_metadata(exc: KnowledgeError) -> dict[str, Any]:
+    return dict(getattr(exc, "failure_metadata", None) or {})
+
+
+def tag_cause(context: dg.AssetExecutionContext | dg.OpExecutionContext, line: str) -> None:
+    """The run's tag `FAILURE_TAG` says why it failed (best effort: a store that cannot take a tag
+    must not hide the failure itself)."""
+    with contextlib.suppress(Exception):
+        context.instance.add_run_tags(context.run.run_id, {FAILURE_TAG: one_line(line)})
 
 
 def original(exc: BaseException) -> BaseException:

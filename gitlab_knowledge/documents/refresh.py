@@ -60,7 +60,9 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
             set_watermark(con, project_id, DOCUMENTS.state, 0, dagster_run_id)
 
     def rebuild(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int) -> None:
-        for kind, ids in _changed_parents(con, project_id, low, high).items():
+        changed = _changed_parents(con, project_id, low, high)
+        _requeue_closers(con, changed.get(kinds.ISSUE.name, []))  # before the issues' documents move
+        for kind, ids in changed.items():
             _rebuild(con, project_id, project_path, kind, ids, dagster_run_id, stats)
 
     def finish(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
@@ -243,6 +245,25 @@ def _closed_issues(con: duckdb.DuckDBPyConnection, project_id: int,
     """, [project_id, kinds.MERGE_REQUEST.name, mr_ids, project_id]).fetchall():
         out[int(mr_id)].append((kinds.ISSUE.ref(iid, None if own else path), title))
     return out
+
+
+def _requeue_closers(con: duckdb.DuckDBPyConnection, issue_ids: list[int]) -> None:
+    """An MR's `Closes:` line carries the titles of the issues it closes, except confidential ones
+    (`_closed_issues`), but the MR's document is rebuilt only when the MR changes. So when an issue
+    changed confidentiality (either way) or title since its own document was built, the MRs that
+    close it get a new change_seq: this run rebuilds them (its later batches read past the
+    watermark), or, for an MR of another project, that project's next documents run does."""
+    if not issue_ids:
+        return
+    con.execute(f"""
+        UPDATE {kinds.MERGE_REQUEST.table} SET change_seq = nextval('change_seq')
+        WHERE id IN (
+            SELECT r.source_id FROM item_references r
+            JOIN {kinds.ISSUE.table} i ON i.project_id = r.target_project_id AND i.iid = r.target_iid
+            JOIN documents d ON d.parent_type = ? AND d.source_type = ? AND d.parent_id = i.id
+            WHERE r.source_type = ? AND r.kind = 'closes' AND i.id IN (SELECT unnest(?::BIGINT[]))
+              AND (d.confidential IS DISTINCT FROM coalesce(i.confidential, FALSE) OR d.parent_title IS DISTINCT FROM i.title))
+    """, [kinds.ISSUE.name, kinds.ISSUE.name, kinds.MERGE_REQUEST.name, issue_ids])
 
 
 def _delete(con: duckdb.DuckDBPyConnection, doc_ids: list[str]) -> None:

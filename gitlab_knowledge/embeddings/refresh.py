@@ -89,6 +89,23 @@ class EmbedStats(LayerStats):
         return stats
 
 
+def outage(stats: list[EmbedStats]) -> EmbeddingUnavailable | None:
+    """The error a run ends with when documents could not be embedded because the provider could
+    not be reached (down, hung): the run fails, so the UI and the sensor's backoff see a failed
+    run, not a success with nothing embedded. Documents failed by a provider that answered
+    nonsense are not an outage: they are recorded and the run succeeds. The exception carries the
+    stats (`embed_stats`, primary model first) and their metadata for the failure event."""
+    down = [s for s in stats if s.failed and any(e.startswith("unavailable") for e in s.errors)]
+    if not down:
+        return None
+    failed = sum(s.failed for s in down)
+    exc = EmbeddingUnavailable(f"{failed} document(s) could not be embedded ({down[0].last_error}); they stay "
+                               "searchable by keyword and are retried on the next run")
+    exc.embed_stats = stats  # type: ignore[attr-defined]
+    exc.failure_metadata = down[0].to_metadata()  # type: ignore[attr-defined]
+    return exc
+
+
 def plan(con: Any, store: VectorStore, project: str, everything: bool) -> tuple[list[str], list[str], list[str], int]:
     """(ids to embed, ids needing a metadata rewrite, ids to delete, document count)."""
     docs = con.execute("SELECT id, content_hash, meta_hash FROM documents WHERE project_path = ?", [project]).fetchall()

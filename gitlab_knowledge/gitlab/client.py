@@ -219,16 +219,15 @@ class GitLabClient:
 
     async def _read_capped(self, response: httpx.Response, method: str) -> None:
         """Read the body, decompressed, refusing more than MAX_BODY_BYTES of it."""
-        parts, size = [], 0
+        body = bytearray()  # grown in place: a list of chunks joined at the end holds the body twice
         async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_BODY_BYTES:
+            if len(body) + len(chunk) > MAX_BODY_BYTES:
                 raise GitLabError(
                     f"GitLab's answer to {self._describe(method, str(response.url))} is larger than "
                     f"{MAX_BODY_BYTES // 2**20} MB once decompressed: stopped reading it (lower gitlab.per_page, "
                     "or check what sits between here and GitLab)")
-            parts.append(chunk)
-        response._content = b"".join(parts)  # what Response.aread() would have stored
+            body += chunk
+        response._content = body  # type: ignore[assignment]  # what Response.aread() would have stored (json.loads reads it)
 
     def _throttled(self, response: httpx.Response, throttles: int, what: str) -> None:
         """Account for a 429 and pause every request for its wait, or give up on it."""
@@ -259,9 +258,13 @@ class GitLabClient:
         if status == 204 or not response.content:
             return None, response
         try:
-            return response.json(), response
+            data = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise Transient("truncated or non-JSON response body") from None
+        # The parsed JSON is all that is read from here on (the response only for its headers):
+        # the body, up to MAX_BODY_BYTES, goes now rather than when the caller is done with the page.
+        response._content = b""
+        return data, response
 
     def _raise_for_status(self, response: httpx.Response, what: str) -> None:
         status = response.status_code

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, UNRELATED, extract
+from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, MAX_SCAN, UNRELATED, extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import GRAPH, NORMALIZED
 from gitlab_knowledge.store.bulk import insert_rows
@@ -104,15 +104,17 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
                         kind: kinds.Kind, ids: list[int], stats: GraphStats) -> None:
     con.execute("DELETE FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))",
                 [kind.name, ids])
+    # Only what `extract` scans is read (GitLab's limit on a text's length): a longer description
+    # or note is not copied whole out of DuckDB to be cut there.
     texts: list[tuple[int, int | None, str, str | None]] = []  # (item id, note id, found_in, text)
     for item_id, title, description in con.execute(f"""
-        SELECT id, title, description FROM {kind.table} WHERE id IN (SELECT unnest(?::BIGINT[]))
+        SELECT id, title, left(description, {MAX_SCAN}) FROM {kind.table} WHERE id IN (SELECT unnest(?::BIGINT[]))
     """, [ids]).fetchall():
         stats.items_rebuilt += 1
         texts += [(int(item_id), None, "title", title), (int(item_id), None, "description", description)]
     for table, found_in in (("notes", "note"), ("system_notes", "system_note")):
         texts += [(int(item_id), int(note_id), found_in, body) for item_id, note_id, body in con.execute(f"""
-            SELECT noteable_id, id, body FROM {table}
+            SELECT noteable_id, id, left(body, {MAX_SCAN}) FROM {table}
             WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[]))
             ORDER BY noteable_id, created_at, id
         """, [kind.noteable_type, ids]).fetchall()]

@@ -56,6 +56,7 @@ class Ref:
 # unchanged (so a match's span slices the original text) and, being neither a word character nor
 # whitespace, it cannot join the words on either side into a reference or a closing phrase.
 _BLANK = "\x00"
+MAX_SCAN = 1_048_576  # GitLab's limit on a description's or a note's length, in characters
 
 # Any URL, and the bare `www.` form that Markdown also links. All of them are blanked before plain
 # references are looked for, so neither a path nor a `#5` fragment of a URL becomes a reference.
@@ -134,17 +135,20 @@ def extract(
     if found_in == "system_note":
         return _system_note(text, project_path)
 
+    # GitLab keeps at most MAX_SCAN characters of a description or note; links past that in a
+    # longer text (a hostile or broken server) are not looked for: the scan's memory is bounded.
+    text = text[:MAX_SCAN]
     scan = _blank_code(text)
     tokens: list[_Token] = []
-    chars = list(scan)
+    urls: list[tuple[int, int]] = []
     for match in _URL_RE.finditer(scan):
         url = match.group().rstrip(_URL_TRAILING)
         end = match.start() + len(url)
         linked = kinds.parse_url(url, gitlab_url)
         if linked is not None:
             tokens.append(_token(linked, match.start(), end, project_path))
-        chars[match.start() : end] = _BLANK * (end - match.start())
-    scan = "".join(chars)
+        urls.append((match.start(), end))
+    scan = _blanked(scan, urls)
     for written, start, end in kinds.find_references(scan):
         tokens.append(_token(written, start, end, project_path))
     tokens.sort(key=lambda t: t.start)
@@ -284,7 +288,7 @@ def _blank_code_spans(text: str) -> str:
         following[index] = last_seen.get(length)
         last_seen[length] = index
     paragraph_ends = [m.start() for m in _BLANK_LINE_RE.finditer(text)]
-    chars = list(text)
+    spans: list[tuple[int, int]] = []
     index = 0
     while index < len(runs):
         start, end = runs[index]
@@ -292,12 +296,24 @@ def _blank_code_spans(text: str) -> str:
         boundary = bisect_left(paragraph_ends, end)
         limit = paragraph_ends[boundary] if boundary < len(paragraph_ends) else len(text)
         if partner is not None and runs[partner][0] < limit:
-            close = runs[partner][1]
-            chars[start:close] = _BLANK * (close - start)
+            spans.append((start, runs[partner][1]))
             index = partner + 1
         else:
             index += 1
-    return "".join(chars)
+    return _blanked(text, spans)
+
+
+def _blanked(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with the (start, end) spans, in order and not overlapping, replaced by as many
+    blanks. Built from slices: a list of the text's characters would take 8 bytes a character."""
+    if not spans:
+        return text
+    pieces, done = [], 0
+    for start, end in spans:
+        pieces += [text[done:start], _BLANK * (end - start)]
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def _dedupe(refs: Iterable[Ref]) -> list[Ref]:

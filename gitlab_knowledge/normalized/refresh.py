@@ -10,7 +10,7 @@ change, a crash between layers) without calling GitLab.
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -120,7 +120,8 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     parent_rows: list[dict[str, Any]] = []
     label_rows: list[dict[str, Any]] = []
     project_labels: set[tuple[int, str]] = set()
-    for gid, raw_id, text in payloads:
+    listed = {int(gid) for gid, _raw_id, _text in payloads}
+    for gid, raw_id, text in _drained(payloads):
         row = _checked(lambda payload, raw_id=raw_id: to_row(payload, int(raw_id)), text, _stored_item_problem,
                        lambda payload, gid=gid: item_name(k.display, payload) if payload else f"{k.display} id {gid}",
                        stats)
@@ -132,11 +133,12 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
             project_labels.add((row["project_id"], name))
     live = {row["id"] for row in parent_rows}
     stats.parents_rebuilt += len(parent_rows)
-    stats.parents_deleted += len(set(ids) - {int(gid) for gid, _raw_id, _text in payloads})
+    text = None  # the last payload's JSON too: only its rows go on to the inserts
+    stats.parents_deleted += len(set(ids) - listed)
 
     discussion_rows, note_rows, position_rows, system_rows = [], [], [], []
     note_ids: set[int] = set()
-    for parent_id, raw_id, position, text in threads:
+    for parent_id, raw_id, position, text in _drained(threads):
         if parent_id not in live:
             continue  # an orphan thread of a vanished parent is never stored
         built = _checked(lambda thread, parent_id=parent_id, raw_id=raw_id, position=position: (
@@ -160,6 +162,7 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
         discussion_rows.append(discussion)
         note_rows.extend(notes)
         position_rows.extend(positions)
+    text = None
     insert_rows(con, table, parent_rows, {"change_seq": "nextval('change_seq')"})
     insert_rows(con, label_table, label_rows)
     if project_labels:
@@ -172,6 +175,14 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     stats.discussions += len(discussion_rows)
     stats.notes += len(note_rows)
     stats.system_notes += len(system_rows)
+
+
+def _drained(rows: list[Any]) -> Iterator[Any]:
+    """Each of `rows`, let go of by the list as it is handed out: a payload's JSON text (up to
+    128 MB) is parsed and built into rows, and need not be held beside them until the batch ends."""
+    for index in range(len(rows)):
+        row, rows[index] = rows[index], None
+        yield row
 
 
 def _stored_item_problem(payload: Any) -> str | None:

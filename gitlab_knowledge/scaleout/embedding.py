@@ -15,6 +15,7 @@ import dagster as dg
 from gitlab_knowledge.defs.failures import said_plainly
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.embeddings import fanout
+from gitlab_knowledge.embeddings.refresh import outage
 from gitlab_knowledge.embeddings.tables import kept_models
 from gitlab_knowledge.layers import EMBEDDINGS, LANCEDB_POOL
 from gitlab_knowledge.workspace import Workspace
@@ -34,7 +35,7 @@ class FanoutConfig(dg.Config):
        description="Which documents each vector table needs, copied out of DuckDB and split into chunks.")
 def plan_embedding_chunks(context: dg.OpExecutionContext, config: FanoutConfig,
                           workspace: dg.ResourceParam[Workspace]) -> Any:
-    with said_plainly():
+    with said_plainly(context):
         provider = workspace.embedder(config.provider or None, config.model or None)
         models = [(provider.provider, provider.model)]
         if not config.provider:
@@ -51,7 +52,7 @@ def plan_embedding_chunks(context: dg.OpExecutionContext, config: FanoutConfig,
 @dg.op(description="Embed one chunk of documents into its staging file (writes no store).")
 def embed_chunk(context: dg.OpExecutionContext, workspace: dg.ResourceParam[Workspace],
                 spec: fanout.ChunkSpec) -> fanout.ChunkResult:
-    with said_plainly():
+    with said_plainly(context):
         result = fanout.embed_chunk(workspace, spec, progress=workspace.progress_for(context.log))
     context.log.info(f"chunk {spec.index}: {result.stats.embedded} embedded in {result.stats.embed_seconds:.1f}s, "
                      f"{len(result.embedded.failures)} failed")
@@ -61,8 +62,11 @@ def embed_chunk(context: dg.OpExecutionContext, workspace: dg.ResourceParam[Work
 @dg.op(pool=LANCEDB_POOL, description="Write every chunk's vectors to LanceDB: the one writer.")
 def commit_embeddings(context: dg.OpExecutionContext, workspace: dg.ResourceParam[Workspace],
                       plan: fanout.FanoutPlan, results: list[fanout.ChunkResult]) -> dg.Output[None]:
-    with said_plainly():
+    with said_plainly(context):
         stats, *kept = fanout.commit_chunks(workspace, plan, results)
+        down = outage([stats, *kept])  # the provider could not be reached: the run fails (as the single step)
+        if down is not None:
+            raise down
     for other in kept:
         context.log.info(f"{other.provider}/{other.model}: {other.embedded} embedded, {other.failed} failed, "
                          f"{other.deleted} deleted")

@@ -12,7 +12,7 @@ the timestamps the cursor moves on, the text columns, UTF-8), not every field Gi
 unknown and missing optional fields are the normal case across GitLab versions.
 """
 
-import json
+import re
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -80,14 +80,15 @@ def _check_time(payload: dict[str, Any], key: str, required: bool) -> str | None
     return None
 
 
+# A lone surrogate is what UTF-8 cannot encode; searching for one copies nothing, where encoding
+# a 120 MB description to find out would make a 120 MB copy (and dumping the payload another).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _unencodable(obj: Any, path: str = "") -> str | None:
     """The path of the first string that is not valid Unicode (a lone surrogate)."""
     if isinstance(obj, str):
-        try:
-            obj.encode("utf-8")
-        except UnicodeEncodeError:
-            return path or "a value"
-        return None
+        return (path or "a value") if _SURROGATE.search(obj) else None
     if isinstance(obj, dict):
         for key, value in obj.items():
             found = _unencodable(key, f"{path}.{key}" if path else "a key") or _unencodable(
@@ -102,13 +103,36 @@ def _unencodable(obj: Any, path: str = "") -> str | None:
     return None
 
 
+def _not_json(obj: Any, depth: int = 0) -> str | None:
+    """Why `obj` is not JSON as json.dumps would say it, or None (walked, not dumped)."""
+    if obj is None or isinstance(obj, (str, bool, int, float)):
+        return None
+    if depth > 500:
+        return "nested too deeply"
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if not (key is None or isinstance(key, (str, bool, int, float))):
+                return f"keys must be str, int, float, bool or None, not {type(key).__name__}"
+            found = _not_json(value, depth + 1)
+            if found:
+                return found
+        return None
+    if isinstance(obj, (list, tuple)):
+        for value in obj:
+            found = _not_json(value, depth + 1)
+            if found:
+                return found
+        return None
+    return f"Object of type {type(obj).__name__} is not JSON serializable"
+
+
 def _check_utf8(payload: Any) -> str | None:
-    try:
-        json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return f"{_unencodable(payload)} holds a lone UTF-16 surrogate (not valid Unicode)"
-    except (TypeError, ValueError) as exc:  # NaN is accepted by json; anything else is not JSON
-        return f"not JSON-serializable ({exc})"
+    problem = _not_json(payload)  # NaN is accepted by json; anything else is not JSON
+    if problem is not None:
+        return f"not JSON-serializable ({problem})"
+    where = _unencodable(payload)
+    if where is not None:
+        return f"{where} holds a lone UTF-16 surrogate (not valid Unicode)"
     return None
 
 

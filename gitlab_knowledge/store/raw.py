@@ -40,8 +40,16 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+HASH_CHUNK = 1 << 20
+
+
 def payload_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """SHA-256 of the UTF-8 text, encoded a slice at a time: the digest of the whole encoding
+    without a second copy of a payload that may be 128 MB."""
+    digest = hashlib.sha256()
+    for start in range(0, len(text), HASH_CHUNK):
+        digest.update(text[start:start + HASH_CHUNK].encode("utf-8"))
+    return digest.hexdigest()
 
 
 @dataclass

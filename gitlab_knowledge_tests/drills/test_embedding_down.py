@@ -1,5 +1,6 @@
-"""The embedding server goes down between syncs: the sync still succeeds (documents and the lexical
-index are kept up to date, the documents that could not be embedded are recorded), search falls
+"""The embedding server goes down between syncs: the sync fails with exit 6 and one line (its run
+is a failure in Dagster), while documents and the lexical index are kept up to date and the
+documents that could not be embedded are recorded; search falls
 back to keywords with the documented warning and still finds the new text, and once the server
 is back the next sync embeds exactly those documents."""
 
@@ -40,9 +41,13 @@ def test_embedding_server_down_during_a_sync(small_dataset, tmp_path):
         sb.clock.advance(3600)
         sb.state.add_note(project, "issues", issue["iid"], NOTE)
         down = cli("sync", "--json", config=config, env=env)
-        assert down.returncode == 0, down.stderr
+        assert down.returncode == 6, down.stderr
         result = {p["project"]: p for p in json.loads(down.stdout)["projects"]}[project]
         assert result["embedding_failures"] >= 1 and "not reachable" in result["embedding_error"]
+        assert not result["success"] and "could not be embedded" in result["error"]
+        errors = [line for line in down.stderr.splitlines() if line.startswith("error:")]
+        assert errors and all("could not be embedded" in line for line in errors), down.stderr
+        assert "Traceback" not in down.stderr
         status = json.loads(cli("index", "status", "--json", config=config, env=env).stdout)
         row = next(p for p in status["projects"] if p["project"] == project)
         assert row["vectors"]["failed"] >= 1 and row["lexical"]["unindexed"] == 0

@@ -187,3 +187,58 @@ def test_a_beir_subset_through_the_whole_pipeline(tmp_path):
     runs = {r["mode"]: r for r in report["runs"]}
     assert runs["hybrid"]["recall_10"] == 1.0 and runs["hybrid"]["ndcg_10"] >= 0.8, runs
     assert runs["lexical"]["effective_modes"] == ["lexical"] and runs["semantic"]["model"]
+
+
+def test_an_issue_made_confidential_after_its_mr_was_built_leaves_the_mrs_closes_line(sample, make_config, tmp_path):
+    """An issue turned confidential after the document of the MR that closes it was built: the
+    next incremental sync rebuilds the MR's document without the title (the MR did not change), so
+    the title's words, searched with confidential items left out, no longer find the MR; made
+    public again, the title comes back."""
+    import re
+    import shutil
+
+    from gitlab_knowledge.search.filters import Filters
+    from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
+    from gitlab_knowledge_tests.helpers import run_layers
+
+    def mr_document(config, iid):
+        return rows(config, """SELECT id, content_text FROM documents WHERE source_type = 'merge_request'
+                               AND project_path = 'acme/platform' AND parent_iid = ?""", [iid])[0]
+
+    # An MR of the sample whose Closes: line names a public issue by a title whose words are
+    # nowhere else in the MR's document.
+    pairs = rows(sample.config, """
+        SELECT m.iid, i.iid, i.title FROM item_references r
+        JOIN merge_requests m ON m.id = r.source_id
+        JOIN issues i ON i.project_id = r.target_project_id AND i.iid = r.target_iid
+        WHERE r.kind = 'closes' AND r.source_type = 'merge_request' AND NOT i.confidential
+          AND m.project_id = i.project_id AND i.project_id = (SELECT id FROM projects WHERE path_with_namespace = 'acme/platform')
+        ORDER BY m.iid, i.iid""")
+    chosen = None
+    for mr_iid, issue_iid, title in pairs:
+        _doc, text = mr_document(sample.config, mr_iid)
+        rest = "\n".join(line for line in text.splitlines() if not line.startswith("Closes:")).lower()
+        words = [w for w in re.findall(r"[a-z]{5,}", title.lower()) if w not in rest]
+        if len(words) >= 2:
+            chosen = mr_iid, issue_iid, title, " ".join(words[:4])
+            break
+    assert chosen, pairs
+    mr_iid, issue_iid, title, words = chosen
+    shutil.copytree(sample.config.data_dir, tmp_path / "store")
+    hidden = Filters(exclude_confidential=True)
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        config = make_config(sb, data_dir=tmp_path / "store")
+        mr_doc, text = mr_document(config, mr_iid)
+        assert f"#{issue_iid} {title}" in text
+        assert mr_doc in [r.doc_id for r in Workspace(config).searcher().search(words, hidden, mode="lexical",
+                                                                                 limit=50, floor=False).results]
+        for confidential in (True, False):
+            sb.clock.advance(3600)
+            sb.state.update_issue("acme/platform", issue_iid, confidential=confidential)
+            run_layers(config, ["acme/platform"], None)
+            _doc, text = mr_document(config, mr_iid)
+            closes = next(line for line in text.splitlines() if line.startswith("Closes:"))
+            assert (title in closes) is not confidential, closes
+            found = [r.doc_id for r in Workspace(config).searcher().search(words, hidden, mode="lexical", limit=50,
+                                                                           floor=False).results]
+            assert (mr_doc in found) is not confidential, (words, found[:5])

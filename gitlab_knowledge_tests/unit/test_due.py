@@ -103,7 +103,8 @@ def test_a_provider_outage_is_one_retry_schedule_not_a_run_per_tick():
         work = Backlog(failed_embeddings=170, failed_identity=f"id{retries}", failed_at=last,
                        provider_unavailable=True)
         now = failed_at + timedelta(minutes=minute)
-        history = RunHistory(embedding_retries=retries, now=now)
+        # Every run the outage touched failed (its embeddings step could not reach the provider).
+        history = RunHistory(failed=retries + 1, failed_at=last, embedding_retries=retries, now=now)
         decision = decide(QUIET, work, in_flight=False, attempt=0, now=NOW, history=history, interval_seconds=60)
         if decision.run:
             assert decision.retry == RETRY_EMBEDDINGS and "provider is unavailable" in decision.reasons[0]
