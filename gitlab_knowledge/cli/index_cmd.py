@@ -57,7 +57,8 @@ def embed_cmd(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         console.print_json({"duration_s": round(time.monotonic() - started, 3), "projects": rows})
     else:
-        if all(r.get("to_embed", 0) == 0 for r in rows if r["success"]):
+        # Only a run that reached every project may say everything is current.
+        if rows and all(r["success"] and r.get("to_embed", 0) == 0 for r in rows):
             console.out.print("0 documents to embed: every document's vector is current.")
         table = Table(title=f"Embeddings ({rows[0].get('provider', '?')}/{rows[0].get('model', '?')})"
                       if rows else "Embeddings", title_justify="left")
