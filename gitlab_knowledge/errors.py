@@ -213,6 +213,12 @@ class SyncInProgressError(KnowledgeError):
     exit_code = 5
 
 
+class Interrupted(KnowledgeError):
+    """Ctrl-C or SIGTERM stopped a command at a point where it can say what that left behind."""
+
+    exit_code = 130
+
+
 class StoreError(KnowledgeError):
     """The local store cannot be written or read (disk full, read-only, corrupt)."""
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.cli import console
-from gitlab_knowledge.cli.sync_cmd import BarProgress, raise_if_interrupted, selected_projects
+from gitlab_knowledge.cli.sync_cmd import BarProgress, before_dagster, raise_if_interrupted, selected_projects
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import BadValue, EmbeddingUnavailable
 
@@ -38,16 +38,18 @@ class EtaProgress(BarProgress):
 
 
 def embed_cmd(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.defs.runner import run_embed
-    from gitlab_knowledge.embeddings.refresh import EmbedStats
     from gitlab_knowledge.workspace import Workspace
 
     provider, model = _model(args.model)
     projects = selected_projects(config, args.project)
-    started = time.monotonic()
-    with EtaProgress() as bar:
-        workspace = Workspace(config, progress=bar, config_path=args.config)
-        outcomes = run_embed(workspace, projects, everything=args.all, provider=provider, model=model)
+    with before_dagster(config, "embed"):
+        from gitlab_knowledge.defs.runner import run_embed
+        from gitlab_knowledge.embeddings.refresh import EmbedStats
+
+        started = time.monotonic()
+        with EtaProgress() as bar:
+            workspace = Workspace(config, progress=bar, config_path=args.config)
+            outcomes = run_embed(workspace, projects, everything=args.all, provider=provider, model=model)
     raise_if_interrupted(outcomes)
     rows = []
     for o in outcomes:

@@ -30,10 +30,10 @@ def said_plainly(layer: Layer | None = None, workspace: Workspace | None = None)
     except Exception as exc:
         # A KnowledgeError other than the store's is about something else (GitLab's own words).
         ours = layer is not None and (isinstance(exc, StoreError) or not isinstance(exc, KnowledgeError))
-        error = _on_disk(exc, layer, workspace) if ours and layer is not None else None
-        if error is None and not isinstance(exc, KnowledgeError):
+        worded = _on_disk(exc, layer, workspace) if ours and layer is not None else None
+        if worded is None and not isinstance(exc, KnowledgeError):
             raise
-        error = error or exc
+        error: Exception = worded or exc
         raise dg.Failure(description=str(error), metadata={"error": type(error).__name__},
                          allow_retries=False) from error
 

@@ -99,7 +99,12 @@ def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_d
             assert_one_line_error(sync(config), "read-only")
             embed = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "embed",
                                     "--all"], capture_output=True, text=True, env=subprocess_env(), timeout=300)
-            assert_one_line_error(embed, "read-only")
+            assert_one_line_error(embed, "embeddings layer cannot write", str(tmpfs / "data"), "read-only file system")
+            # One line for the whole command (the next project would meet the same disk), no raw
+            # OSError, and stdout does not claim the vectors are current.
+            assert len([line for line in embed.stderr.splitlines() if line.startswith("error: ")]) == 1, embed.stderr
+            assert "OSError" not in embed.stderr and "current" not in embed.stdout, embed.stdout
+            assert embed.returncode == 1
             for mode in ("hybrid", "lexical"):
                 search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", title, "--json",
                                          "--mode", mode, "--config", str(config)], capture_output=True, text=True,
