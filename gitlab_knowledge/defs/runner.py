@@ -31,7 +31,14 @@ from gitlab_knowledge.defs.run_slots import (
     reap_dead_runs,
     refuse_if_busy,
 )
-from gitlab_knowledge.errors import AuthError, ConfigError, Interrupted, KnowledgeError, StoreError
+from gitlab_knowledge.errors import (
+    AuthError,
+    ConfigError,
+    Interrupted,
+    KnowledgeError,
+    StoreError,
+    disk_failure,
+)
 from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.layers import EMBEDDINGS, RAW
 from gitlab_knowledge.redact import redact
@@ -111,6 +118,17 @@ def _materializations(instance: dg.DagsterInstance, run_id: str) -> dict[str, di
     return out
 
 
+def _storage_failure(error: BaseException, where: object) -> BaseException:
+    """Dagster's own storage failing (its SQLite on a full disk: SQLAlchemy's error, SQL included)
+    as one StoreError naming where it lives, which stops the other projects too; other errors as
+    they are."""
+    if isinstance(error, KnowledgeError) or not type(error).__module__.startswith("sqlalchemy"):
+        return error
+    found = disk_failure(error)
+    cause = found[0] if found else str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    return StoreError(f"Dagster's run storage cannot write {where}: {cause}")
+
+
 def run_sync(workspace: Workspace, projects: Sequence[str], *, full: bool = False, force: bool = False,
              instance: dg.DagsterInstance | None = None,
              selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
@@ -177,12 +195,17 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
                 if not result.success:  # raise_on_error covers step failures; anything else is said here
                     outcome.error = KnowledgeError("the run failed (see the Dagster event log)")
             except Exception as exc:  # noqa: BLE001 - typed below: the outcome carries what the step raised
-                outcome.error = original(exc)
+                outcome.error = _storage_failure(original(exc), instance.root_directory)
             outcome.duration_s = round(time.monotonic() - started, 2)
             outcome.metadata = _materializations(instance, outcome.run_id)
             outcomes.append(outcome)
             if isinstance(outcome.error, STOP_ALL):
                 break
+    except Exception as exc:
+        error = _storage_failure(exc, instance.root_directory if instance is not None else dagster_home(workspace.config))
+        if error is exc:
+            raise
+        raise error from None
     except KeyboardInterrupt:
         # Ctrl-C or SIGTERM outside a run's execution (inside it, Dagster turns it into the step's
         # failure, which the outcome carries): before the first run, or between two. A run created

@@ -12,10 +12,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.defs.runner import run_sync
+from gitlab_knowledge.defs.partitions import ensure_partitions
+from gitlab_knowledge.defs.runner import instance_yaml, run_sync
 from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.layers import LAYERS
 from gitlab_knowledge.workspace import Workspace
@@ -147,6 +149,20 @@ def test_a_full_disk_in_each_layer_is_one_line_naming_the_layer(small_dataset, s
             assert message.endswith(": no space left on device"), message
             assert (out, err) == ("", ""), err[-2000:]
             assert leftovers(tmpfs) == []
+        # Dagster's own storage on the same disk (the default layout: <data_dir>/dagster), created
+        # and holding the partition while there was room: the run cannot even be recorded.
+        home = tmpfs / "data" / "dagster"
+        home.mkdir()
+        (home / "dagster.yaml").write_text(instance_yaml(home))
+        instance = dg.DagsterInstance.from_config(str(home))
+        ensure_partitions(instance, [project])
+        capfd.readouterr()
+        with filled(tmpfs), pytest.raises(StoreError) as stopped:
+            run_sync(Workspace(config), list(config.projects), instance=instance)
+        out, err = capfd.readouterr()
+        message = str(stopped.value)
+        assert message.startswith(f"Dagster's run storage cannot write {home}: "), message
+        assert "\n" not in message and "SQL" not in message and (out, err) == ("", ""), (message, err[-2000:])
         run_layers(config, list(config.projects), None)
     documents, vectors, lexical = layer_counts(config)
     assert documents == vectors == lexical > 0
