@@ -4,6 +4,7 @@ import argparse
 import contextlib
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -69,7 +70,8 @@ def before_dagster(config: Config, what: str) -> Iterator[None]:
     after the run was created, and cancels that run."""
     from gitlab_knowledge.sync.runs import pipeline_lock
 
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    if threading.current_thread() is threading.main_thread():  # (only there can a handler be set)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         with pipeline_lock(config.data_dir, what):
             yield
