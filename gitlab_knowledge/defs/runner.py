@@ -148,12 +148,21 @@ def run_embed(workspace: Workspace, projects: Sequence[str], *, everything: bool
 
 def _one_pipeline_process(run: Callable[..., list[ProjectOutcome]]) -> Callable[..., list[ProjectOutcome]]:
     """Hold the data directory's pipeline lock around a whole `run_job`: a second process is
-    refused at once (exit 5) instead of checking the pools at the same moment and queueing."""
+    refused at once (exit 5) instead of checking the pools at the same moment and queueing.
+    Dagster's storage failing before or between runs is one StoreError too (`_storage_failure`)."""
     @functools.wraps(run)
     def locked(workspace: Workspace, job_name: str, *args: Any, **kwargs: Any) -> list[ProjectOutcome]:
         what = "embed" if job_name == EMBED_JOB else "sync"
         with pipeline_lock(workspace.config.data_dir, what):
-            return run(workspace, job_name, *args, **kwargs)
+            try:
+                return run(workspace, job_name, *args, **kwargs)
+            except Exception as exc:
+                instance = kwargs.get("instance")
+                error = _storage_failure(exc, instance.root_directory if instance is not None
+                                         else dagster_home(workspace.config))
+                if error is exc:
+                    raise
+                raise error from None
 
     return locked
 
@@ -167,51 +176,42 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
     store)."""
     from gitlab_knowledge.defs import build_defs  # import late: loading Dagster definitions costs ~1 s
 
+    instance = instance or dagster_instance(workspace.config)
+    reap_dead_runs(instance)
+    refuse_if_busy(instance, projects)
+    ensure_partitions(instance, projects)
+    job = build_defs(workspace).resolve_job_def(job_name)
+    asset_selection = [dg.AssetKey(key) for key in selection] if selection is not None else None
+    run_config = {
+        "ops": {name: {"config": values} for name, values in op_config.items()},
+        # The CLI prints its own one-line error; the event log keeps the traceback for the UI.
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
+    }
     outcomes: list[ProjectOutcome] = []
-    run_id = ""
-    try:
-        instance = instance or dagster_instance(workspace.config)
-        reap_dead_runs(instance)
-        refuse_if_busy(instance, projects)
-        ensure_partitions(instance, projects)
-        job = build_defs(workspace).resolve_job_def(job_name)
-        asset_selection = [dg.AssetKey(key) for key in selection] if selection is not None else None
-        run_config = {
-            "ops": {name: {"config": values} for name, values in op_config.items()},
-            # The CLI prints its own one-line error; the event log keeps the traceback for the UI.
-            "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-        }
-        for project in projects:
-            started = time.monotonic()
-            run_id = str(uuid.uuid4())
-            outcome = ProjectOutcome(project=project, run_id=run_id)
-            try:
-                result = job.execute_in_process(
-                    run_config=run_config, instance=instance, partition_key=project, raise_on_error=True,
-                    run_id=outcome.run_id, asset_selection=asset_selection,
-                    tags={PROJECT_TAG: project, TRIGGER_TAG: "cli", PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
-                          PROCESS_START_TAG: process_start(os.getpid()) or ""},
-                )
-                if not result.success:  # raise_on_error covers step failures; anything else is said here
-                    outcome.error = KnowledgeError("the run failed (see the Dagster event log)")
-            except Exception as exc:  # noqa: BLE001 - typed below: the outcome carries what the step raised
-                outcome.error = _storage_failure(original(exc), instance.root_directory)
-            outcome.duration_s = round(time.monotonic() - started, 2)
-            outcome.metadata = _materializations(instance, outcome.run_id)
-            outcomes.append(outcome)
-            if isinstance(outcome.error, STOP_ALL):
-                break
-    except Exception as exc:
-        error = _storage_failure(exc, instance.root_directory if instance is not None else dagster_home(workspace.config))
-        if error is exc:
-            raise
-        raise error from None
-    except KeyboardInterrupt:
-        # Ctrl-C or SIGTERM outside a run's execution (inside it, Dagster turns it into the step's
-        # failure, which the outcome carries): before the first run, or between two. A run created
-        # but not started would stay NOT_STARTED for ever: it is canceled, saying why.
-        unstarted = instance is not None and bool(run_id) and cancel_unstarted(instance, run_id)
-        if outcomes or (run_id and not unstarted):
+    for project in projects:
+        started = time.monotonic()
+        outcome = ProjectOutcome(project=project, run_id=str(uuid.uuid4()))
+        try:
+            result = job.execute_in_process(
+                run_config=run_config, instance=instance, partition_key=project, raise_on_error=True,
+                run_id=outcome.run_id, asset_selection=asset_selection,
+                tags={PROJECT_TAG: project, TRIGGER_TAG: "cli", PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
+                      PROCESS_START_TAG: process_start(os.getpid()) or ""},
+            )
+            if not result.success:  # raise_on_error covers step failures; anything else is said here
+                outcome.error = KnowledgeError("the run failed (see the Dagster event log)")
+        except Exception as exc:  # noqa: BLE001 - typed below: the outcome carries what the step raised
+            outcome.error = _storage_failure(original(exc), instance.root_directory)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM before Dagster's own handling took over (inside a run it becomes the
+            # step's failure, which the outcome carries). The run it created would stay NOT_STARTED
+            # for ever: it is canceled, saying why.
+            if cancel_unstarted(instance, outcome.run_id) and not outcomes:
+                raise Interrupted("stopped before the run started; nothing changed") from None
             raise Interrupted("interrupted between two runs; the runs before it finished") from None
-        raise Interrupted("stopped before the run started; nothing changed") from None
+        outcome.duration_s = round(time.monotonic() - started, 2)
+        outcome.metadata = _materializations(instance, outcome.run_id)
+        outcomes.append(outcome)
+        if isinstance(outcome.error, STOP_ALL):
+            break
     return outcomes
