@@ -1,5 +1,7 @@
 """A full disk or a read-only data directory: a clear one-line error, nothing half-written (the
-next sync, once there is room, ends with the same store as a clean sync), no temp files left.
+next sync, once there is room, ends with the same store as a clean sync), no temp files left. The
+disk fills in each layer in turn (raw, normalized, graph, documents, embeddings, lexical) and under
+Dagster's own storage: one line naming where, the same exit code, and the next sync completes.
 
 The data directory is a small tmpfs mounted for the test; where mounting is not permitted the
 test says so and skips."""
