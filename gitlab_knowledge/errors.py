@@ -11,7 +11,11 @@ the fix its own way: a person types flags (`--project`), an agent passes argumen
 one JSON error envelope.
 """
 
+import errno
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
@@ -209,8 +213,68 @@ class SyncInProgressError(KnowledgeError):
     exit_code = 5
 
 
+class Interrupted(KnowledgeError):
+    """Ctrl-C or SIGTERM stopped a command at a point where it can say what that left behind."""
+
+    exit_code = 130
+
+
 class StoreError(KnowledgeError):
     """The local store cannot be written or read (disk full, read-only, corrupt)."""
+
+
+# The machine's failures a layer's write can meet, as errno and as the words libraries wrap them
+# in (DuckDB's IOException, Lance's and Tantivy's errors, SQLite's): the disk, not the code.
+_DISK_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+_DISK_WORDS = re.compile(r"no space left on device|disk quota exceeded|read-only file system|permission denied|"
+                         r"database or disk is full|attempt to write a readonly database|\berrno\W+(\d+)", re.I)
+_QUOTED_PATH = re.compile(r"""["'](/[^"'\n]+)["']""")
+_SCRATCH_DIR = re.compile(r"^gk-[a-z]+-")
+
+
+def disk_failure(exc: BaseException) -> tuple[str, str | None] | None:
+    """(what the disk refused, the path it refused, when the error names one) if `exc`, or what it
+    wraps, is a full disk, a read-only mount or a denied write; None for any other failure."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return None
+        found = _disk_cause(seen)
+        if found is not None:
+            return found
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _disk_cause(exc: BaseException) -> tuple[str, str | None] | None:
+    path: str | None = None
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
+        cause = _DISK_ERRNOS[exc.errno]
+        path = os.fsdecode(exc.filename) if exc.filename is not None else None
+    else:
+        text = str(getattr(exc, "orig", None) or exc)
+        match = _DISK_WORDS.search(text)
+        if match is None:
+            return None
+        if match.group(1) is not None:  # a JSON-ish `"errno":"28"` (DuckDB's IOException)
+            if int(match.group(1)) not in _DISK_ERRNOS:
+                return None
+            cause = _DISK_ERRNOS[int(match.group(1))]
+        else:
+            cause = {"database or disk is full": "no space left on device",
+                     "attempt to write a readonly database": "read-only file system"}.get(
+                match.group(0).lower(), match.group(0).lower())
+        quoted = _QUOTED_PATH.search(text)
+        path = quoted.group(1) if quoted else None
+    if path is not None:
+        # A scratch directory's name means nothing to the user: the directory it was made in does.
+        parts = Path(path).parts
+        for i, part in enumerate(parts):
+            if _SCRATCH_DIR.match(part):
+                path = str(Path(*parts[:i]))
+                break
+    return cause, path
 
 
 class EmbeddingUnavailable(KnowledgeError):

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.cli import console
-from gitlab_knowledge.cli.sync_cmd import BarProgress, raise_if_interrupted, selected_projects
+from gitlab_knowledge.cli.sync_cmd import BarProgress, before_dagster, raise_if_interrupted, selected_projects
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import BadValue, EmbeddingUnavailable
 
@@ -38,16 +38,18 @@ class EtaProgress(BarProgress):
 
 
 def embed_cmd(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.defs.runner import run_embed
-    from gitlab_knowledge.embeddings.refresh import EmbedStats
     from gitlab_knowledge.workspace import Workspace
 
     provider, model = _model(args.model)
     projects = selected_projects(config, args.project)
-    started = time.monotonic()
-    with EtaProgress() as bar:
-        workspace = Workspace(config, progress=bar, config_path=args.config)
-        outcomes = run_embed(workspace, projects, everything=args.all, provider=provider, model=model)
+    with before_dagster(config, "embed"):
+        from gitlab_knowledge.defs.runner import run_embed
+        from gitlab_knowledge.embeddings.refresh import EmbedStats
+
+        started = time.monotonic()
+        with EtaProgress() as bar:
+            workspace = Workspace(config, progress=bar, config_path=args.config)
+            outcomes = run_embed(workspace, projects, everything=args.all, provider=provider, model=model)
     raise_if_interrupted(outcomes)
     rows = []
     for o in outcomes:
@@ -60,7 +62,8 @@ def embed_cmd(args: argparse.Namespace, config: Config) -> int:
     if args.json:
         console.print_json({"duration_s": round(time.monotonic() - started, 3), "projects": rows})
     else:
-        if all(r.get("to_embed", 0) == 0 for r in rows if r["success"] or "to_embed" in r):
+        # Only a run that reached every project may say everything is current.
+        if rows and all(r["success"] and r.get("to_embed", 0) == 0 for r in rows):
             console.out.print("0 documents to embed: every document's vector is current.")
         table = Table(title=f"Embeddings ({rows[0].get('provider', '?')}/{rows[0].get('model', '?')})"
                       if rows else "Embeddings", title_justify="left")

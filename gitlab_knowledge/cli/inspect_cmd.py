@@ -173,8 +173,9 @@ def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def _backlog(workspace: Workspace) -> list[dict]:
-    """What the change sensor would find left to do, per stored project (its `due.backlog`)."""
-    from gitlab_knowledge.defs.due import backlog
+    """What the change sensor would find left to do, per stored project (read from the stores
+    alone: no Dagster to load)."""
+    from gitlab_knowledge.backlog import backlog
 
     out = []
     for project, work in backlog(workspace, list(workspace.config.projects)).items():

@@ -1,8 +1,12 @@
 """`sync`: run the Dagster sync job in-process for each project, with a progress bar."""
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -10,7 +14,7 @@ from rich.table import Table
 
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
-from gitlab_knowledge.errors import EmbeddingUnavailable, UsageError
+from gitlab_knowledge.errors import EmbeddingUnavailable, Interrupted, UsageError
 
 
 class BarProgress:
@@ -55,6 +59,27 @@ def raise_if_interrupted(outcomes: list[Any]) -> None:
     (`interrupted`, exit 130), not a failed project."""
     if any(console.is_interrupt(o.error) for o in outcomes):
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def before_dagster(config: Config, what: str) -> Iterator[None]:
+    """Around a command that runs the pipeline (`sync`, `embed`), entered before Dagster loads.
+
+    The refusals that need no Dagster come first (seconds on a busy machine): another pipeline
+    process holds the data directory's lock (exit 5); the runner takes the same lock again,
+    re-entrantly, and keeps the checks only Dagster can make. SIGTERM stops the command as Ctrl-C
+    does (Dagster maps it so inside a run); one before the first run started (loading Dagster,
+    opening its instance) ends with one line, exit 130: the runner says the same for one that lands
+    after the run was created, and cancels that run."""
+    from gitlab_knowledge.sync.runs import pipeline_lock
+
+    if threading.current_thread() is threading.main_thread():  # (only there can a handler be set)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with pipeline_lock(config.data_dir, what):
+            yield
+    except KeyboardInterrupt:
+        raise Interrupted("stopped before the run started; nothing changed") from None
 
 
 def selected_projects(config: Config, selected: list[str] | None) -> list[str]:
@@ -122,15 +147,12 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
 
 
 def run(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.sync.runs import pipeline_lock
     from gitlab_knowledge.workspace import Workspace, tighten_if_ours
 
     projects = selected_projects(config, args.project)
     config.token()  # a missing token is a config problem: say so before Dagster starts
     tighten_if_ours(config.data_dir)  # a clone's data/ is 0755 (git cannot track 0700)
-    # The refusals that need no Dagster come before it loads (seconds on a busy machine): the
-    # runner takes the same lock again, re-entrantly, and keeps the checks only Dagster can make.
-    with pipeline_lock(config.data_dir, "sync"):
+    with before_dagster(config, "sync"):
         from gitlab_knowledge.defs.runner import run_sync
 
         started = time.monotonic()

@@ -10,15 +10,24 @@ down: a `KnowledgeError`) is one line in the run's event log, without a Python s
 trace is of Dagster's frames and ours, and says nothing the line does not. The run also carries the
 line as a tag (`FAILURE_TAG`), which the UI's run list shows. Anything else is a bug and keeps its
 trace.
+
+A full disk, a read-only mount or a denied write reaches a step in many wrappings (an OSError,
+DuckDB's IOException, a Lance or Tantivy error, a StoreError the store already worded): each
+becomes one StoreError naming the layer, the path and what the disk refused, whichever library
+met it, so every layer says it the same way (and the runner stops: the next project would meet
+the same disk).
 """
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
-from gitlab_knowledge.errors import KnowledgeError
+from gitlab_knowledge.errors import KnowledgeError, StoreError, disk_failure
+from gitlab_knowledge.layers import EMBEDDINGS, LEXICAL, Layer
+from gitlab_knowledge.workspace import Workspace
 
 FAILURE_TAG = "gitlab_knowledge/failure"
 MAX_DESCRIPTION = 1000
@@ -64,19 +73,27 @@ if DagsterUserCodeProcessError is not None:
 
 
 @contextlib.contextmanager
-def said_plainly(context: dg.AssetExecutionContext | dg.OpExecutionContext | None = None) -> Iterator[None]:
-    """Turn a `KnowledgeError` raised inside into a one-line Failure (and, given the step's
-    `context`, tag the run with that line)."""
+def said_plainly(context: dg.AssetExecutionContext | dg.OpExecutionContext | None = None,
+                 layer: Layer | None = None, workspace: Workspace | None = None) -> Iterator[None]:
+    """Turn a `KnowledgeError` raised inside, or the disk refusing a write of `layer`, into a
+    one-line Failure (and, given the step's `context`, tag the run with that line)."""
     try:
         yield
-    except KnowledgeError as exc:
-        failure = plain_failure(str(exc), {"error": type(exc).__name__, **_extra_metadata(exc)}, type(exc).__name__)
+    except Exception as exc:
+        # A KnowledgeError other than the store's is about something else (GitLab's own words).
+        ours = layer is not None and (isinstance(exc, StoreError) or not isinstance(exc, KnowledgeError))
+        worded = _on_disk(exc, layer, workspace) if ours and layer is not None else None
+        if worded is None and not isinstance(exc, KnowledgeError):
+            raise
+        error: Exception = worded or exc
+        failure = plain_failure(str(error), {"error": type(error).__name__, **_extra_metadata(error)},
+                                type(error).__name__)
         if context is not None:
             tag_cause(context, failure.description or "")
-        raise failure from exc
+        raise failure from error
 
 
-def _extra_metadata(exc: KnowledgeError) -> dict[str, Any]:
+def _extra_metadata(exc: Exception) -> dict[str, Any]:
     return dict(getattr(exc, "failure_metadata", None) or {})
 
 
@@ -85,6 +102,30 @@ def tag_cause(context: dg.AssetExecutionContext | dg.OpExecutionContext, line: s
     must not hide the failure itself)."""
     with contextlib.suppress(Exception):
         context.instance.add_run_tags(context.run.run_id, {FAILURE_TAG: one_line(line)})
+
+
+def _on_disk(exc: Exception, layer: Layer, workspace: Workspace | None) -> StoreError | None:
+    found = disk_failure(exc)
+    if found is None:
+        return None
+    cause, path = found
+    store = _store_of(layer, workspace) if workspace is not None else None
+    if store is not None and (path is None or Path(path).is_relative_to(store)):
+        path = str(store)  # the index directory, not the name of a file it was about to write
+    error = StoreError(f"the {layer.name} layer cannot write {path or 'its store'}: {cause}")
+    stats = getattr(exc, "raw_stats", None)
+    if stats is not None:  # what the raw step did before the disk stopped it
+        error.raw_stats = stats  # type: ignore[attr-defined]
+    return error
+
+
+def _store_of(layer: Layer, workspace: Workspace) -> Path:
+    config = workspace.config
+    if layer is EMBEDDINGS:
+        return config.lancedb_dir
+    if layer is LEXICAL:
+        return config.tantivy_dir
+    return config.duckdb_path
 
 
 def original(exc: BaseException) -> BaseException:

@@ -20,23 +20,30 @@ HOST_TAG = "gitlab_knowledge/host"
 PROCESS_START_TAG = "gitlab_knowledge/process_start"
 
 def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
-    """Fail the in-process runs whose process died (kill -9, a crash) and give back every pool
-    slot state they left: claimed slots, and steps queued for a slot, whether or not a slot was
-    already assigned to them. Nothing else does it for a run the CLI started (Dagster's run
+    """Fail the in-process runs whose process died (kill -9, a crash), cancel the ones it created
+    but never started, and give back every pool slot state they left: claimed slots, and steps
+    queued for a slot, whether or not a slot was already assigned to them. Nothing else does it for a run the CLI started (Dagster's run
     monitoring watches the runs its own launcher started), and a slot held by a dead run, or
     assigned to a dead run's waiting step, makes every later run of the pool wait forever."""
     from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
 
     reaped = []
-    live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
-    for run in instance.get_runs(RunsFilter(statuses=live, tags={TRIGGER_TAG: "cli"})):
+    # A run created but never started (its process killed in between: kill -9 where Ctrl-C would
+    # have canceled it) holds nothing, yet would show NOT_STARTED for ever: it is canceled.
+    statuses = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.NOT_STARTED]
+    for run in instance.get_runs(RunsFilter(statuses=statuses, tags={TRIGGER_TAG: "cli"})):
         pid = run.tags.get(PID_TAG, "")
         if run.tags.get(HOST_TAG) != HOSTNAME or not pid.isdigit():
             continue
-        if process_alive(int(pid), run.tags.get(PROCESS_START_TAG) or None) is False:
+        if process_alive(int(pid), run.tags.get(PROCESS_START_TAG) or None) is not False:
+            continue
+        if run.status == DagsterRunStatus.NOT_STARTED:
+            instance.report_run_canceled(run, f"the process that created this run (PID {pid}) ended before "
+                                              "starting it: nothing was done")
+        else:
             instance.report_run_failed(run, f"the process running this sync (PID {pid}) ended without finishing: "
                                             "killed or crashed; the next sync resumed from the cursor")
-            reaped.append(run.run_id)
+        reaped.append(run.run_id)
     terminal = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
     storage = instance.event_log_storage
     for run_id in _pool_run_ids(instance):
@@ -44,6 +51,18 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
         if held is None or held.status in terminal:
             storage.free_concurrency_slots_for_run(run_id)  # its claimed slots and its queued steps
     return reaped
+
+
+def cancel_unstarted(instance: dg.DagsterInstance, run_id: str) -> bool:
+    """Cancel run `run_id` if it was created and never started (this process stopped in between);
+    True if it was such a run."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus
+
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.status != DagsterRunStatus.NOT_STARTED:
+        return False
+    instance.report_run_canceled(run, "stopped (Ctrl-C or SIGTERM) before the run started: nothing was done")
+    return True
 
 
 def _pool_run_ids(instance: dg.DagsterInstance) -> dict[str, str]:

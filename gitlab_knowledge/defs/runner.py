@@ -27,10 +27,18 @@ from gitlab_knowledge.defs.run_slots import (
     PROCESS_START_TAG,
     PROJECT_TAG,
     TRIGGER_TAG,
+    cancel_unstarted,
     reap_dead_runs,
     refuse_if_busy,
 )
-from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError
+from gitlab_knowledge.errors import (
+    AuthError,
+    ConfigError,
+    Interrupted,
+    KnowledgeError,
+    StoreError,
+    disk_failure,
+)
 from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.layers import EMBEDDINGS, RAW
 from gitlab_knowledge.redact import redact
@@ -110,6 +118,17 @@ def _materializations(instance: dg.DagsterInstance, run_id: str) -> dict[str, di
     return out
 
 
+def _storage_failure(error: BaseException, where: object) -> BaseException:
+    """Dagster's own storage failing (its SQLite on a full disk: SQLAlchemy's error, SQL included)
+    as one StoreError naming where it lives, which stops the other projects too; other errors as
+    they are."""
+    if isinstance(error, KnowledgeError) or not type(error).__module__.startswith("sqlalchemy"):
+        return error
+    found = disk_failure(error)
+    cause = found[0] if found else str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    return StoreError(f"Dagster's run storage cannot write {where}: {cause}")
+
+
 def run_sync(workspace: Workspace, projects: Sequence[str], *, full: bool = False, force: bool = False,
              instance: dg.DagsterInstance | None = None,
              selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
@@ -129,12 +148,21 @@ def run_embed(workspace: Workspace, projects: Sequence[str], *, everything: bool
 
 def _one_pipeline_process(run: Callable[..., list[ProjectOutcome]]) -> Callable[..., list[ProjectOutcome]]:
     """Hold the data directory's pipeline lock around a whole `run_job`: a second process is
-    refused at once (exit 5) instead of checking the pools at the same moment and queueing."""
+    refused at once (exit 5) instead of checking the pools at the same moment and queueing.
+    Dagster's storage failing before or between runs is one StoreError too (`_storage_failure`)."""
     @functools.wraps(run)
     def locked(workspace: Workspace, job_name: str, *args: Any, **kwargs: Any) -> list[ProjectOutcome]:
         what = "embed" if job_name == EMBED_JOB else "sync"
         with pipeline_lock(workspace.config.data_dir, what):
-            return run(workspace, job_name, *args, **kwargs)
+            try:
+                return run(workspace, job_name, *args, **kwargs)
+            except Exception as exc:
+                instance = kwargs.get("instance")
+                error = _storage_failure(exc, instance.root_directory if instance is not None
+                                         else dagster_home(workspace.config))
+                if error is exc:
+                    raise
+                raise error from None
 
     return locked
 
@@ -159,7 +187,7 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
         # The CLI prints its own one-line error; the event log keeps the traceback for the UI.
         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
     }
-    outcomes = []
+    outcomes: list[ProjectOutcome] = []
     for project in projects:
         started = time.monotonic()
         outcome = ProjectOutcome(project=project, run_id=str(uuid.uuid4()))
@@ -173,7 +201,14 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
             if not result.success:  # raise_on_error covers step failures; anything else is said here
                 outcome.error = KnowledgeError("the run failed (see the Dagster event log)")
         except Exception as exc:  # noqa: BLE001 - typed below: the outcome carries what the step raised
-            outcome.error = original(exc)
+            outcome.error = _storage_failure(original(exc), instance.root_directory)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM before Dagster's own handling took over (inside a run it becomes the
+            # step's failure, which the outcome carries). The run it created would stay NOT_STARTED
+            # for ever: it is canceled, saying why.
+            if cancel_unstarted(instance, outcome.run_id) and not outcomes:
+                raise Interrupted("stopped before the run started; nothing changed") from None
+            raise Interrupted("interrupted between two runs; the runs before it finished") from None
         outcome.duration_s = round(time.monotonic() - started, 2)
         outcome.metadata = _materializations(instance, outcome.run_id)
         outcomes.append(outcome)

@@ -8,6 +8,7 @@ must name the Host the request was sent to; its bearer token guards the rest.
 
 import hmac
 import ipaddress
+import logging
 import os
 import socket
 import sys
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 ASGIApp = Callable[[MutableMapping[str, Any], Any, Any], Awaitable[None]]
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+log = logging.getLogger(__name__)
 
 
 def is_loopback(host: str) -> bool:
@@ -148,13 +150,50 @@ def require_bearer(app: ASGIApp, token: str) -> ASGIApp:
     return guarded
 
 
+def whole_body(app: ASGIApp) -> ASGIApp:
+    """Hand the app an HTTP request only once its whole body has arrived. A client that goes away
+    halfway (fewer bytes than its Content-Length, then closed) is one line in the log, where the
+    SDK, reading the body itself, would log starlette's ClientDisconnect with a traceback. The SDK
+    reads each JSON-RPC body whole anyway, so nothing that streamed is held back."""
+
+    async def buffered(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                client = scope.get("client")
+                peer = f" {client[0]}:{client[1]}" if client else ""
+                log.warning("a client%s disconnected before sending its whole request (%s %s): dropped",
+                            peer, scope.get("method", ""), scope.get("path", ""))
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body, handed = b"".join(chunks), False
+
+        async def replay() -> MutableMapping[str, Any]:
+            nonlocal handed
+            if handed:  # after the body: what the client does next (a disconnect)
+                message: MutableMapping[str, Any] = await receive()
+                return message
+            handed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return buffered
+
+
 async def serve_http(resident: Resident, sock: socket.socket, host: str, token: str | None) -> None:
     import uvicorn
 
     from gitlab_knowledge.mcp.server import build_server
 
-    app: Any = build_server(resident.context).streamable_http_app(host=host,
-                                                                  transport_security=transport_security(host))
+    app: Any = whole_body(build_server(resident.context).streamable_http_app(
+        host=host, transport_security=transport_security(host)))
     if is_wildcard(host):
         app = same_origin(app)
     if token:

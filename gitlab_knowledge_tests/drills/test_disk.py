@@ -1,21 +1,31 @@
 """A full disk or a read-only data directory: a clear one-line error, nothing half-written (the
-next sync, once there is room, ends with the same store as a clean sync), no temp files left.
+next sync, once there is room, ends with the same store as a clean sync), no temp files left. The
+disk fills in each layer in turn (raw, normalized, graph, documents, embeddings, lexical) and under
+Dagster's own storage: one line naming where, the same exit code, and the next sync completes.
 
 The data directory is a small tmpfs mounted for the test; where mounting is not permitted the
 test says so and skips."""
 
+import contextlib
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from gitlab_knowledge.config import load_config
+from gitlab_knowledge.defs.partitions import ensure_partitions
+from gitlab_knowledge.defs.runner import instance_yaml, run_sync
+from gitlab_knowledge.errors import StoreError
+from gitlab_knowledge.layers import LAYERS
+from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import store_config, subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import layer_counts, snapshot
+from gitlab_knowledge_tests.helpers import layer_counts, run_layers, scalar, shared_instance, snapshot
 from gitlab_knowledge_tests.support.tmpfs import mounted_tmpfs
 
 
@@ -39,6 +49,24 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> N
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert any(all(w.lower() in line.lower() for w in words) for line in errors), errors
+
+
+@contextlib.contextmanager
+def filled(mount: Path) -> Iterator[None]:
+    """Every byte of the mount taken by a ballast file, freed on exit."""
+    ballast = mount / "ballast"
+    chunk = b"\0" * (1 << 20)
+    with ballast.open("wb", buffering=0) as f:
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(chunk)
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+    try:
+        yield
+    finally:
+        ballast.unlink()
 
 
 def leftovers(data: Path) -> list[str]:
@@ -75,7 +103,12 @@ def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_d
             assert_one_line_error(sync(config), "read-only")
             embed = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "embed",
                                     "--all"], capture_output=True, text=True, env=subprocess_env(), timeout=300)
-            assert_one_line_error(embed, "read-only")
+            assert_one_line_error(embed, "embeddings layer cannot write", str(tmpfs / "data"), "read-only file system")
+            # One line for the whole command (the next project would meet the same disk), no raw
+            # OSError, and stdout does not claim the vectors are current.
+            assert len([line for line in embed.stderr.splitlines() if line.startswith("error: ")]) == 1, embed.stderr
+            assert "OSError" not in embed.stderr and "current" not in embed.stdout, embed.stdout
+            assert embed.returncode == 1
             for mode in ("hybrid", "lexical"):
                 search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", title, "--json",
                                          "--mode", mode, "--config", str(config)], capture_output=True, text=True,
@@ -88,3 +121,51 @@ def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_d
             remount(tmpfs, "rw")
         assert snapshot(load_config(config)) == before
         assert sync(config).returncode == 0
+
+
+def test_a_full_disk_in_each_layer_is_one_line_naming_the_layer(small_dataset, small_store, tmpfs, tmp_path,
+                                                                 capfd, token_env):
+    """For each layer in turn: a new issue brings every layer before it up to date with room to
+    spare, then the disk fills and the rest of the job runs. The layer that meets the full disk
+    fails with one line naming itself, the path and the cause, exit code 1, nothing else printed
+    (no library's own lines); with room again the next sync completes and every layer agrees."""
+    remount(tmpfs, "size=64m")
+    shutil.copytree(small_store, tmpfs / "data")
+    with SandboxGitLab(dataset=small_dataset) as sb:
+        config = load_config(write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmpfs / "data"))
+        project = sb.state.list_projects()[0]["path_with_namespace"]
+        for i, layer in enumerate(LAYERS):
+            sb.clock.advance(3600)
+            sb.state.create_issue(project, f"written before the disk fills in the {layer.name} layer")
+            if i:
+                run_layers(config, [project], [each.asset for each in LAYERS[:i]])
+            capfd.readouterr()
+            with filled(tmpfs):
+                outcome, = run_sync(Workspace(config), [project], instance=shared_instance(),
+                                    selection=[each.asset for each in LAYERS[i:]])
+                out, err = capfd.readouterr()
+            assert isinstance(outcome.error, StoreError), outcome.message
+            message = outcome.message or ""
+            assert outcome.exit_code == 1 and "\n" not in message, message
+            assert message.startswith(f"the {layer.name} layer cannot write {tmpfs / 'data'}"), message
+            assert message.endswith(": no space left on device"), message
+            assert (out, err) == ("", ""), err[-2000:]
+            assert leftovers(tmpfs) == []
+        # Dagster's own storage on the same disk (the default layout: <data_dir>/dagster), created
+        # and holding the partition while there was room: the run cannot even be recorded.
+        home = tmpfs / "data" / "dagster"
+        home.mkdir()
+        (home / "dagster.yaml").write_text(instance_yaml(home))
+        instance = dg.DagsterInstance.from_config(str(home))
+        ensure_partitions(instance, [project])
+        capfd.readouterr()
+        with filled(tmpfs), pytest.raises(StoreError) as stopped:
+            run_sync(Workspace(config), list(config.projects), instance=instance)
+        out, err = capfd.readouterr()
+        message = str(stopped.value)
+        assert message.startswith(f"Dagster's run storage cannot write {home}: "), message
+        assert "\n" not in message and "SQL" not in message and (out, err) == ("", ""), (message, err[-2000:])
+        run_layers(config, list(config.projects), None)
+    documents, vectors, lexical = layer_counts(config)
+    assert documents == vectors == lexical > 0
+    assert scalar(config, "SELECT count(*) FROM issues WHERE title LIKE 'written before the disk fills%'") == len(LAYERS)

@@ -79,7 +79,8 @@ def test_a_full_disk_under_dagsters_storage_is_one_line_and_exit_1(small_dataset
                                     cwd=tmp_path, env=subprocess_env(DAGSTER_HOME=str(home)), capture_output=True,
                                     text=True, timeout=300)
     assert result.returncode == 1, result.stderr[-2000:]
-    assert "Dagster's run storage failed" in one_error_line(result.stderr)
+    line = one_error_line(result.stderr)
+    assert "Dagster's run storage cannot write" in line and "no space left on device" in line, line
 
 
 def test_doctor_never_prints_a_password_from_the_url(tmp_path, token_env):
@@ -134,15 +135,22 @@ def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(
     assert fresh.stat().st_mode & 0o777 == 0o700
 
 
-def refusal_without_dagster(config: Path, *argv: str) -> tuple[int, str]:
-    """A CLI process's exit code and its one error line; the import log (`-X importtime`) says
-    whether Dagster was loaded before the refusal."""
+def without_dagster(config: Path, *argv: str) -> subprocess.CompletedProcess:
+    """A CLI process that must not load Dagster: its import log (`-X importtime`) says whether it
+    did; its stderr comes back without the log."""
     child = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitlab_knowledge", "--config", str(config),
                             *argv], env=subprocess_env(), capture_output=True, text=True, timeout=300)
     imported = [line.split("|")[-1].strip() for line in child.stderr.splitlines() if line.startswith("import time:")]
     assert imported and not [m for m in imported if m.split(".")[0] in ("dagster", "dagster_shared")], \
         [m for m in imported if "dagster" in m][:5]
-    said = [line for line in child.stderr.splitlines() if not line.startswith("import time:") and line.strip()]
+    child.stderr = "\n".join(line for line in child.stderr.splitlines() if not line.startswith("import time:"))
+    return child
+
+
+def refusal_without_dagster(config: Path, *argv: str) -> tuple[int, str]:
+    """A CLI process's exit code and its one error line, refused before Dagster was loaded."""
+    child = without_dagster(config, *argv)
+    said = [line for line in child.stderr.splitlines() if line.strip()]
     assert len(said) == 1 and said[0].startswith("error: "), said
     return child.returncode, said[0]
 
@@ -159,3 +167,25 @@ def test_a_sync_while_another_runs_is_refused_before_dagster_loads(sandbox, tmp_
     with pipeline_lock(data, "sync"):  # what a running sync in another process holds
         code, line = refusal_without_dagster(config, "sync")
     assert code == 5 and "another process" in line and "running a sync" in line, line
+
+
+def test_embed_refuses_an_unknown_project_before_dagster_loads(sandbox, tmp_path, token_env):
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
+    code, line = refusal_without_dagster(config, "embed", "--project", "nope/nope")
+    assert code == 2 and "'nope/nope' is not in the configuration" in line, line
+
+
+def test_embed_while_a_sync_runs_is_refused_before_dagster_loads(sandbox, tmp_path, token_env):
+    data = tmp_path / "data"
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, data)
+    with pipeline_lock(data, "sync"):
+        code, line = refusal_without_dagster(config, "embed")
+    assert code == 5 and "running a sync" in line, line
+
+
+def test_sync_status_shows_the_backlog_without_loading_dagster(sandbox, synced, tmp_path):
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, synced.data_dir)
+    child = without_dagster(config, "sync-status", "--json")
+    assert child.returncode == 0, child.stderr
+    backlog = json.loads(child.stdout)["backlog"]
+    assert {entry["project"] for entry in backlog} == set(synced.projects)

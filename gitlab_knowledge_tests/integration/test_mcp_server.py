@@ -4,11 +4,14 @@ checked against its schema; a sync committing while it serves; the search comman
 
 import asyncio
 import json
+import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,3 +226,50 @@ def test_http_refuses_a_network_bind_without_a_token(config_path: Path, tmp_path
     assert done.returncode == 2
     assert "bearer_token_env" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert DEFAULT_TOKEN not in done.stderr
+
+
+def _no_token_config(config_path: Path, tmp_path: Path) -> Path:
+    bare = tmp_path / "no-token.toml"
+    doc = load_config(config_path)
+    bare.write_text(tomli_w.dumps({"projects": list(doc.projects), "gitlab": {"url": doc.gitlab.url},
+                                   "storage": {"data_dir": str(doc.data_dir)}}))
+    return bare
+
+
+def _post(url: str, **headers: str) -> int:
+    return httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       headers={"Accept": "application/json, text/event-stream", **headers}, timeout=10).status_code
+
+
+def test_a_client_leaving_mid_body_is_one_log_line(config_path: Path, tmp_path: Path) -> None:
+    """A raw socket on 127.0.0.1 promises 4,000 bytes of body, sends 11 and closes: the server
+    logs one line (no traceback) and goes on answering."""
+    proc, url = start_http(_no_token_config(config_path, tmp_path))
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True)
+    reader.start()
+    try:
+        host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as raw:
+            raw.sendall(f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                        "Accept: application/json, text/event-stream\r\nContent-Length: 4000\r\n\r\n"
+                        '{"jsonrpc":'.encode())
+        first = lines.get(timeout=120)  # what the server said about it (a deadline, not a bound)
+        assert "disconnected before sending its whole request" in first, first
+        assert _post(url) not in (401, 403, 421, 500)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        reader.join(timeout=20)
+    said = [first, *iter_lines(lines)]
+    # (What the process says as SIGTERM stops it is another test's business.)
+    assert "Traceback" not in "".join(said) and not [line for line in said if "Disconnect" in line], said
+    assert len([line for line in said if "disconnect" in line]) == 1, said
+
+
+def iter_lines(lines: "queue.Queue[str]") -> list[str]:
+    """What the reader thread has collected so far (the process has ended: nothing more comes)."""
+    out = []
+    while not lines.empty():
+        out.append(lines.get())
+    return out

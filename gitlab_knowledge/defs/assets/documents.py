@@ -25,7 +25,7 @@ from gitlab_knowledge.workspace import Workspace
     ),
 )
 def search_documents(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    with said_plainly(context):
+    with said_plainly(context, DOCUMENTS, workspace):
         stats = DOCUMENTS.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     if stats.truncated:
         context.log.warning(f"{stats.truncated} document(s) exceeded ~8,000 tokens and were cut from the middle")

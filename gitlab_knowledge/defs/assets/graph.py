@@ -24,6 +24,6 @@ from gitlab_knowledge.workspace import Workspace
     ),
 )
 def knowledge_graph(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    with said_plainly(context):
+    with said_plainly(context, GRAPH, workspace):
         stats = GRAPH.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     return dg.MaterializeResult(metadata=stats.to_metadata())

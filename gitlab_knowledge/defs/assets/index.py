@@ -32,7 +32,7 @@ class EmbedRunConfig(dg.Config):
 )
 def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfig,
                         workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    with said_plainly(context):
+    with said_plainly(context, EMBEDDINGS, workspace):
         provider = workspace.embedder(config.provider or None, config.model or None)
         stats = EMBEDDINGS.refresh(workspace, context.partition_key, provider=provider, everything=config.everything,
                                    progress=workspace.progress_for(context.log))
@@ -73,6 +73,6 @@ def document_embeddings(context: dg.AssetExecutionContext, config: EmbedRunConfi
     ),
 )
 def lexical_index(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    with said_plainly(context):
+    with said_plainly(context, LEXICAL, workspace):
         stats = LEXICAL.refresh(workspace, context.partition_key)
     return dg.MaterializeResult(metadata=stats.to_metadata())

@@ -25,7 +25,7 @@ from gitlab_knowledge.workspace import Workspace
     ),
 )
 def normalized_gitlab(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    with said_plainly(context):
+    with said_plainly(context, NORMALIZED, workspace):
         stats = NORMALIZED.refresh(workspace, context.partition_key, dagster_run_id=context.run.run_id)
     counts = project_counts(workspace, context.partition_key)
     return dg.MaterializeResult(metadata={**stats.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}})

@@ -29,7 +29,7 @@ class SyncRunConfig(dg.Config):
 )
 def raw_gitlab_payloads(context: dg.AssetExecutionContext, config: SyncRunConfig,
                         workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
-    with said_plainly(context):
+    with said_plainly(context, RAW, workspace):
         result = RAW.refresh(workspace, context.partition_key, full=config.full, force=config.force,
                              dagster_run_id=context.run.run_id, progress=workspace.progress_for(context.log))
     stats = RawStats.of(result)
