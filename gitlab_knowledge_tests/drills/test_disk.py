@@ -21,7 +21,7 @@ from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.defs.runner import instance_yaml, run_sync
 from gitlab_knowledge.errors import StoreError
-from gitlab_knowledge.layers import LAYERS
+from gitlab_knowledge.layers import EMBEDDINGS, LAYERS
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SandboxGitLab
 from gitlab_knowledge_tests.conftest import store_config, subprocess_env, write_config_file
@@ -134,15 +134,18 @@ def test_a_full_disk_in_each_layer_is_one_line_naming_the_layer(small_dataset, s
     with SandboxGitLab(dataset=small_dataset) as sb:
         config = load_config(write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmpfs / "data"))
         project = sb.state.list_projects()[0]["path_with_namespace"]
-        for i, layer in enumerate(LAYERS):
+        # In the order a run executes them: the keyword index runs before the embeddings (its
+        # priority tag keeps it current through an embedding outage).
+        order = [each for each in LAYERS if each is not EMBEDDINGS] + [EMBEDDINGS]
+        for i, layer in enumerate(order):
             sb.clock.advance(3600)
             sb.state.create_issue(project, f"written before the disk fills in the {layer.name} layer")
             if i:
-                run_layers(config, [project], [each.asset for each in LAYERS[:i]])
+                run_layers(config, [project], [each.asset for each in order[:i]])
             capfd.readouterr()
             with filled(tmpfs):
                 outcome, = run_sync(Workspace(config), [project], instance=shared_instance(),
-                                    selection=[each.asset for each in LAYERS[i:]])
+                                    selection=[each.asset for each in order[i:]])
                 out, err = capfd.readouterr()
             assert isinstance(outcome.error, StoreError), outcome.message
             message = outcome.message or ""

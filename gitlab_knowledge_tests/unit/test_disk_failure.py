@@ -59,7 +59,7 @@ def test_each_layer_says_it_the_same_way(tmp_path, layer, raised, said):
     paths = {"lancedb": ws.config.lancedb_dir, "tantivy": ws.config.tantivy_dir}
     if isinstance(raised, OSError):
         raised = OSError(raised.errno, raised.strerror, raised.filename.format(**paths))
-    with pytest.raises(dg.Failure) as failure, said_plainly(layer, ws):
+    with pytest.raises(dg.Failure) as failure, said_plainly(layer=layer, workspace=ws):
         raise raised
     error = original(failure.value)
     assert isinstance(error, StoreError) and error.exit_code == 1
@@ -67,11 +67,11 @@ def test_each_layer_says_it_the_same_way(tmp_path, layer, raised, said):
 
 
 def test_gitlabs_own_words_are_not_a_disk(tmp_path):
-    with pytest.raises(dg.Failure) as failure, said_plainly(GRAPH, workspace(tmp_path)):
+    with pytest.raises(dg.Failure) as failure, said_plainly(layer=GRAPH, workspace=workspace(tmp_path)):
         raise GitLabError("GitLab answered 403 Forbidden: Permission denied")
     assert type(original(failure.value)) is GitLabError
 
 
 def test_another_failure_passes_through(tmp_path):
-    with pytest.raises(ZeroDivisionError), said_plainly(GRAPH, workspace(tmp_path)):
+    with pytest.raises(ZeroDivisionError), said_plainly(layer=GRAPH, workspace=workspace(tmp_path)):
         raise ZeroDivisionError
