@@ -42,6 +42,22 @@ def sandbox(small_dataset: Path) -> Iterator[SandboxGitLab]:
         yield sb
 
 
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One project, six issues and three MRs: for a test that needs a whole sync (every layer, the
+    embedded model included) but proves nothing by its size. Syncing the small dataset embeds
+    ~10x as many documents."""
+    out = tmp_path_factory.mktemp("tiny-dataset")
+    generate_dataset(out, projects=1, issues=6, mrs=3, seed=5, threads_per_parent_mean=2.0)
+    return out
+
+
+@pytest.fixture
+def tiny_sandbox(tiny_dataset: Path) -> Iterator[SandboxGitLab]:
+    with SandboxGitLab(dataset=tiny_dataset) as sb:
+        yield sb
+
+
 @pytest.fixture
 def token_env(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv(TOKEN_ENV, DEFAULT_TOKEN)
