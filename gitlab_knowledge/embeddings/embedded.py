@@ -89,8 +89,9 @@ class EmbeddedProvider:
 
     def _session(self, spinning: bool) -> Any:
         """The ONNX session, made on first use. Spinning threads wait for the next operator busily:
-        a query (one window) answers ~2 ms sooner with them, but embedding many documents burned
-        ~27% more CPU for the same vectors (150 documents: 35.6 s -> 26.1 s, same wall time),
+        a query (one window) answered sooner with them (p50 3.4 against 5.3 ms on a loaded machine),
+        but embedding documents burned ~35% more CPU for the same vectors (150 documents: 35.6 s
+        against 26.1 s, the same wall time),
         CPU taken from whatever shares the machine (the daemon, a search). So documents get a
         session whose idle threads sleep, and only a process that embeds both loads both."""
         self._load()
