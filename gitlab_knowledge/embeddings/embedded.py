@@ -91,9 +91,9 @@ class EmbeddedProvider:
         """The ONNX session, made on first use. Spinning threads wait for the next operator busily:
         a query (one window) answered sooner with them (p50 3.4 against 5.3 ms on a loaded machine),
         but embedding documents burned ~35% more CPU for the same vectors (150 documents: 35.6 s
-        against 26.1 s, the same wall time),
-        CPU taken from whatever shares the machine (the daemon, a search). So documents get a
-        session whose idle threads sleep, and only a process that embeds both loads both."""
+        against 26.1 s, the same wall time), CPU taken from whatever shares the machine (the
+        daemon, a search). So documents get a session whose idle threads sleep, and only a process
+        that embeds both loads both."""
         self._load()
         with self._lock:
             if spinning not in self._sessions:
