@@ -42,6 +42,22 @@ def sandbox(small_dataset: Path) -> Iterator[SandboxGitLab]:
         yield sb
 
 
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One project, six issues and three MRs: for a test that needs a whole sync (every layer, the
+    embedded model included) but proves nothing by its size. Syncing the small dataset embeds
+    ~10x as many documents."""
+    out = tmp_path_factory.mktemp("tiny-dataset")
+    generate_dataset(out, projects=1, issues=6, mrs=3, seed=5, threads_per_parent_mean=2.0)
+    return out
+
+
+@pytest.fixture
+def tiny_sandbox(tiny_dataset: Path) -> Iterator[SandboxGitLab]:
+    with SandboxGitLab(dataset=tiny_dataset) as sb:
+        yield sb
+
+
 @pytest.fixture
 def token_env(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv(TOKEN_ENV, DEFAULT_TOKEN)
@@ -58,50 +74,87 @@ class SampleStore:
     dead_ollama: str  # an Ollama URL that built a vector table, then went away
 
 
-@pytest.fixture(scope="session")
-def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
-    """The bundled sample, synced through every layer once for the whole session."""
-    from gitlab_knowledge_tests.helpers import index_all, sync_all
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A private copy of what `build(directory)` makes, built once per test session. Under xdist the
+    first worker to ask builds it under the session's shared temp root while the others wait on a
+    lock, then each copies it (a store synced and embedded costs 20-30 s of CPU; a copy, well under
+    one): every worker still reads and writes only a copy of its own."""
+    import fcntl
+    import shutil
 
-    base = tmp_path_factory.mktemp("sample-store")
-    os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
-    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
-        doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": ["acme/platform", "acme/web-app"],
-               "storage": {"data_dir": str(base / "data")}}
-        config = parse_config(doc, base, {}, "test")
-        sync_all(config)
-        index_all(config)
-    # A second vector table, from an Ollama that then goes away: what degradation looks like.
+    mine = tmp_path_factory.mktemp(name)
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        build(mine)
+        return mine
+    root = tmp_path_factory.getbasetemp().parent  # this session's, shared by its workers only
+    shared, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even if build() raises
+        if not done.exists():
+            shutil.rmtree(shared, ignore_errors=True)  # what a worker that failed here left
+            shared.mkdir()
+            build(shared)
+            done.touch()
+    shutil.rmtree(mine)
+    shutil.copytree(shared, mine, ignore=shutil.ignore_patterns("*.sock"))
+    return mine
+
+
+def _build_sample(base: Path) -> None:
+    """The bundled sample synced through every layer into base/data, plus a second vector table
+    from an Ollama that then went away (its URL in base/dead_ollama)."""
     from gitlab_knowledge.embeddings import refresh as embeddings
     from gitlab_knowledge.embeddings.ollama_provider import OllamaProvider
     from gitlab_knowledge.workspace import Workspace
+    from gitlab_knowledge_tests.helpers import index_all, sync_all
     from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        config = parse_config(sample_doc(base, sb.url), base, {}, "test")
+        sync_all(config)
+        index_all(config)
+        (base / "gitlab_url").write_text(sb.url)
+    # A second vector table, from an Ollama that then goes away: what degradation looks like.
     with FakeOllama() as fake:
         for project in config.projects:
             embeddings.refresh(Workspace(config), project, provider=OllamaProvider(host=fake.url))
-        gone = fake.url
-    path = base / "gitlab_knowledge.toml"
-    path.write_text('projects = ["acme/platform", "acme/web-app"]\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
-                    f'[storage]\ndata_dir = "{base / "data"}"\n')
-    return SampleStore(config, path, gone)
+        (base / "dead_ollama").write_text(fake.url)
+
+
+def sample_doc(base: Path, url: str) -> dict[str, Any]:
+    return {"gitlab": {"url": url, "rate_limit": 0}, "projects": ["acme/platform", "acme/web-app"],
+            "storage": {"data_dir": str(base / "data")}}
 
 
 @pytest.fixture(scope="session")
-def small_store(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small dataset synced through every layer once per worker: tests that only need a
-    synced store start from a copy of it instead of syncing and embedding again."""
+def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
+    """The bundled sample, synced through every layer once for the whole session."""
+    os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
+    base = built_once(tmp_path_factory, "sample-store", _build_sample)
+    config = parse_config(sample_doc(base, (base / "gitlab_url").read_text()), base, {}, "test")
+    path = base / "gitlab_knowledge.toml"
+    path.write_text('projects = ["acme/platform", "acme/web-app"]\n[gitlab]\nurl = "http://127.0.0.1:9"\n'
+                    f'[storage]\ndata_dir = "{base / "data"}"\n')
+    return SampleStore(config, path, (base / "dead_ollama").read_text())
+
+
+def _build_small_store(base: Path, dataset: Path) -> None:
     from gitlab_knowledge_tests.helpers import index_all, sync_all
 
-    base = tmp_path_factory.mktemp("small-store")
-    os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
-    with SandboxGitLab(dataset=small_dataset) as sb:
+    with SandboxGitLab(dataset=dataset) as sb:
         doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": project_paths(sb),
                "storage": {"data_dir": str(base / "data")}}
         config = parse_config(doc, base, {}, "test")
         sync_all(config)
         index_all(config)
-    return base / "data"
+
+
+@pytest.fixture(scope="session")
+def small_store(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small dataset synced through every layer once per session: tests that only need a
+    synced store start from a copy of it instead of syncing and embedding again."""
+    os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
+    return built_once(tmp_path_factory, "small-store", lambda base: _build_small_store(base, small_dataset)) / "data"
 
 
 def store_config(data_dir: Path) -> Config:

@@ -27,10 +27,12 @@ def search(query: str, config, env) -> dict:
     return json.loads(run.stdout)
 
 
-def test_embedding_server_down_during_a_sync(small_dataset, tmp_path):
+def test_embedding_server_down_during_a_sync(tiny_dataset, tmp_path):
+    # The tiny dataset: seven CLI processes, three of them syncs; the drill is about one note's
+    # document, whatever else the project holds.
     fake = FakeOllama().start()
     port = int(fake.url.rsplit(":", 1)[1])
-    with SandboxGitLab(dataset=small_dataset) as sb:
+    with SandboxGitLab(dataset=tiny_dataset) as sb:
         config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data")
         env = subprocess_env(GITLAB_KNOWLEDGE_EMBEDDING="ollama", OLLAMA_HOST=fake.url)
         assert cli("sync", config=config, env=env).returncode == 0

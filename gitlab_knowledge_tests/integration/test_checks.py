@@ -8,32 +8,34 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+import tomli_w
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.embeddings.vectors import VectorStore
 from gitlab_knowledge.lexical.index import LexicalIndex
-from gitlab_knowledge.store.db import transaction, write_connection
+from gitlab_knowledge.store.db import read_connection, transaction, write_connection
 from gitlab_knowledge.timeutil import utcnow
-from gitlab_knowledge_tests.conftest import write_config_file
-from gitlab_knowledge_tests.helpers import index_all, run_checks, sync_all
+from gitlab_knowledge_tests.conftest import store_config
+from gitlab_knowledge_tests.helpers import run_checks
 
 CHECK_NAMES = {c.check_key.name for c in ALL_CHECKS}
 
 
 @pytest.fixture(scope="module")
-def consistent(small_dataset, tmp_path_factory):
-    import os
-
-    from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
-
-    os.environ.setdefault("GITLAB_TOKEN", DEFAULT_TOKEN)
+def consistent(small_store, tmp_path_factory):
+    """The session's synced small store (a copy: syncing and embedding it again here cost ~20 s of
+    CPU), its runs marked finished now: the session may have synced it longer ago than the
+    freshness check allows, and a consistent store is one synced recently."""
     base = tmp_path_factory.mktemp("consistent")
-    with SandboxGitLab(dataset=small_dataset) as sb:
-        path = write_config_file(base / "gitlab_knowledge.toml", sb, base / "data")
-        config = load_config(path)
-        sync_all(config)
-        index_all(config)
+    shutil.copytree(small_store, base / "data")
+    config = store_config(base / "data")
+    with read_connection(config.duckdb_path) as con:
+        projects = [p for (p,) in con.execute("SELECT path_with_namespace FROM projects ORDER BY id").fetchall()]
+    sql(config, "UPDATE sync_runs SET finished_at = ? WHERE finished_at IS NOT NULL", [utcnow()])
+    (base / "gitlab_knowledge.toml").write_text(tomli_w.dumps({
+        "projects": projects, "gitlab": {"url": "http://127.0.0.1:9"}, "storage": {"data_dir": str(base / "data")}}),
+        encoding="utf-8")
     return base
 
 

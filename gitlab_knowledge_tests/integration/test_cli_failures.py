@@ -110,8 +110,9 @@ def test_sync_json_reports_the_api_calls_of_a_project_that_failed(sandbox, tmp_p
     assert not first["success"] and first["api_calls"] >= 7, first
 
 
-def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(sandbox, tmp_path, token_env,
-                                                                                monkeypatch):
+def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(tiny_sandbox, tmp_path,
+                                                                                token_env, monkeypatch):
+    # A whole sync on the tiny dataset: what is checked is every file it creates, not how many.
     monkeypatch.chdir(tmp_path)
     data = tmp_path / "data"
     data.mkdir(mode=0o755)
@@ -127,7 +128,7 @@ def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(
     in_use = data / f"gk-embed-{os.getpid()}-inuse123"  # a live process's: kept
     in_use.mkdir()
     before = {p for p in data.rglob("*")}
-    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, data)
+    config = write_config_file(tmp_path / "gitlab_knowledge.toml", tiny_sandbox, data)
     code, _out, err = run_cli(["--config", str(config), "sync"])
     assert code == 0, err
     assert sorted(p.name for p in data.glob("gk-*")) == [in_use.name]
@@ -137,7 +138,7 @@ def test_the_data_directory_is_private_and_a_killed_processs_scratch_is_removed(
         assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
     assert data.stat().st_mode & 0o777 == 0o700  # made 0755 above, as a clone's data/ is; ours, so tightened
     fresh = tmp_path / "fresh" / "data"
-    run_cli(["--config", str(write_config_file(tmp_path / "other.toml", sandbox, fresh)), "doctor", "--json"])
+    run_cli(["--config", str(write_config_file(tmp_path / "other.toml", tiny_sandbox, fresh)), "doctor", "--json"])
     assert fresh.stat().st_mode & 0o777 == 0o700
 
 
