@@ -106,9 +106,12 @@ def _label(label: str) -> str | None:
     """One label as GitLab names them: not blank, no comma (GitLab's separator of label lists:
     `--label a,b` would match nothing, where `--label a --label b` is what was meant)."""
     if "," in label:
-        parts = [shlex.quote(part.strip()) for part in label.split(",") if part.strip()]
-        raise UsageError(f"--label takes one label (GitLab's label names hold no comma), got {label!r}: repeat it, "
-                         f"--label {' --label '.join(parts)}")
+        parts = [part.strip() for part in label.split(",") if part.strip()]
+        # The suggestion echoes the user's text: only when it is printable (an error is one line).
+        hint = (f"--label {' --label '.join(shlex.quote(part) for part in parts)}"
+                if parts and all(part.isprintable() for part in parts) else "once per label")
+        raise UsageError(f"--label takes one label (GitLab's label names hold no comma), got {label!r}: "
+                         f"repeat it, {hint}")
     if not label.strip():
         raise UsageError(f"--label expects a label name, got {label!r}")
     return label

@@ -294,6 +294,7 @@ IMPOSSIBLE = [
     (["--project", "nope/nope"],
      "project 'nope/nope' is not in the store (synced projects: acme/platform, acme/web-app)"),
     (["--label", "auth,backend"], "repeat it, --label auth --label backend"),
+    (["--label", ",0\n0"], "repeat it, once per label"),  # what the property test found: a newline echoed
     (["--label", " "], "--label expects a label name, got ' '"),
     (["--type", "epic"], "--type expects issue, mr or discussion, got 'epic'"),
 ]
