@@ -14,6 +14,8 @@ import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+import pytest
+
 from gitlab_knowledge.cli import main as cli_main
 from gitlab_knowledge.defs.runner import instance_yaml
 from gitlab_knowledge.sync.runs import pipeline_lock
@@ -162,32 +164,20 @@ def refusal_without_dagster(config: Path, *argv: str) -> tuple[int, str]:
     return child.returncode, said[0]
 
 
-def test_an_unknown_project_is_refused_before_dagster_loads(sandbox, tmp_path, token_env):
+@pytest.mark.parametrize("command", ["sync", "embed"])
+def test_an_unknown_project_is_refused_before_dagster_loads(sandbox, tmp_path, token_env, command):
     config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
-    code, line = refusal_without_dagster(config, "sync", "--project", "nope/nope")
+    code, line = refusal_without_dagster(config, command, "--project", "nope/nope")
     assert code == 2 and "'nope/nope' is not in the configuration" in line, line
 
 
-def test_a_sync_while_another_runs_is_refused_before_dagster_loads(sandbox, tmp_path, token_env):
+@pytest.mark.parametrize("command", ["sync", "embed"])
+def test_a_command_while_a_sync_runs_is_refused_before_dagster_loads(sandbox, tmp_path, token_env, command):
     data = tmp_path / "data"
     config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, data)
     with pipeline_lock(data, "sync"):  # what a running sync in another process holds
-        code, line = refusal_without_dagster(config, "sync")
+        code, line = refusal_without_dagster(config, command)
     assert code == 5 and "another process" in line and "running a sync" in line, line
-
-
-def test_embed_refuses_an_unknown_project_before_dagster_loads(sandbox, tmp_path, token_env):
-    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
-    code, line = refusal_without_dagster(config, "embed", "--project", "nope/nope")
-    assert code == 2 and "'nope/nope' is not in the configuration" in line, line
-
-
-def test_embed_while_a_sync_runs_is_refused_before_dagster_loads(sandbox, tmp_path, token_env):
-    data = tmp_path / "data"
-    config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, data)
-    with pipeline_lock(data, "sync"):
-        code, line = refusal_without_dagster(config, "embed")
-    assert code == 5 and "running a sync" in line, line
 
 
 def test_sync_status_shows_the_backlog_without_loading_dagster(sandbox, synced, tmp_path):
