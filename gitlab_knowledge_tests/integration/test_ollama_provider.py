@@ -2,7 +2,6 @@
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -248,12 +247,10 @@ def test_a_failure_in_a_later_batch_is_unavailable(fake: FakeOllama) -> None:
 def test_a_hung_server_times_out_as_unavailable(fake: FakeOllama) -> None:
     provider = OllamaProvider(fake.url, timeout=0.5)
     fake.hang(30)
-    started = time.monotonic()
     with pytest.raises(EmbeddingUnavailable) as info:  # not httpx.ReadTimeout
         provider.embed_query("q")
-    assert time.monotonic() - started > 0.4  # it waited for its timeout...
+    assert fake.stalled.is_set()  # the server held the request: the client gave up on its timeout...
     assert "within 0.5s" in str(info.value)  # ...and that one, not a longer one
-    assert fake.stalled.is_set()
     assert fake.url in str(info.value) and "did not answer" in str(info.value)
     fake.hang(0)
     assert provider.embed_query("q").shape == (768,)
