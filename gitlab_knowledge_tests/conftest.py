@@ -138,7 +138,8 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> SampleStore:
     return SampleStore(config, path, (base / "dead_ollama").read_text())
 
 
-def _build_small_store(base: Path, dataset: Path) -> None:
+def build_store(base: Path, dataset: Path) -> Config:
+    """`dataset` synced through every layer into `base / "data"` (every project it serves)."""
     from gitlab_knowledge_tests.helpers import index_all, sync_all
 
     with SandboxGitLab(dataset=dataset) as sb:
@@ -147,6 +148,7 @@ def _build_small_store(base: Path, dataset: Path) -> None:
         config = parse_config(doc, base, {}, "test")
         sync_all(config)
         index_all(config)
+    return config
 
 
 @pytest.fixture(scope="session")
@@ -154,7 +156,7 @@ def small_store(small_dataset: Path, tmp_path_factory: pytest.TempPathFactory) -
     """The small dataset synced through every layer once per session: tests that only need a
     synced store start from a copy of it instead of syncing and embedding again."""
     os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
-    return built_once(tmp_path_factory, "small-store", lambda base: _build_small_store(base, small_dataset)) / "data"
+    return built_once(tmp_path_factory, "small-store", lambda base: build_store(base, small_dataset)) / "data"
 
 
 def store_config(data_dir: Path) -> Config:

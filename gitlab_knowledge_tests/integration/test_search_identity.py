@@ -16,9 +16,9 @@ from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.lexical import index as lexical_index
 from gitlab_knowledge.search.engine import Searcher
 from gitlab_knowledge.workspace import Workspace
-from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
-from gitlab_knowledge_tests.conftest import TOKEN_ENV, project_paths
-from gitlab_knowledge_tests.helpers import index_all, rows, run_layers, sync_all
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN
+from gitlab_knowledge_tests.conftest import TOKEN_ENV, build_store
+from gitlab_knowledge_tests.helpers import rows, run_layers
 
 SHAPES = Path(__file__).resolve().parents[1] / "fixtures" / "payload-shapes"
 MODES = ("hybrid", "lexical", "semantic")
@@ -28,15 +28,8 @@ TOP1, WORST = 0.95, 3
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory: pytest.TempPathFactory) -> Config:
     """The payload-shapes dataset synced through every layer (every project it serves)."""
-    base = tmp_path_factory.mktemp("shapes-identity")
     os.environ.setdefault(TOKEN_ENV, DEFAULT_TOKEN)
-    with SandboxGitLab(dataset=SHAPES) as sb:
-        doc = {"gitlab": {"url": sb.url, "rate_limit": 0}, "projects": project_paths(sb),
-               "storage": {"data_dir": str(base / "data")}}
-        config = parse_config(doc, base, {}, "test")
-        sync_all(config)
-        index_all(config)
-    return config
+    return build_store(tmp_path_factory.mktemp("shapes-identity"), SHAPES)
 
 
 def _title_ranks(config: Config, mode: str) -> dict[str, int]:
