@@ -15,7 +15,6 @@ from gitlab_knowledge.redact import install_logging_redaction, redact
 from gitlab_knowledge.terminal import clean_logs
 
 DEBUG_ENV = "GITLAB_KNOWLEDGE_DEBUG"
-LIST_STATES = (*kinds.STATES, kinds.ANY_STATE)  # what `list --state` takes (checked by kinds.check_state)
 LIST_SORTS = ("updated_desc", "updated_asc", "created_desc", "created_asc")  # store.queries.SORTS
 
 

@@ -120,7 +120,7 @@ def layers_caught_up(context: dg.AssetCheckExecutionContext,
                      workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
     # additional_deps: inside a whole-chain run this waits for the downstream layers; in a run of
     # the raw layer alone it evaluates at once and says which layers are behind.
-    from gitlab_knowledge.defs.due import backlog
+    from gitlab_knowledge.backlog import backlog
 
     project = _project(context)
     work = backlog(workspace, [project]).get(project) if project else None

@@ -19,11 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 # The backlog is read from the stores alone (`sync-status` shows it without loading Dagster).
-from gitlab_knowledge.backlog import Backlog, backlog, digest
+from gitlab_knowledge.backlog import Backlog, digest
 from gitlab_knowledge.sync.probe import Probe
 from gitlab_knowledge.timeutil import naive_utc
-
-__all__ = ["Backlog", "backlog"]
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
 )
 def gitlab_change_sensor(context: dg.SensorEvaluationContext,
                          workspace: dg.ResourceParam[Workspace]) -> dg.SensorResult:
-    from gitlab_knowledge.defs.due import backlog, decide
+    from gitlab_knowledge.backlog import backlog
+    from gitlab_knowledge.defs.due import decide
     from gitlab_knowledge.sync.probe import probe_projects
 
     config = workspace.config

@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 
 from gitlab_knowledge.errors import GitLabError, NotFoundError
-from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
+from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.graph.refs import extract
 from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.sync.parents import Parent
@@ -86,7 +86,7 @@ async def look_up(workspace: Workspace, client: GitLabClient, candidates: Iterab
     for path in paths:
         calls += 1
         try:
-            found = await client.get(f"/projects/{encode_project(path)}")
+            found = await client.project(path)
         except NotFoundError:
             found = None
         except GitLabError as exc:

@@ -3,11 +3,11 @@ key on the next tick; the same state gives the same key; nothing to do, nothing 
 
 from datetime import datetime, timedelta
 
+from gitlab_knowledge.backlog import Backlog
 from gitlab_knowledge.defs.due import (
     MAX_BACKOFF_INTERVALS,
     RETRY_EMBEDDINGS,
     RETRY_FAILED_RUN,
-    Backlog,
     RunHistory,
     decide,
 )
