@@ -107,6 +107,22 @@ def test_mcp_config_section(tmp_path: Path) -> None:
             parse(bad)
 
 
+def test_mcp_auth_config(tmp_path: Path) -> None:
+    def parse(mcp: Any, env: dict[str, str] | None = None) -> Any:
+        doc = {"gitlab": {"url": "https://g"}, "projects": ["g/p"], "mcp": mcp}
+        return parse_config(doc, tmp_path, env or {}, "t").mcp
+
+    assert (parse({}).auth, parse({}).auth_cache_seconds) == ("bearer", 300.0)
+    assert (parse({"auth": "gitlab", "auth_cache_seconds": 60}).auth_cache_seconds) == 60
+    assert parse({}, {"GITLAB_KNOWLEDGE_MCP_AUTH": "gitlab"}).auth == "gitlab"
+    for bad, field in (({"auth": "ldap"}, "mcp.auth must be one of bearer, gitlab"),
+                       ({"auth_cache_seconds": -1}, "mcp.auth_cache_seconds"),
+                       ({"auth_cache_seconds": 10**9}, "mcp.auth_cache_seconds"),
+                       ({"auth": "gitlab", "bearer_token_env": "T"}, "exclude each other")):
+        with pytest.raises(ConfigError, match=field):
+            parse(bad)
+
+
 def test_the_search_command_finds_the_server_by_its_data_directory(tmp_path: Path) -> None:
     def config(data: Path) -> Any:
         return parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"],
