@@ -161,3 +161,21 @@ def test_users_and_memberships_round_trip_through_a_dataset(sb: SandboxGitLab, t
         assert get(again, "tok-rita", "/user").json()["username"] == "rita"
         assert get(again, "tok-rita", f"/projects/{WEB}").status_code == 404
     assert load_dataset(SAMPLE_DATASET).users == []  # a dataset without users loads as before
+
+
+def test_the_control_route_changes_users_from_another_process(sb: SandboxGitLab) -> None:
+    def control(body: dict[str, object]) -> httpx.Response:
+        return httpx.post(f"{sb.url}/-/sandbox/users", json=body, timeout=10)
+
+    assert control({"add": {"username": "olga", "token": "tok-olga", "id": 950}}).status_code == 200
+    assert control({"member": {"project_id": WEB, "user_id": 950, "access_level": REPORTER}}).status_code == 200
+    assert get(sb, "tok-olga", f"/projects/{WEB}").status_code == 200
+    assert control({"member": {"project_id": WEB, "user_id": 950, "access_level": None}}).status_code == 200
+    assert get(sb, "tok-olga", f"/projects/{WEB}").status_code == 404
+    assert control({"visibility": {"project_id": WEB, "visibility": "internal"}}).status_code == 200
+    assert get(sb, "tok-olga", f"/projects/{WEB}").status_code == 200
+    assert control({"revoke": "tok-olga"}).status_code == 200
+    assert get(sb, "tok-olga", "/user").status_code == 401
+    for bad in ({}, {"member": {"project_id": WEB, "user_id": 950, "access_level": 12}},
+                {"visibility": {"project_id": WEB, "visibility": "secret"}}, {"add": {}}):
+        assert control(bad).status_code == 400, bad

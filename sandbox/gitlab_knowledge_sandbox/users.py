@@ -290,3 +290,29 @@ def set_visibility(state: "SandboxState", project: Any, visibility: str) -> Json
     with state.lock:
         proj.data = {**proj.data, "visibility": visibility}
         return proj.data
+
+
+def handle_users_control(state: "SandboxState", body: Json) -> tuple[int, Any]:
+    """`POST /-/sandbox/users`, one change per request, for tests driving a sandbox in another
+    process: {"add": {"username", "token", "id"?, "admin"?, "external"?}}, {"revoke": token},
+    {"member": {"project_id", "user_id", "access_level" (null removes)}},
+    {"visibility": {"project_id", "visibility"}}."""
+    users = state.users
+    try:
+        if isinstance(body.get("add"), dict):
+            add = body["add"]
+            return 200, users.add_user(str(add["username"]), add.get("token"), user_id=add.get("id"),
+                                       admin=bool(add.get("admin")), external=bool(add.get("external")))
+        if isinstance(body.get("revoke"), str):
+            users.revoke(body["revoke"])
+            return 200, {"revoked": True}
+        if isinstance(body.get("member"), dict):
+            m = body["member"]
+            users.set_member(int(m["project_id"]), int(m["user_id"]), m.get("access_level"))
+            return 200, {"member": users.member(int(m["project_id"]), int(m["user_id"]))}
+        if isinstance(body.get("visibility"), dict):
+            v = body["visibility"]
+            return 200, {"visibility": set_visibility(state, int(v["project_id"]), str(v["visibility"]))["visibility"]}
+    except (KeyError, TypeError, ValueError, NotFound) as exc:
+        return 400, {"message": f"bad users change: {exc}"}
+    return 400, {"message": "send one of add, revoke, member, visibility"}
