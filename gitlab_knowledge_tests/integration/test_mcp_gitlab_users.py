@@ -108,13 +108,14 @@ def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(server_module, "all_tools", lambda: [*all_tools(), probe.tool()])
     servers: list[tuple[Any, threading.Thread]] = []
 
-    def start(config: Config, clock: Clock, meet: bool = False) -> str:
+    def start(config: Config, clock: Clock, meet: bool = False, guard: bool = True) -> str:
         probe.meet = meet
         context = Context(config=config, resident=None, include_confidential=False,  # type: ignore[arg-type]
                           include_internal=False, reader=StoreReader(config.duckdb_path))
         app = whole_body(server_module.build_server(context, http=True).streamable_http_app(
             host="127.0.0.1", transport_security=transport_security("127.0.0.1")))
-        app = gitlab_auth_app(app, config, clock=clock)
+        if guard:
+            app = gitlab_auth_app(app, config, clock=clock)
         sock = listen("127.0.0.1", 0)  # listening already: a client connecting now waits in the backlog
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
         thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
@@ -210,6 +211,20 @@ def test_revocation_and_a_removed_membership_take_effect_when_the_cache_expires(
         assert post(url, "glpat-gus-0123456789").status_code not in (401, 503)  # cached
         clock.now += 301
         assert post(url, "glpat-gus-0123456789").status_code == 401
+
+
+def test_without_a_viewer_a_gitlab_users_server_answers_no_tool(serve: Any, tmp_path: Path) -> None:
+    """Fail closed: were the guard ever bypassed, a call would read as the sync's token; the server
+    refuses it instead."""
+    url = serve(make_config(tmp_path, "http://127.0.0.1:9"), Clock(), guard=False)
+
+    async def call() -> Any:
+        http = httpx2.AsyncClient(timeout=httpx2.Timeout(60))
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            return await client.call_tool("whoami", {})
+
+    result = asyncio.run(call())
+    assert result.is_error and "GitLab users only" in result.content[0].text
 
 
 def test_gitlab_unreachable_is_one_line_503(serve: Any, tmp_path: Path) -> None:
