@@ -28,7 +28,7 @@ from gitlab_knowledge.config import Config, GitLabSettings
 from gitlab_knowledge.errors import AuthError, GitLabError, NotFoundError
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.mcp.asking import SCOPE_TOKEN, SCOPE_VIEWER
-from gitlab_knowledge.redact import redact
+from gitlab_knowledge.redact import forget_secret, is_secret, redact
 from gitlab_knowledge.viewer import DEVELOPER, GUEST, MAINTAINER, NO_ACCESS, OWNER, PLANNER, REPORTER, Viewer
 
 ASGIApp = Callable[[MutableMapping[str, Any], Any, Any], Awaitable[None]]
@@ -60,6 +60,17 @@ async def ask_gitlab(settings: GitLabSettings, projects: tuple[str, ...], token:
     """The Viewer GitLab describes for `token`: who it is and the synced projects (`projects`,
     the config's paths) it reads, with its access level in each."""
     quick = dataclasses.replace(settings, max_retries=min(settings.max_retries, LOOKUP_RETRIES), rate_limit=0)
+    known = is_secret(token)  # e.g. the sync's own token: stays masked whatever GitLab says now
+    try:
+        return await _ask(quick, projects, token, transport)
+    except TokenRefused:
+        if not known:
+            forget_secret(token)
+        raise
+
+
+async def _ask(quick: GitLabSettings, projects: tuple[str, ...], token: str,
+               transport: httpx.AsyncBaseTransport | None) -> Viewer:
     try:
         async with GitLabClient(quick, token, transport=transport, bearer=True) as gl:
             try:

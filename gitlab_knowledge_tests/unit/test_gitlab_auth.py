@@ -18,6 +18,7 @@ from gitlab_knowledge.mcp.gitlab_auth import (
     ask_gitlab,
     token_key,
 )
+from gitlab_knowledge.redact import is_secret, redact, register_secret
 from gitlab_knowledge.viewer import DEVELOPER, GUEST, NO_ACCESS, PLANNER, REPORTER, Viewer
 
 TOKEN = "glpat-unit-0123456789"
@@ -30,7 +31,7 @@ def gitlab(levels: dict[int, int], readable: set[int], user: dict[str, Any] | No
     asked: Counter[str] = Counter()
 
     def answer(request: httpx.Request) -> httpx.Response:
-        assert request.headers["authorization"] == f"Bearer {TOKEN}" and "private-token" not in request.headers
+        assert request.headers["authorization"].startswith("Bearer glpat-") and "private-token" not in request.headers
         path = request.url.path.removeprefix("/api/v4")
         asked[path] += 1
         if status != 200:
@@ -78,9 +79,20 @@ def test_an_admin_is_asked_nothing_more() -> None:
 @pytest.mark.parametrize(("status", "raised"), [(401, TokenRefused), (403, TokenRefused), (503, GitLabUnreachable)])
 def test_refusals_and_failures(status: int, raised: type[Exception]) -> None:
     transport, _ = gitlab({}, set(), status=status)
+    token = f"glpat-answered-{status}-0123456789"  # never registered before this test
     with pytest.raises(raised) as caught:
-        asyncio.run(ask_gitlab(settings(), ("g/one",), TOKEN, transport))
-    assert TOKEN not in str(caught.value)
+        asyncio.run(ask_gitlab(settings(), ("g/one",), token, transport))
+    assert token not in str(caught.value)
+    # a refused token is not kept in the redaction list (a stream of made-up tokens cannot grow it)
+    assert is_secret(token) is (raised is GitLabUnreachable)
+
+
+def test_a_refused_token_that_was_already_a_secret_stays_masked() -> None:
+    register_secret("glpat-sync-token-0123456789")
+    transport, _ = gitlab({}, set(), status=401)
+    with pytest.raises(TokenRefused):
+        asyncio.run(ask_gitlab(settings(), ("g/one",), "glpat-sync-token-0123456789", transport))
+    assert redact("x glpat-sync-token-0123456789 y") == "x [REDACTED] y"
 
 
 def test_the_cache_trusts_an_answer_for_its_bound_and_asks_once_at_a_time() -> None:
