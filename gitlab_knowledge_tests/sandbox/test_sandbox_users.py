@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab, load_dataset, write_dataset
-from gitlab_knowledge_sandbox.users import GUEST, MAINTAINER, PLANNER, REPORTER, set_visibility
+from gitlab_knowledge_sandbox.users import DEVELOPER, GUEST, MAINTAINER, PLANNER, REPORTER, set_visibility
 
 PLATFORM, WEB = 101, 102
 CONFIDENTIAL = {215, 226, 243}  # all by sam.okafor (44); 226 is assigned to johndoe (12)
@@ -104,6 +104,8 @@ def test_membership_lists_by_minimum_access_level(sb: SandboxGitLab) -> None:
     assert member_of("tok-rita") == [PLATFORM]  # the public web-app is readable, not a membership
     assert member_of("tok-rita", MAINTAINER) == []
     assert get(sb, "tok-rita", "/projects", min_access_level=7).status_code == 400
+    # the sandbox's own token: the dataset user's saved permissions (Developer through the group)
+    assert member_of(DEFAULT_TOKEN, DEVELOPER) == [PLATFORM, WEB] and member_of(DEFAULT_TOKEN, MAINTAINER) == []
     permissions = get(sb, "tok-paula", f"/projects/{WEB}").json()["permissions"]
     assert permissions["project_access"]["access_level"] == MAINTAINER
 
