@@ -100,16 +100,8 @@ async def _access(gl: GitLabClient, projects: tuple[str, ...]) -> dict[int, int]
         return {int(r["id"]): str(r.get("path_with_namespace") or "").lower() for r in rows}
 
     wanted = {p.lower() for p in projects}
-    levels: dict[int, int] = {}
-    paths: dict[str, int] = {}
     guest = await member_of(GUEST)
-    for pid, path in guest.items():
-        levels[pid] = GUEST
-        paths[path] = pid
-    if wanted & set(guest.values()):  # higher levels matter only where a synced project is a membership
-        for level, listed in zip(LEVELS[1:], await asyncio.gather(*(member_of(lv) for lv in LEVELS[1:])), strict=True):
-            for pid in listed:
-                levels[pid] = max(levels.get(pid, NO_ACCESS), level)
+    paths = {path: pid for pid, path in guest.items()}
 
     async def readable(path: str) -> int | None:
         try:
@@ -117,9 +109,15 @@ async def _access(gl: GitLabClient, projects: tuple[str, ...]) -> dict[int, int]
         except NotFoundError:
             return None
 
-    synced = [paths[p] for p in wanted if p in paths]
-    synced += [pid for pid in await asyncio.gather(*(readable(p) for p in wanted if p not in paths)) if pid is not None]
-    return {pid: levels.get(pid, NO_ACCESS) for pid in synced}
+    # A synced project is found by its path in the list, else asked for (an old path still answers).
+    synced = {paths[p] for p in wanted if p in paths}
+    synced |= {pid for pid in await asyncio.gather(*(readable(p) for p in wanted if p not in paths)) if pid is not None}
+    levels = {pid: GUEST for pid in guest}
+    if synced & set(guest):  # the higher levels matter only where a synced project is a membership
+        for level, listed in zip(LEVELS[1:], await asyncio.gather(*(member_of(lv) for lv in LEVELS[1:])), strict=True):
+            for pid in listed:
+                levels[pid] = max(levels.get(pid, NO_ACCESS), level)
+    return {pid: levels.get(pid, NO_ACCESS) for pid in sorted(synced)}
 
 
 class ViewerCache:

@@ -42,7 +42,8 @@ def gitlab(levels: dict[int, int], readable: set[int], user: dict[str, Any] | No
             level = int(parse_qs(request.url.query.decode())["min_access_level"][0])
             rows = [p for p in PROJECTS if levels.get(p["id"], 0) >= level]
             return httpx.Response(200, json=rows, headers={"x-page": "1", "x-total-pages": "1", "x-next-page": ""})
-        found = next((p for p in PROJECTS if p["path_with_namespace"] == path.split("/", 2)[2].replace("%2F", "/")), None)
+        wanted = path.split("/", 2)[2].replace("%2F", "/").replace("g/old", "g/one")  # a rename's redirect
+        found = next((p for p in PROJECTS if p["path_with_namespace"] == wanted), None)
         if found is None or found["id"] not in readable:
             return httpx.Response(404, json={"message": "404 Project Not Found"})
         return httpx.Response(200, json=found)
@@ -61,6 +62,15 @@ def test_levels_from_the_membership_lists_and_readable_non_member_projects() -> 
     assert viewer == Viewer(user_id=7, username="u", access={1: PLANNER, 2: NO_ACCESS})
     # /user, six membership lists, and the one synced project not among the memberships
     assert asked == Counter({"/user": 1, "/projects": 6, "/projects/g/two": 1})
+
+
+def test_a_synced_project_under_its_old_path_gets_its_level() -> None:
+    """The config names `g/old` (renamed to g/one): GitLab answers the old path with the project,
+    and the user's level there is still asked for."""
+    transport, asked = gitlab({1: REPORTER}, readable={1})
+    viewer = asyncio.run(ask_gitlab(settings(), ("g/old",), TOKEN, transport))
+    assert viewer.access == {1: REPORTER}
+    assert asked == Counter({"/user": 1, "/projects": 6, "/projects/g/old": 1})
 
 
 def test_a_user_without_synced_memberships_costs_one_list() -> None:
