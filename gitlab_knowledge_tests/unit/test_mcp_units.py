@@ -15,6 +15,7 @@ from gitlab_knowledge.errors import ConfigError, UsageError
 from gitlab_knowledge.mcp import digest
 from gitlab_knowledge.mcp.bounds import cut
 from gitlab_knowledge.mcp.comments import CommentsRequest, Source, comment, envelope
+from gitlab_knowledge.mcp.http import bearer_token
 from gitlab_knowledge.mcp.tools import schema
 from gitlab_knowledge.search.resident_client import request_of, socket_path
 from gitlab_knowledge_tests.conftest import REPO
@@ -121,6 +122,12 @@ def test_mcp_auth_config(tmp_path: Path) -> None:
                        ({"auth": "gitlab", "bearer_token_env": "T"}, "exclude each other")):
         with pytest.raises(ConfigError, match=field):
             parse(bad)
+    # each client authenticates itself: a network bind needs no shared token
+    config = parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"], "mcp": {"auth": "gitlab"}}, tmp_path,
+                          {}, "t")
+    assert bearer_token(config, "0.0.0.0") is None
+    with pytest.raises(UsageError, match="bearer_token_env"):
+        bearer_token(parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"]}, tmp_path, {}, "t"), "0.0.0.0")
 
 
 def test_the_search_command_finds_the_server_by_its_data_directory(tmp_path: Path) -> None:
