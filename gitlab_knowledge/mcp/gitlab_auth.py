@@ -38,6 +38,7 @@ MCP_PATH = "/mcp"
 LEVELS = (GUEST, PLANNER, REPORTER, DEVELOPER, MAINTAINER, OWNER)
 MAX_TOKEN_CHARS = 4096
 MAX_ENTRIES = 10_000  # cached viewers; the oldest go first past this
+MAX_LOOKUPS = 8  # look-ups in flight at once: a flood of made-up tokens costs GitLab this much at a time
 LOOKUP_RETRIES = 1  # a client waits on these calls: one retry, then 503
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,7 @@ class ViewerCache:
         self._max = max_entries
         self._entries: dict[str, tuple[float, Viewer]] = {}
         self._pending: dict[str, asyncio.Future[Viewer]] = {}
+        self._lookups = asyncio.Semaphore(MAX_LOOKUPS)
 
     async def viewer(self, token: str) -> Viewer:
         """The token's Viewer; raises TokenRefused or GitLabUnreachable."""
@@ -143,10 +145,14 @@ class ViewerCache:
         self._entries.pop(key, None)
         pending = self._pending.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(self._lookup(token))
+            pending = asyncio.ensure_future(self._limited(token))
             self._pending[key] = pending
             pending.add_done_callback(lambda done: self._settle(key, done))
         return await asyncio.shield(pending)
+
+    async def _limited(self, token: str) -> Viewer:
+        async with self._lookups:
+            return await self._lookup(token)
 
     def _settle(self, key: str, done: "asyncio.Future[Viewer]") -> None:
         self._pending.pop(key, None)

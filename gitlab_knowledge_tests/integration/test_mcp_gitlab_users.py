@@ -164,6 +164,22 @@ def test_two_users_at_once_each_call_sees_its_own_viewer(gitlab: SandboxGitLab, 
     assert ada[0]["admin"]
 
 
+def test_each_request_is_its_own_token_not_the_session_s(gitlab: SandboxGitLab, serve: Any, tmp_path: Path) -> None:
+    """A session opened with one token and continued with another (a refreshed OAuth token, or a
+    session id taken over by someone else) is answered as the token each request carries."""
+    url = serve(make_config(tmp_path, gitlab.url), Clock())
+
+    async def switching() -> list[str]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKENS['rita']}"}, timeout=httpx2.Timeout(60))
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            first = (await client.call_tool("whoami", {})).structured_content
+            http.headers["Authorization"] = f"Bearer {TOKENS['paula']}"
+            second = (await client.call_tool("whoami", {})).structured_content
+            return [first["username"], second["username"]]
+
+    assert asyncio.run(switching()) == ["rita", "paula"]
+
+
 def test_a_token_gitlab_refuses_is_one_line_401_naming_the_metadata(gitlab: SandboxGitLab, serve: Any,
                                                                     tmp_path: Path) -> None:
     url = serve(make_config(tmp_path, gitlab.url), Clock())

@@ -135,3 +135,27 @@ def test_the_cache_trusts_an_answer_for_its_bound_and_asks_once_at_a_time() -> N
 
     asyncio.run(run())
     assert TOKEN not in repr(cache.__dict__) and token_key(TOKEN) in cache._entries
+
+
+def test_look_ups_in_flight_are_bounded() -> None:
+    """Many different tokens at once (a flood of made-up ones) reach GitLab MAX_LOOKUPS at a time."""
+    from gitlab_knowledge.mcp.gitlab_auth import MAX_LOOKUPS
+
+    inside, most = 0, 0
+
+    async def lookup(token: str) -> Viewer:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        for _ in range(3):
+            await asyncio.sleep(0)  # let the others pile up
+        inside -= 1
+        raise TokenRefused()
+
+    cache = ViewerCache(lookup, 300)
+
+    async def run() -> list[Any]:
+        return await asyncio.gather(*(cache.viewer(f"glpat-flood-{i:04d}") for i in range(40)), return_exceptions=True)
+
+    answers = asyncio.run(run())
+    assert all(isinstance(a, TokenRefused) for a in answers) and most == MAX_LOOKUPS
