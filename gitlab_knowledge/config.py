@@ -33,6 +33,9 @@ from gitlab_knowledge.redact import register_secret
 DEFAULT_CONFIG_NAME = "gitlab_knowledge.toml"
 CONFIG_ENV = "GITLAB_KNOWLEDGE_CONFIG"
 EMBEDDING_PROVIDERS = ("embedded", "ollama")
+# How HTTP clients of the MCP server authenticate: the shared bearer token (or none, on loopback),
+# or each client's own GitLab token, asked of GitLab (mcp/gitlab_auth.py).
+MCP_AUTH_MODES = ("bearer", "gitlab")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class McpSettings:
     include_confidential: bool = False  # confidential issues and their threads are left out unless true
     include_internal: bool = False  # internal notes are left out unless true
     bearer_token_env: str | None = None  # the NAME of a variable holding the token HTTP clients must send
+    auth: str = "bearer"  # "gitlab": each HTTP client sends its own GitLab token and sees what GitLab shows it
+    auth_cache_seconds: float = 300.0  # how long GitLab's answer about a token is trusted (revocation bound)
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,7 @@ def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], sourc
     search = _parse_search(section(doc, "search"))
     sync = _parse_sync(section(doc, "sync"))
     return Config(gitlab=gitlab, projects=projects, data_dir=data_dir, embedding=embedding,
-                  search=search, sync=sync, mcp=_parse_mcp(section(doc, "mcp")), source=source)
+                  search=search, sync=sync, mcp=_parse_mcp(section(doc, "mcp"), env), source=source)
 
 
 def _parse_gitlab(gl: dict[str, Any], base_dir: Path, env: dict[str, str]) -> GitLabSettings:
@@ -266,12 +271,21 @@ def _parse_sync(snc: dict[str, Any]) -> SyncSettings:
     )
 
 
-def _parse_mcp(mcp: dict[str, Any]) -> McpSettings:
-    unknown(mcp, {"include_confidential", "include_internal", "bearer_token_env"}, "mcp.")
+def _parse_mcp(mcp: dict[str, Any], env: dict[str, str]) -> McpSettings:
+    unknown(mcp, {"include_confidential", "include_internal", "bearer_token_env", "auth", "auth_cache_seconds"}, "mcp.")
     token_env = mcp.get("bearer_token_env")
     if token_env is not None and not expect(token_env, str, "mcp.bearer_token_env").replace("_", "").isalnum():
         raise ConfigError(f"config field mcp.bearer_token_env must be an environment variable name, got {token_env!r}")
+    auth = env.get("GITLAB_KNOWLEDGE_MCP_AUTH") or expect(mcp.get("auth", "bearer"), str, "mcp.auth")
+    if auth not in MCP_AUTH_MODES:
+        raise ConfigError(f"config field mcp.auth must be one of {', '.join(MCP_AUTH_MODES)}, got {auth!r}")
+    if auth == "gitlab" and token_env:
+        raise ConfigError("config fields mcp.auth = \"gitlab\" and mcp.bearer_token_env exclude each other: with "
+                          "gitlab, each client sends its own GitLab token; drop bearer_token_env")
     return McpSettings(
+        auth=auth,
+        auth_cache_seconds=float(positive(mcp.get("auth_cache_seconds", 300.0), "mcp.auth_cache_seconds",
+                                          allow_zero=True)),
         include_confidential=expect(mcp.get("include_confidential", False), bool, "mcp.include_confidential"),
         include_internal=expect(mcp.get("include_internal", False), bool, "mcp.include_internal"),
         bearer_token_env=token_env or None,

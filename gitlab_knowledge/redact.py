@@ -23,6 +23,19 @@ def register_secret(value: str | None) -> None:
         _secrets.add(urllib.parse.quote(value, safe=""))
 
 
+def is_secret(value: str) -> bool:
+    with _lock:
+        return value in _secrets
+
+
+def forget_secret(value: str) -> None:
+    """Stop masking `value`: for a client's token GitLab refused, so a stream of made-up tokens
+    cannot grow the list every output is checked against."""
+    with _lock:
+        _secrets.discard(value)
+        _secrets.discard(urllib.parse.quote(value, safe=""))
+
+
 def redact(text: str) -> str:
     if not _secrets or not text:
         return text

@@ -97,7 +97,10 @@ class GitLabClient:
         rng: random.Random | None = None,
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
+        bearer: bool = False,
     ) -> None:
+        """`bearer`: send the token as `Authorization: Bearer` (an OAuth access token works only
+        so; a personal access token both ways) instead of `PRIVATE-TOKEN`."""
         register_secret(token)
         self.settings = settings
         self.stats = ClientStats()
@@ -120,7 +123,8 @@ class GitLabClient:
                 raise ConfigError(f"config field gitlab.ca_bundle: {settings.ca_bundle} is not a readable PEM "
                                   f"certificate file ({type(exc).__name__})") from None
         self._http = httpx.AsyncClient(
-            headers={"PRIVATE-TOKEN": token, "User-Agent": USER_AGENT, "Accept": "application/json"},
+            headers={**({"Authorization": f"Bearer {token}"} if bearer else {"PRIVATE-TOKEN": token}),
+                     "User-Agent": USER_AGENT, "Accept": "application/json"},
             timeout=httpx.Timeout(settings.timeout, connect=min(10.0, settings.timeout)),
             verify=verify,
             transport=transport,

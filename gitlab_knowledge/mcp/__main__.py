@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="PATH", help="config file (default: $GITLAB_KNOWLEDGE_CONFIG, ./gitlab_knowledge.toml)")
     p.add_argument("--http", action="store_true", help="serve Streamable HTTP instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1; others need "
-                                                       "[mcp] bearer_token_env)")
+                                                       "[mcp] bearer_token_env or auth = \"gitlab\")")
     p.add_argument("--port", type=bounded_int(0, 65535), default=DEFAULT_PORT,
                    help=f"HTTP port (default {DEFAULT_PORT}; 0 picks a free one)")
     return p

@@ -99,7 +99,10 @@ def same_origin(app: ASGIApp) -> ASGIApp:
 
 
 def bearer_token(config: Config, host: str) -> str | None:
-    """The token HTTP clients must send; required when the server listens beyond this machine."""
+    """The token HTTP clients must send; required when the server listens beyond this machine,
+    unless each client is a GitLab user (`[mcp] auth = "gitlab"`, where there is none)."""
+    if config.mcp.auth == "gitlab":
+        return None
     name = config.mcp.bearer_token_env
     value = os.environ.get(name, "").strip() if name else ""
     if name and not value:
@@ -192,12 +195,16 @@ async def serve_http(resident: Resident, sock: socket.socket, host: str, token: 
 
     from gitlab_knowledge.mcp.server import build_server
 
-    app: Any = whole_body(build_server(resident.context).streamable_http_app(
+    app: Any = whole_body(build_server(resident.context, http=True).streamable_http_app(
         host=host, transport_security=transport_security(host)))
     if is_wildcard(host):
         app = same_origin(app)
     if token:
         app = require_bearer(app, token)
+    elif resident.context.config.mcp.auth == "gitlab":
+        from gitlab_knowledge.mcp.gitlab_auth import gitlab_auth_app
+
+        app = gitlab_auth_app(app, resident.context.config)
     shown = f"[{host}]" if ":" in host else host
     # Clients and tests read this line to find the port (--port 0 picks a free one).
     sys.stderr.write(f"gitlab_knowledge MCP server: http://{shown}:{sock.getsockname()[1]}/mcp\n")

@@ -18,6 +18,7 @@ from mcp.server.lowlevel import Server
 
 from gitlab_knowledge import __version__
 from gitlab_knowledge.errors import AGENT, GitLabError, KnowledgeError
+from gitlab_knowledge.mcp.asking import asking_as, viewer_of_request
 from gitlab_knowledge.mcp.context import Context
 from gitlab_knowledge.mcp.resident import Resident
 from gitlab_knowledge.mcp.tools import Tool, all_tools
@@ -60,9 +61,11 @@ def _failure(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)
 
 
-def build_server(context: Context) -> Server[Context]:
-    """The SDK server with the tools bound to `context` (one per process)."""
+def build_server(context: Context, *, http: bool = False) -> Server[Context]:
+    """The SDK server with the tools bound to `context` (one per process); `http`: served over
+    HTTP, where `[mcp] auth = "gitlab"` makes every call that of a GitLab user (gitlab_auth.py)."""
     tools: dict[str, Tool] = {t.name: t for t in all_tools()}
+    gitlab_users = context.config.mcp.auth == "gitlab" and http
     validators = {name: Draft202012Validator(t.input_schema) for name, t in tools.items()}
     listing = types.ListToolsResult(tools=[
         types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_schema,
@@ -88,8 +91,13 @@ def build_server(context: Context) -> Server[Context]:
         if problem is not None:
             where = ".".join(str(p) for p in problem.absolute_path) or "arguments"
             return _failure(one_line(f"{tool.name}: {where}: {problem.message} (see the tool's input schema)"))
+        viewer, token = viewer_of_request(getattr(ctx, "request", None))
+        if viewer is None and gitlab_users:
+            # Fail closed: without a viewer a call would read as the sync's token.
+            return _failure("this server answers GitLab users only: send your GitLab token as Authorization: Bearer")
         try:
-            text, structured = await tool.handler(ctx.lifespan_context, arguments)
+            with asking_as(viewer, token):
+                text, structured = await tool.handler(ctx.lifespan_context, arguments)
         except Exception as exc:  # noqa: BLE001 - every failure is a tool error, never a dropped session
             return _failure(tool_error(exc))
         return types.CallToolResult(content=[types.TextContent(text=redact(text))], structured_content=structured)

@@ -15,6 +15,7 @@ from gitlab_knowledge.errors import ConfigError, UsageError
 from gitlab_knowledge.mcp import digest
 from gitlab_knowledge.mcp.bounds import cut
 from gitlab_knowledge.mcp.comments import CommentsRequest, Source, comment, envelope
+from gitlab_knowledge.mcp.http import bearer_token
 from gitlab_knowledge.mcp.tools import schema
 from gitlab_knowledge.search.resident_client import request_of, socket_path
 from gitlab_knowledge_tests.conftest import REPO
@@ -105,6 +106,28 @@ def test_mcp_config_section(tmp_path: Path) -> None:
                        ({"bearer_token_env": "not a name"}, "mcp.bearer_token_env")):
         with pytest.raises(ConfigError, match=field):
             parse(bad)
+
+
+def test_mcp_auth_config(tmp_path: Path) -> None:
+    def parse(mcp: Any, env: dict[str, str] | None = None) -> Any:
+        doc = {"gitlab": {"url": "https://g"}, "projects": ["g/p"], "mcp": mcp}
+        return parse_config(doc, tmp_path, env or {}, "t").mcp
+
+    assert (parse({}).auth, parse({}).auth_cache_seconds) == ("bearer", 300.0)
+    assert (parse({"auth": "gitlab", "auth_cache_seconds": 60}).auth_cache_seconds) == 60
+    assert parse({}, {"GITLAB_KNOWLEDGE_MCP_AUTH": "gitlab"}).auth == "gitlab"
+    for bad, field in (({"auth": "ldap"}, "mcp.auth must be one of bearer, gitlab"),
+                       ({"auth_cache_seconds": -1}, "mcp.auth_cache_seconds"),
+                       ({"auth_cache_seconds": 10**9}, "mcp.auth_cache_seconds"),
+                       ({"auth": "gitlab", "bearer_token_env": "T"}, "exclude each other")):
+        with pytest.raises(ConfigError, match=field):
+            parse(bad)
+    # each client authenticates itself: a network bind needs no shared token
+    config = parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"], "mcp": {"auth": "gitlab"}}, tmp_path,
+                          {}, "t")
+    assert bearer_token(config, "0.0.0.0") is None
+    with pytest.raises(UsageError, match="bearer_token_env"):
+        bearer_token(parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"]}, tmp_path, {}, "t"), "0.0.0.0")
 
 
 def test_the_search_command_finds_the_server_by_its_data_directory(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from .pagination import DEFAULT_PER_PAGE, page_params, paginate
 from .projects import KINDS
 from .state import ListFilters, SandboxState
 from .todos import list_todos
+from .users import Principal, check_access, screen_list, screen_one
 
 API_PREFIX = "/api/v4"
 MUTATING = ("POST", "PUT", "DELETE", "PATCH")
@@ -27,6 +28,7 @@ class ApiRequest:
     query_pairs: list[tuple[str, str]]
     body: dict[str, Any]
     base_url: str  # scheme://host[:port] as the client addressed us, for Link headers
+    viewer: Principal | None = None  # whose token asks (users.py: what GitLab shows them)
 
     def param(self, name: str, default: Any = None) -> Any:
         """Body first, then the query string (GitLab accepts attributes in either)."""
@@ -86,6 +88,8 @@ class Api:
         if n == 2:
             return Route("project", {"GET": lambda r: ApiResponse(200, self.state.project(pid).data)})
         kind = seg[2]
+        if kind == "members" and n in (4, 5) and seg[3] == "all":
+            return self._members_route(pid, seg[4] if n == 5 else None)
         if kind not in KINDS:
             return None
         one = SINGULAR[kind]
@@ -142,6 +146,20 @@ class Api:
             return self._single_note(f"{one}_note", pid, kind, iid, int(rest[0]))
         return None
 
+    def _members_route(self, pid: str, user_id: str | None) -> Route | None:
+        users = self.state.users
+        if user_id is None:
+            return Route("project_members", {"GET": lambda r: self._page(r, users.project_members(
+                int(self.state.project(pid).data["id"])))})
+        if not user_id.isdigit():
+            return None
+
+        def one(r: ApiRequest) -> ApiResponse:
+            found = users.member(int(self.state.project(pid).data["id"]), int(user_id))
+            return ApiResponse(200, found) if found is not None else ApiResponse(404, {"message": "404 Not found"})
+
+        return Route("project_member", {"GET": one})
+
     def _diff_route(self, sub: str, pid: str, iid: int) -> Route:
         if sub == "changes":
             return Route("merge_request_changes", {"GET": lambda r: ApiResponse(200, self.state.changes(pid, iid))})
@@ -167,14 +185,18 @@ class Api:
             allow = ", ".join(sorted(route.handlers))
             return ApiResponse(405, {"error": "405 Not Allowed"}, {"Allow": allow})
         try:
-            return handler(request)
+            check_access(self.state, request.viewer, request.path)
+            response = handler(request)
+            if request.method == "GET" and response.status == 200:
+                response.body = screen_one(self.state, request.viewer, request.path, response.body)
+            return response
         except SandboxError as exc:
             return ApiResponse(exc.status, exc.body)
 
     # -- handlers ----------------------------------------------------------------------------
 
     def _user(self, request: ApiRequest) -> ApiResponse:
-        return ApiResponse(200, self.state.user)
+        return ApiResponse(200, request.viewer.user if request.viewer is not None else self.state.user)
 
     def _projects(self, request: ApiRequest) -> ApiResponse:
         projects = self.state.list_projects(str(request.param("order_by", "created_at")), str(request.param("sort", "desc")))
@@ -198,6 +220,7 @@ class Api:
 
     def _page(self, request: ApiRequest, items: list[Json], default_per_page: int = DEFAULT_PER_PAGE) -> ApiResponse:
         page, per_page = page_params(request.query, default_per_page)
+        items = screen_list(self.state, request.viewer, request.path, request.query, items)
         chunk, headers = paginate(items, page, per_page, request.base_url + request.path, request.query_pairs)
         return ApiResponse(200, chunk, headers)
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .clock import iso_ms, parse_iso
 from .faults import FaultSpecError
+from .users import handle_users_control
 
 if TYPE_CHECKING:
     from .server import SandboxGitLab
@@ -77,6 +78,8 @@ def handle_control(sandbox: "SandboxGitLab", method: str, path: str, raw_body: b
             except FaultSpecError as exc:
                 return 400, {"message": f"bad fault spec: {exc}"}
         return 200, {"spec": sandbox.injector.spec}
+    if route == "users" and method == "POST":
+        return handle_users_control(sandbox.state, body)
     if route == "legacy_diffs" and method in ("GET", "POST"):
         if method == "POST":
             enabled = body.get("enabled")

@@ -40,6 +40,9 @@ class Dataset:
     path: Path | None = None
     # Old project paths (a rename or transfer) → the project id GitLab's redirect serves there.
     redirects: dict[str, int] = field(default_factory=dict)
+    # Other users (each with its `tokens`) and their project memberships (users.py); optional.
+    users: list[Json] = field(default_factory=list)
+    memberships: list[Json] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Totals for summaries: documents are issues + MRs + threads with a user note."""
@@ -147,8 +150,9 @@ def _load(root: Path) -> Dataset:
     redirects = meta.get("redirects") or {}
     if not isinstance(redirects, dict) or not all(isinstance(v, int) for v in redirects.values()):
         raise DatasetError(f"{root / 'dataset.json'}: \"redirects\" must map old project paths to project ids")
+    users, memberships = _read_users(root / "dataset.json", meta)
     data = Dataset(user=user, projects=projects, description=str(meta.get("description") or ""), path=root,
-                   redirects=redirects)
+                   redirects=redirects, users=users, memberships=memberships)
     for project in projects:
         pid = project["id"]
         pdir = root / "projects" / str(pid)
@@ -168,6 +172,19 @@ def _load(root: Path) -> Dataset:
         data.discussions[pid] = entries
         data.diffs[pid] = _read_diffs(pdir / DIFFS_FILE, data.merge_requests[pid])
     return data
+
+
+def _read_users(path: Path, meta: Json) -> tuple[list[Json], list[Json]]:
+    users, memberships = meta.get("users") or [], meta.get("memberships") or []
+    if not isinstance(users, list) or not all(
+            isinstance(u, dict) and isinstance(u.get("id"), int) and isinstance(u.get("tokens", []), list)
+            for u in users):
+        raise DatasetError(f"{path}: \"users\" must be a list of user objects with an integer id (and a tokens list)")
+    if not isinstance(memberships, list) or not all(
+            isinstance(m, dict) and all(isinstance(m.get(k), int) for k in ("project_id", "user_id", "access_level"))
+            for m in memberships):
+        raise DatasetError(f"{path}: \"memberships\" must be a list of {{project_id, user_id, access_level}} integers")
+    return users, memberships
 
 
 def _read_diffs(path: Path, merge_requests: list[Json]) -> list[Json]:
@@ -198,12 +215,17 @@ def _dumps(obj: Any) -> str:
 
 
 def write_meta(root: Path, user: Json, projects: list[Json], description: str = "",
-               redirects: dict[str, int] | None = None) -> None:
+               redirects: dict[str, int] | None = None, users: list[Json] | None = None,
+               memberships: list[Json] | None = None) -> None:
     """Write dataset.json and projects.json (the generator streams the JSONL files itself)."""
     root.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"format": FORMAT, "description": description, "user": user}
     if redirects:
         meta["redirects"] = redirects
+    if users:
+        meta["users"] = users
+    if memberships:
+        meta["memberships"] = memberships
     (root / "dataset.json").write_text(json.dumps(meta, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     (root / "projects.json").write_text(
         json.dumps(projects, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
@@ -226,7 +248,7 @@ def write_jsonl(path: Path, rows: Iterable[Json]) -> int:
 def write_dataset(data: Dataset, directory: Path | str) -> Path:
     """Write `data` as a dataset directory (the format load_dataset reads)."""
     root = Path(directory)
-    write_meta(root, data.user, data.projects, data.description, data.redirects)
+    write_meta(root, data.user, data.projects, data.description, data.redirects, data.users, data.memberships)
     for project in data.projects:
         pid = project["id"]
         pdir = root / "projects" / str(pid)

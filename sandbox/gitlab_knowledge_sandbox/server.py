@@ -150,7 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": "404 Not Found"})
             return
         token = self._token()
-        if token is None or token not in sandbox.tokens:
+        viewer = sandbox.state.users.principal(token)
+        if token is None or viewer is None:
             self._send_json(401, {"message": "401 Unauthorized"}, sandbox.rate_headers_for(token))
             return
         rate_extra: dict[str, str] = {}
@@ -164,6 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             request = self._api_request(method, path, raw_body)
+            request.viewer = viewer
         except ValueError as exc:
             response = ApiResponse(400, {"error": str(exc)})
         else:
@@ -299,6 +301,16 @@ class SandboxGitLab:
         self._stopping = threading.Event()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def tokens(self) -> frozenset[str]:
+        """The sandbox's own tokens: the dataset's user, reading as an admin (users.py)."""
+        return self._tokens
+
+    @tokens.setter
+    def tokens(self, value: Iterable[str]) -> None:
+        self._tokens = frozenset(value)
+        self.state.users.trust(self._tokens, self.state.user)
 
     # -- lifecycle ---------------------------------------------------------------------------
 

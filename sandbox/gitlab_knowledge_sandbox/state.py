@@ -21,6 +21,7 @@ from .itemcheck import check_item, id_key, source_name
 from .items import ItemsMixin
 from .notes import NotesMixin, user_note_count
 from .projects import Project
+from .users import Directory
 
 NOT_FOUND_NAME = {"issues": "Issue", "merge_requests": "Merge Request"}
 STATES = {"issues": ("opened", "closed", "all"), "merge_requests": ("opened", "closed", "locked", "merged", "all")}
@@ -51,6 +52,7 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
         self.clock = clock or SandboxClock()
         self.user: Json = dataset.user
         self.description = dataset.description
+        self.users = Directory(dataset.users, dataset.memberships)
         self.projects: list[Project] = []
         self._by_id: dict[int, Project] = {}
         self._by_path: dict[str, Project] = {}
@@ -209,7 +211,9 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
     def snapshot(self) -> Dataset:
         """The current state as a Dataset (shares the immutable item dicts)."""
         with self.lock:
-            data = Dataset(user=self.user, projects=[p.data for p in self.projects], description=self.description)
+            users, memberships = self.users.export()
+            data = Dataset(user=self.user, projects=[p.data for p in self.projects], description=self.description,
+                           users=users, memberships=memberships)
             for proj in self.projects:
                 pid = proj.data["id"]
                 data.issues[pid] = sorted(proj.issues.items.values(), key=lambda i: i["iid"])
