@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from gitlab_knowledge.documents.columns import COLUMNS, DocFields
 from gitlab_knowledge.embeddings.vectors import VectorStore, sql_in, sql_str
 from gitlab_knowledge.search.filters import DATES, FILTERS, Filters, Match, start_of
+from gitlab_knowledge.store.viewer_lens import IndexScope
 
 DISPLAY_COLUMNS = ["doc_id", "chunk", "excerpt", *(c.name for c in COLUMNS)]
 
@@ -52,6 +53,20 @@ SQL: dict[Match, Callable[[str, Any], str]] = {
     Match.IN_SET: lambda column, ids: sql_in(column, sorted(ids)) if ids else "false",
     Match.NOT_IN_SET: lambda column, ids: f"NOT {sql_in(column, sorted(ids))}" if ids else "true",
 }
+
+
+def _scope_sql(_column: str, scope: IndexScope) -> str:
+    """A viewer's scope (lexical_retriever.scope_query says it in Tantivy's words)."""
+    readable = f"project IN ({_values(tuple(sorted(scope.projects)))})" if scope.projects else "false"
+    if not scope.guarded:
+        return readable
+    confidential = "confidential = true" + (f" AND NOT {sql_in('doc_id', sorted(scope.allowed))}"
+                                            if scope.allowed else "")
+    return (f"({readable} AND NOT (project IN ({_values(tuple(sorted(scope.guarded)))}) "
+            f"AND (internal = true OR ({confidential}))))")
+
+
+SQL[Match.SCOPE] = _scope_sql
 
 
 def where_clause(filters: Filters) -> str | None:
@@ -189,7 +204,16 @@ class MemoryVectors:
         Match.EXCLUDE_TRUE: lambda self, column, _on: ~self.flags[column],
         Match.IN_SET: lambda self, _column, ids: self._ids(ids),
         Match.NOT_IN_SET: lambda self, _column, ids: ~self._ids(ids),
+        Match.SCOPE: lambda self, _column, scope: self._scope(scope),
     }
+
+    def _scope(self, scope: IndexScope) -> np.ndarray:
+        """A viewer's scope as a mask (_scope_sql in numpy)."""
+        keep = self._equals("project", tuple(scope.projects))
+        if scope.guarded:
+            confidential = self.flags["confidential"] & ~self._ids(scope.allowed)
+            keep &= ~(self._equals("project", tuple(scope.guarded)) & (self.flags["internal"] | confidential))
+        return keep
 
     def mask(self, filters: Filters) -> np.ndarray:
         keep = np.ones(len(self.doc_ids), dtype=bool)
