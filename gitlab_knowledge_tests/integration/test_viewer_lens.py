@@ -323,3 +323,27 @@ def test_the_configs_opt_outs_still_apply_to_a_viewer(sample: Any) -> None:
             opted.stop()
     finally:
         resident.stop()
+
+
+def test_a_reader_keeps_a_bounded_number_of_viewers_lenses(sample: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One lens per viewer is built once per store version; beyond MAX_LENSES the least recently
+    used idle one is dropped, and built again when its viewer comes back."""
+    from gitlab_knowledge.store import reader as reader_module
+    from gitlab_knowledge.store.viewer_lens import viewer_lens
+
+    monkeypatch.setattr(reader_module, "MAX_LENSES", 2)
+    reader = reader_module.StoreReader(sample.config.duckdb_path)
+    workspace = Workspace(sample.config)
+    lenses = [viewer_lens(Viewer(n, f"user{n}", access={PLATFORM: GUEST}), "http://x", include_confidential=True,
+                          include_internal=True) for n in range(3)]
+    try:
+        counts = []
+        for lens in (*lenses, lenses[0]):
+            with workspace.with_(lens=lens, reader=reader).read() as con:
+                counts.append(con.execute("SELECT count(*) FROM merge_requests").fetchone()[0])
+                schemas = {r[0] for r in con.execute("SELECT schema_name FROM duckdb_schemas() "
+                                                     "WHERE schema_name LIKE 'gk_viewer_%'").fetchall()}
+                assert lens.schema in schemas and len(schemas) <= 2
+        assert len(set(counts)) == 1 and counts[0] > 0
+    finally:
+        reader.close()
