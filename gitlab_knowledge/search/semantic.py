@@ -57,13 +57,16 @@ SQL: dict[Match, Callable[[str, Any], str]] = {
 
 def _scope_sql(_column: str, scope: IndexScope) -> str:
     """A viewer's scope (lexical_retriever.scope_query says it in Tantivy's words)."""
-    readable = f"project IN ({_values(tuple(sorted(scope.projects)))})" if scope.projects else "false"
-    if not scope.guarded:
-        return readable
-    confidential = "confidential = true" + (f" AND NOT {sql_in('doc_id', sorted(scope.allowed))}"
-                                            if scope.allowed else "")
-    return (f"({readable} AND NOT (project IN ({_values(tuple(sorted(scope.guarded)))}) "
-            f"AND (internal = true OR ({confidential}))))")
+    parts = [] if scope.every_project else \
+        [f"project IN ({_values(tuple(sorted(scope.projects)))})" if scope.projects else "false"]
+    if scope.guarded:
+        confidential = "confidential = true" + (f" AND NOT {sql_in('doc_id', sorted(scope.allowed))}"
+                                                if scope.allowed else "")
+        unseen = f"(internal = true OR ({confidential}))"
+        if not scope.all_guarded:
+            unseen = f"(project IN ({_values(tuple(sorted(scope.guarded)))}) AND {unseen})"
+        parts.append(f"NOT {unseen}")
+    return "(" + " AND ".join(parts or ["true"]) + ")"
 
 
 SQL[Match.SCOPE] = _scope_sql
@@ -102,6 +105,7 @@ def search_vectors(store: VectorStore, vector: np.ndarray, filters: Filters, lim
         fetch *= 3
 
 
+SCOPE_MASKS = 32  # viewers' masks kept per loaded table (a shared server's recent users)
 MEMORY_COLUMNS = ["doc_id", "chunk", "vector", *(c.name for c in COLUMNS)]
 
 
@@ -124,6 +128,7 @@ class MemoryVectors:
         self.store = store
         self.version: int | None = None
         self._member_masks: dict[tuple[str, str], np.ndarray] = {}
+        self._scope_masks: dict[IndexScope, np.ndarray] = {}
 
     def _fresh(self) -> bool:
         table = self.store.reader()
@@ -163,6 +168,7 @@ class MemoryVectors:
         self.flags = {name: self.meta.column(name).fill_null(False).to_numpy(zero_copy_only=False)
                       if at else np.array([], bool) for name in _filtered_columns(Match.EXCLUDE_TRUE)}
         self._member_masks = {}
+        self._scope_masks = {}
         self.version = table.version
 
     def _member(self, column: str, value: str) -> np.ndarray:
@@ -208,12 +214,20 @@ class MemoryVectors:
     }
 
     def _scope(self, scope: IndexScope) -> np.ndarray:
-        """A viewer's scope as a mask (_scope_sql in numpy)."""
-        keep = self._equals("project", tuple(scope.projects))
-        if scope.guarded:
-            confidential = self.flags["confidential"] & ~self._ids(scope.allowed)
-            keep &= ~(self._equals("project", tuple(scope.guarded)) & (self.flags["internal"] | confidential))
-        return keep
+        """A viewer's scope as a mask (_scope_sql in numpy), kept per scope while the table stands:
+        a viewer's searches repeat it."""
+        if scope not in self._scope_masks:
+            keep = np.ones(len(self.doc_ids), dtype=bool) if scope.every_project else \
+                self._equals("project", tuple(scope.projects))
+            if scope.guarded:
+                unseen = self.flags["internal"] | (self.flags["confidential"] & ~self._ids(scope.allowed))
+                if not scope.all_guarded:
+                    unseen &= self._equals("project", tuple(scope.guarded))
+                keep &= ~unseen
+            while len(self._scope_masks) >= SCOPE_MASKS:
+                self._scope_masks.pop(next(iter(self._scope_masks)))
+            self._scope_masks[scope] = keep
+        return self._scope_masks[scope]
 
     def mask(self, filters: Filters) -> np.ndarray:
         keep = np.ones(len(self.doc_ids), dtype=bool)

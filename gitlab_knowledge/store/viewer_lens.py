@@ -170,11 +170,15 @@ class IndexScope:
     """The viewer's view in the form both indexes filter on: documents of `projects` (paths), less,
     in the `guarded` ones (where they do not see confidential things), internal threads and
     confidential documents other than `allowed` (those of the confidential issues they authored or
-    are assigned). Pushed down before the retrievers' cut (search/filters.py `Filters.scope`)."""
+    are assigned). `every_project`: they read every project the store holds (the project clause
+    can go); `all_guarded`: `guarded` is all of `projects` (the guard needs no project clause).
+    Pushed down before the retrievers' cut (search/filters.py `Filters.scope`)."""
 
     projects: frozenset[str]
     guarded: frozenset[str]
     allowed: frozenset[str]
+    every_project: bool = False
+    all_guarded: bool = False
 
 
 def index_scope(con: duckdb.DuckDBPyConnection, lens: Lens) -> IndexScope:
@@ -194,4 +198,5 @@ def index_scope(con: duckdb.DuckDBPyConnection, lens: Lens) -> IndexScope:
         f"SELECT d.id FROM documents d JOIN issues i ON d.parent_type = '{kinds.ISSUE.name}' AND d.parent_id = i.id "
         f"WHERE coalesce(i.confidential, false) AND i.project_id NOT IN (SELECT project_id FROM {at}.readable "
         "WHERE trusted)").fetchall())
-    return IndexScope(projects, guarded, allowed)
+    return IndexScope(projects, guarded, allowed, every_project=len(projects) == len(paths),
+                      all_guarded=guarded == projects)
