@@ -26,12 +26,13 @@ retrievers push down before their cut (search/filters.py `Filters.scope`).
 """
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.store.reader import ALIAS, Lens, LensStep
+from gitlab_knowledge.store.reader import ALIAS, Lens
 from gitlab_knowledge.store.visibility import HIDDEN_NOTES
 from gitlab_knowledge.viewer import Viewer
 
@@ -57,7 +58,6 @@ def viewer_lens(viewer: Viewer, gitlab_url: str, *, include_confidential: bool, 
     """The lens through which `viewer` reads the store (see the module docstring)."""
     schema = lens_key(viewer, include_confidential, include_internal)
     at = f"memory.{schema}"
-    user = _quote(viewer.username.lower())
     if viewer.is_admin:
         readable = f"SELECT id AS project_id, true AS trusted FROM {_STORE}.projects"
     elif viewer.access:
@@ -66,7 +66,30 @@ def viewer_lens(viewer: Viewer, gitlab_url: str, *, include_confidential: bool, 
         readable = f"SELECT * FROM (VALUES {rows}) v(project_id, trusted)"
     else:
         readable = "SELECT NULL::BIGINT AS project_id, NULL::BOOLEAN AS trusted WHERE false"
-    reads = f"project_id IN (SELECT project_id FROM {at}.readable)"
+
+    def build(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute(f"CREATE OR REPLACE TABLE {at}.readable AS {readable}")
+        # Every stored project readable (an admin, a public GitLab's guest): no project predicate
+        # in the views, which then cost what the config's lens costs.
+        every = not con.execute(f"SELECT 1 FROM {_STORE}.projects WHERE id NOT IN "
+                                f"(SELECT project_id FROM {at}.readable) LIMIT 1").fetchone()
+        for statement in _statements(at, viewer, gitlab_url, every, include_confidential, include_internal):
+            con.execute(statement)
+        _shadow_the_rest(at, "true" if every else f"project_id IN (SELECT project_id FROM {at}.readable)")(con)
+
+    return Lens(schema, (build,), viewer=True)
+
+
+def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_confidential: bool,
+                include_internal: bool) -> list[str]:
+    def reads(alias: str = "") -> str:
+        return "true" if every else f"{alias}project_id IN (SELECT project_id FROM {at}.readable)"
+
+    def within(column: str, table: str) -> str:
+        """A row keyed by `column` to a `table` row of a readable project."""
+        return "true" if every else f"{column} IN (SELECT id FROM {_STORE}.{table} WHERE {reads()})"
+
+    user = _quote(viewer.username.lower())
     # A confidential issue hidden from this viewer (within a project they read).
     shown_confidential = "false" if not include_confidential else (
         f"(i.project_id IN (SELECT project_id FROM {at}.readable WHERE trusted) OR lower(i.author_username) = {user} "
@@ -74,17 +97,16 @@ def viewer_lens(viewer: Viewer, gitlab_url: str, *, include_confidential: bool, 
     internal_hidden = "coalesce(internal, false)" if not include_internal else \
         f"(coalesce(internal, false) AND project_id NOT IN (SELECT project_id FROM {at}.readable WHERE trusted))"
     issue = kinds.ISSUE
-    hidden_note = (f"{reads} AND ({internal_hidden} OR (noteable_type = '{issue.noteable_type}' "
+    hidden_note = (f"{reads()} AND ({internal_hidden} OR (noteable_type = '{issue.noteable_type}' "
                    f"AND noteable_id IN (SELECT id FROM {at}.hidden_issues)))")
     # Paths of synced projects this viewer does not read: a link naming one by path goes too.
     unread_paths = (f"SELECT lower(path_with_namespace) FROM {_STORE}.projects "
                     f"WHERE id NOT IN (SELECT project_id FROM {at}.readable)")
     statements: list[str] = [
-        f"CREATE OR REPLACE TABLE {at}.readable AS {readable}",
         f"CREATE OR REPLACE TABLE {at}.hidden_issues AS "
         f"SELECT i.id, i.iid, i.project_id, lower(p.path_with_namespace) AS path, p.path_with_namespace AS project "
         f"FROM {_STORE}.issues i JOIN {_STORE}.projects p ON p.id = i.project_id "
-        f"WHERE i.{reads} AND coalesce(i.confidential, false) AND NOT {shown_confidential}",
+        f"WHERE {reads('i.')} AND coalesce(i.confidential, false) AND NOT {shown_confidential}",
         f"CREATE OR REPLACE TABLE {at}.hidden_notes AS "
         f"SELECT id, discussion_id, noteable_type, noteable_id, false AS system FROM {_STORE}.notes WHERE {hidden_note} "
         f"UNION ALL SELECT id, discussion_id, noteable_type, noteable_id, true FROM {_STORE}.system_notes "
@@ -92,49 +114,53 @@ def viewer_lens(viewer: Viewer, gitlab_url: str, *, include_confidential: bool, 
         f"CREATE OR REPLACE VIEW {at}.projects AS SELECT * FROM {_STORE}.projects "
         f"WHERE id IN (SELECT project_id FROM {at}.readable)",
         f"CREATE OR REPLACE VIEW {at}.issues AS SELECT * FROM {_STORE}.issues "
-        f"WHERE {reads} AND id NOT IN (SELECT id FROM {at}.hidden_issues)",
-        f"CREATE OR REPLACE VIEW {at}.merge_requests AS SELECT * FROM {_STORE}.merge_requests WHERE {reads}",
-        f"CREATE OR REPLACE VIEW {at}.labels AS SELECT * FROM {_STORE}.labels WHERE {reads}",
+        f"WHERE {reads()} AND id NOT IN (SELECT id FROM {at}.hidden_issues)",
+        f"CREATE OR REPLACE VIEW {at}.merge_requests AS SELECT * FROM {_STORE}.merge_requests WHERE {reads()}",
+        f"CREATE OR REPLACE VIEW {at}.labels AS SELECT * FROM {_STORE}.labels WHERE {reads()}",
+        # The junctions and positions by the hidden lists (small), the project only when some
+        # project is not read: a view over the item views would scan every item per query.
         f"CREATE OR REPLACE VIEW {at}.issue_labels AS SELECT * FROM {_STORE}.issue_labels "
-        f"WHERE issue_id IN (SELECT id FROM {at}.issues)",
+        f"WHERE issue_id NOT IN (SELECT id FROM {at}.hidden_issues) AND {within('issue_id', 'issues')}",
         f"CREATE OR REPLACE VIEW {at}.mr_labels AS SELECT * FROM {_STORE}.mr_labels "
-        f"WHERE merge_request_id IN (SELECT id FROM {at}.merge_requests)",
+        f"WHERE {within('merge_request_id', 'merge_requests')}",
         f"CREATE OR REPLACE VIEW {at}.notes AS SELECT * FROM {_STORE}.notes "
-        f"WHERE {reads} AND id NOT IN (SELECT id FROM {at}.hidden_notes)",
+        f"WHERE {reads()} AND id NOT IN (SELECT id FROM {at}.hidden_notes)",
         f"CREATE OR REPLACE VIEW {at}.system_notes AS SELECT * FROM {_STORE}.system_notes "
-        f"WHERE {reads} AND id NOT IN (SELECT id FROM {at}.hidden_notes)",
+        f"WHERE {reads()} AND id NOT IN (SELECT id FROM {at}.hidden_notes)",
         f"CREATE OR REPLACE VIEW {at}.note_positions AS SELECT * FROM {_STORE}.note_positions "
-        f"WHERE note_id IN (SELECT id FROM {at}.notes)",
+        f"WHERE note_id NOT IN (SELECT id FROM {at}.hidden_notes) AND {within('note_id', 'notes')}",
         # A thread holding an internal note is an internal thread, as is every thread of a hidden issue.
         f"CREATE OR REPLACE VIEW {at}.discussions AS SELECT * FROM {_STORE}.discussions "
-        f"WHERE {reads} AND id NOT IN (SELECT discussion_id FROM {at}.hidden_notes) "
+        f"WHERE {reads()} AND id NOT IN (SELECT discussion_id FROM {at}.hidden_notes) "
         f"AND NOT (noteable_type = '{issue.noteable_type}' AND {issue.thread_column} IN (SELECT id FROM {at}.hidden_issues))",
         # Links written in a hidden note or issue, to a hidden issue, or to an item of a synced
         # project the viewer does not read (by id, or by a path naming one), listed by rowid.
         f"CREATE OR REPLACE TABLE {at}.hidden_references AS SELECT r.rowid AS row FROM {_STORE}.item_references r "
-        f"WHERE r.{reads} AND ((r.note_id IS NOT NULL AND r.note_id IN (SELECT id FROM {at}.hidden_notes)) "
+        f"WHERE {reads('r.')} AND ((r.note_id IS NOT NULL AND r.note_id IN (SELECT id FROM {at}.hidden_notes)) "
         f"OR (r.source_type = '{issue.name}' AND r.source_id IN (SELECT id FROM {at}.hidden_issues)) "
         f"OR (r.target_project_id IS NOT NULL AND r.target_project_id NOT IN (SELECT project_id FROM {at}.readable)) "
         f"OR (r.target_project_id IS NULL AND lower(r.target_path) IN ({unread_paths})) "
         f"OR (r.target_type = '{issue.name}' AND EXISTS (SELECT 1 FROM {at}.hidden_issues h WHERE h.iid = r.target_iid "
         "AND (h.project_id = r.target_project_id OR (r.target_project_id IS NULL AND h.path = lower(r.target_path))))))",
         f"CREATE OR REPLACE VIEW {at}.item_references AS SELECT * FROM {_STORE}.item_references "
-        f"WHERE {reads} AND rowid NOT IN (SELECT row FROM {at}.hidden_references)",
-        f"CREATE OR REPLACE VIEW {at}.mr_files AS SELECT * FROM {_STORE}.mr_files WHERE {reads}",
+        f"WHERE {reads()} AND rowid NOT IN (SELECT row FROM {at}.hidden_references)",
+        f"CREATE OR REPLACE VIEW {at}.mr_files AS SELECT * FROM {_STORE}.mr_files WHERE {reads()}",
+        f"CREATE OR REPLACE TABLE {at}.hidden_documents AS SELECT id FROM {_STORE}.documents "
+        f"WHERE (parent_type = '{issue.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues)) "
+        f"OR (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes))",
         f"CREATE OR REPLACE VIEW {at}.documents AS SELECT * FROM {_STORE}.documents "
-        f"WHERE {reads} AND NOT (parent_type = '{issue.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues)) "
-        f"AND NOT (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes))",
+        f"WHERE {reads()} AND id NOT IN (SELECT id FROM {at}.hidden_documents)",
         f"CREATE OR REPLACE VIEW {at}.document_labels AS SELECT * FROM {_STORE}.document_labels "
-        f"WHERE document_id IN (SELECT id FROM {at}.documents)",
-        _raw_payloads(at, reads, internal_hidden),
+        f"WHERE document_id NOT IN (SELECT id FROM {at}.hidden_documents) AND {within('document_id', 'documents')}",
+        _raw_payloads(at, reads(), internal_hidden),
         # `me` without a user is the viewer, not the token the sync used.
         f"CREATE OR REPLACE VIEW {at}.gitlab_identity AS SELECT {_quote(gitlab_url)} AS gitlab_url, "
         f"{int(viewer.user_id)}::BIGINT AS user_id, {_quote(viewer.username)} AS username, NULL::TEXT AS name, "
         "now()::TIMESTAMP AS recorded_at",
         f"CREATE OR REPLACE VIEW {at}.project_aliases AS SELECT * FROM {_STORE}.project_aliases "
-        f"WHERE project_id IS NULL OR {reads} OR project_id NOT IN (SELECT id FROM {_STORE}.projects)",
+        f"WHERE project_id IS NULL OR {reads()} OR project_id NOT IN (SELECT id FROM {_STORE}.projects)",
     ]
-    return Lens(schema, (*statements, _shadow_the_rest(at, reads)), viewer=True)
+    return statements
 
 
 def _raw_payloads(at: str, reads: str, internal_hidden: str) -> str:
@@ -154,7 +180,7 @@ def _raw_payloads(at: str, reads: str, internal_hidden: str) -> str:
             f"FROM {_STORE}.raw_payloads WHERE {reads} AND NOT ({hidden})")
 
 
-def _shadow_the_rest(at: str, reads: str) -> LensStep:
+def _shadow_the_rest(at: str, reads: str) -> Callable[[duckdb.DuckDBPyConnection], None]:
     """Every other store table with a project_id column, shadowed to the readable projects."""
     def run(con: duckdb.DuckDBPyConnection) -> None:
         tables = [r[0] for r in con.execute(
