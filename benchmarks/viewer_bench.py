@@ -5,11 +5,12 @@
 In-process, through the MCP `search` tool's own handler on the server's resident (warm) searcher,
 so the numbers hold what a viewer adds per call: the scope look-up (mcp/context.py: cached per store
 version, read from the viewer's DuckDB lens the first time), the scope pushed into both retrievers
-(search/filters.py `Filters.scope`) and the fused ranking. The viewer is a guest of the first
-project who also reads the second as a public project: both are in the scope, both guarded
-(confidential documents and internal threads out), the hardest case for the pre-filter. The two
-are run back to back per query (alternating which goes first), so a loaded machine loads both
-alike; the load average is reported at the start and the end. The DIR is a benchmark store
+(search/filters.py `Filters.scope`) and the fused ranking. Two viewers: a guest of the first
+project who also reads the second as a public project (every project in the scope, both guarded:
+confidential documents and internal threads out) and a reporter of the first project only (a
+project clause in every retriever). The three runs (no viewer, each viewer) are back to back per
+query, their order rotating, so a loaded machine loads them alike; the load average is reported
+at the start and the end. The DIR is a benchmark store
 (`python -m benchmarks` or `benchmarks.mcp_bench` builds one).
 """
 
@@ -27,7 +28,7 @@ from gitlab_knowledge.mcp.asking import asking_as
 from gitlab_knowledge.mcp.resident import Resident
 from gitlab_knowledge.mcp.tools import search
 from gitlab_knowledge.store.db import read_connection
-from gitlab_knowledge.viewer import GUEST, NO_ACCESS, Viewer
+from gitlab_knowledge.viewer import GUEST, NO_ACCESS, REPORTER, Viewer
 
 
 def pct(values: list[float], q: float) -> float:
@@ -48,7 +49,12 @@ def main() -> int:
             f"ORDER BY hash(id) LIMIT {args.queries}").fetchall()]
     config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": [p for _, p in projects],
                            "storage": {"data_dir": str(args.data_dir)}}, args.data_dir, {}, "benchmark")
-    viewer = Viewer(990001, "bench.guest", access={projects[0][0]: GUEST, **{pid: NO_ACCESS for pid, _ in projects[1:]}})
+    viewers: dict[str, Viewer | None] = {
+        "lens_off": None,
+        "guest_of_all": Viewer(990001, "bench.guest",
+                               access={projects[0][0]: GUEST, **{pid: NO_ACCESS for pid, _ in projects[1:]}}),
+        "reporter_of_one": Viewer(990002, "bench.reporter", access={projects[0][0]: REPORTER}),
+    }
     resident = Resident(config, local_socket=False)
     load_start = os.getloadavg()
     resident.search.start_warming()
@@ -56,39 +62,45 @@ def main() -> int:
     resident.search._warming.join()
     context = resident.context
 
-    def run(query: str, as_viewer: bool, mode: str) -> tuple[float, float]:
+    def run(query: str, viewer: Viewer | None, mode: str) -> tuple[float, float]:
         """(the handler's wall ms, the engine's own ms without query embedding)."""
-        with asking_as(viewer if as_viewer else None):
+        with asking_as(viewer):
             t0 = time.perf_counter()
             _text, out = asyncio.run(search(context, {"query": query, "mode": mode, "limit": 10}))
             wall = (time.perf_counter() - t0) * 1000
         return wall, out["took_ms"] - out.get("embed_ms", 0.0)
 
-    t0 = time.perf_counter()
-    with asking_as(viewer):
-        scope = context.filters().scope
-    first_scope_ms = (time.perf_counter() - t0) * 1000
-    assert scope is not None
-    out: dict[str, Any] = {"documents": documents, "queries": len(titles),
-                           "first_scope_ms": round(first_scope_ms, 1),
-                           "scope": {"projects": len(scope.projects), "guarded": len(scope.guarded),
-                                     "allowed": len(scope.allowed)}}
+    out: dict[str, Any] = {"documents": documents, "queries": len(titles), "first_scope_ms": {}, "scope": {}}
+    for name, viewer in viewers.items():
+        if viewer is None:
+            continue
+        t0 = time.perf_counter()
+        with asking_as(viewer):
+            scope = context.filters().scope
+        out["first_scope_ms"][name] = round((time.perf_counter() - t0) * 1000, 1)  # the lens built, the scope read
+        assert scope is not None
+        out["scope"][name] = {"projects": len(scope.projects), "guarded": len(scope.guarded),
+                              "allowed": len(scope.allowed)}
+    names = list(viewers)
     for mode in ("hybrid", "lexical"):
         for q in titles[:5]:
-            run(q, False, mode), run(q, True, mode)
-        timings: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+            for viewer in viewers.values():
+                run(q, viewer, mode)
+        timings: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
         for i, q in enumerate(titles):
-            order = (False, True) if i % 2 == 0 else (True, False)
-            for as_viewer in order:
-                timings[as_viewer].append(run(q, as_viewer, mode))
-        row = {}
-        for as_viewer, name in ((False, "lens_off"), (True, "lens_on")):
-            walls = [w for w, _ in timings[as_viewer]]
-            engine = [e for _, e in timings[as_viewer]]
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                timings[name].append(run(q, viewers[name], mode))
+        row: dict[str, Any] = {}
+        for name in names:
+            walls = [w for w, _ in timings[name]]
+            engine = [e for _, e in timings[name]]
             row[name] = {"wall_p50": pct(walls, 0.5), "wall_p95": pct(walls, 0.95),
                          "engine_p50": pct(engine, 0.5), "engine_p95": pct(engine, 0.95)}
-        diffs = [on[0] - off[0] for off, on in zip(timings[False], timings[True], strict=True)]
-        row["paired_wall_diff_p50"] = round(statistics.median(diffs), 2)
+            if name != "lens_off":
+                row[name]["paired_wall_diff_p50"] = round(statistics.median(
+                    on[0] - off[0] for off, on in zip(timings["lens_off"], timings[name], strict=True)), 2)
+                row[name]["paired_engine_diff_p50"] = round(statistics.median(
+                    on[1] - off[1] for off, on in zip(timings["lens_off"], timings[name], strict=True)), 2)
         out[mode] = row
     out["load_average"] = {"start": [round(x, 1) for x in load_start], "end": [round(x, 1) for x in os.getloadavg()]}
     resident.stop()
