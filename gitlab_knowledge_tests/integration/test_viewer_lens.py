@@ -352,3 +352,39 @@ def test_a_reader_keeps_a_bounded_number_of_viewers_lenses(sample: Any, monkeypa
         assert len(set(counts)) == 1 and counts[0] > 0
     finally:
         reader.close()
+
+
+def test_the_view_follows_the_store(sample: Any, tmp_path: Path) -> None:
+    """What a sync writes reaches a viewer's next call (the lens and the index scope are rebuilt
+    when the store's files change): an issue assigned to them becomes theirs to read, one made
+    confidential leaves them."""
+    from gitlab_knowledge.store.db import write_connection
+
+    shutil.copytree(sample.config.data_dir, tmp_path / "data", ignore=shutil.ignore_patterns("*.sock"))
+    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": ["acme/platform", "acme/web-app"],
+                           "storage": {"data_dir": str(tmp_path / "data")},
+                           "mcp": {"include_confidential": True, "include_internal": True}}, tmp_path, {}, "test")
+    resident = Resident(config, local_socket=False)
+    guest = VIEWERS["guest"]
+    with read_connection(config.duckdb_path, 5) as con:  # an issue that is not the guest's own
+        other = con.execute("SELECT min(iid) FROM issues WHERE project_id = ? AND NOT coalesce(confidential, false) "
+                            "AND author_username <> 'johndoe' AND NOT list_contains(assignees, 'johndoe')",
+                            [PLATFORM]).fetchone()[0]
+    try:
+        before, _ = call(resident, guest, "get_issue", {"iid": 215, "project": "acme/platform"})
+        with asking_as(guest):
+            allowed = resident.context.filters().scope.allowed  # type: ignore[union-attr]
+        shown, _ = call(resident, guest, "get_issue", {"iid": other, "project": "acme/platform"})
+        assert before is None and shown is not None
+        with write_connection(config.duckdb_path, 5) as con:
+            con.execute("UPDATE issues SET assignees = list_append(assignees, 'johndoe') WHERE iid = 215 "
+                        "AND project_id = ?", [PLATFORM])
+            con.execute("UPDATE issues SET confidential = true WHERE iid = ? AND project_id = ?", [other, PLATFORM])
+        after, _ = call(resident, guest, "get_issue", {"iid": 215, "project": "acme/platform"})
+        gone, text = call(resident, guest, "get_issue", {"iid": other, "project": "acme/platform"})
+        with asking_as(guest):
+            grown = resident.context.filters().scope.allowed  # type: ignore[union-attr]
+        assert after is not None and after["confidential"] and gone is None and "confidential" not in text
+        assert len(grown) > len(allowed)
+    finally:
+        resident.stop()
