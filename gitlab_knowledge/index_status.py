@@ -36,7 +36,11 @@ def index_status(workspace: Workspace, provider: str | None = None, model: str |
         lexical = None
     with workspace.read() as con:
         docs = con.execute("SELECT project_path, id, content_hash, meta_hash, builder_version FROM documents").fetchall()
-    projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in config.projects}
+        # A viewer's lens: the projects they read, not the config's list (which names the others).
+        viewer = workspace.lens is not None and workspace.lens.viewer
+        listed = [r[0] for r in con.execute("SELECT path_with_namespace FROM projects").fetchall()] \
+            if viewer else config.projects
+    projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in listed}
     version = document_version()
     for project, doc_id, content_hash, meta_hash, builder_version in docs:
         projects.setdefault(project, {})[doc_id] = document_hashes(content_hash, meta_hash, builder_version, version)
@@ -45,6 +49,10 @@ def index_status(workspace: Workspace, provider: str | None = None, model: str |
         vector_state = vectors.document_state(project) if vectors else {}
         failed = set(vectors.failures(project)) if vectors else set()
         lexical_state = lexical.state(project) if lexical else {}
+        if viewer:  # an index entry of a document hidden from them is not theirs to count, orphan or not
+            vector_state, lexical_state = ({k: v for k, v in state.items() if k in documents}
+                                           for state in (vector_state, lexical_state))
+            failed &= set(documents)
         out.append({"project": project, "documents": len(documents),
                     "vectors": compare(documents, vector_state, failed).counts(),
                     "lexical": compare(documents, lexical_state).counts()})

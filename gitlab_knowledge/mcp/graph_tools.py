@@ -75,8 +75,7 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
     try:
         out = (await asyncio.to_thread(queries.related, ctx.workspace(visible_only=True), ref, project)).as_dict()
     except UsageError:
-        if not ctx.include_confidential:
-            await asyncio.to_thread(refuse_confidential, ctx, ref, project)
+        await asyncio.to_thread(refuse_confidential, ctx, ref, project)
         raise
     full = {g: len(v) for g, v in out["links"].items()}
     out["links"] = {g: _cap(v) for g, v in out["links"].items()}
@@ -94,11 +93,15 @@ async def related(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, An
 
 
 def refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
-    """The reference names a confidential issue the lens hid: say so, as get_issue does. It is
-    resolved again through the lens that shows only those issues (store/visibility.py)."""
+    """The reference names a confidential issue the config's lens hid: say so, as get_issue does.
+    It is resolved again through the lens that shows only those issues (store/visibility.py). A
+    viewer is told nothing more than "not found", as GitLab answers them 404."""
     from gitlab_knowledge.graph.queries import resolve_item
+    from gitlab_knowledge.mcp.asking import current_viewer
     from gitlab_knowledge.store.visibility import confidential_lens
 
+    if ctx.include_confidential or current_viewer() is not None:
+        return
     with ctx.workspace().with_(lens=confidential_lens()).read() as con:
         try:
             kind, item = resolve_item(con, ref, project)

@@ -105,15 +105,14 @@ SIMILAR_INPUT = {
 
 
 async def similar(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    from gitlab_knowledge.search.filters import Filters
     from gitlab_knowledge.search.output import render_human, response_json
 
     ref, project = str(args["ref"]).strip(), args.get("project") or None
-    filters = Filters.build(**filter_schemas.keywords(args), exclude_confidential=not ctx.include_confidential,
-                            exclude_internal=not ctx.include_internal)
     limit = _limit(args, 10, SEARCH_LIMIT)
+    filters = await asyncio.to_thread(ctx.filters, **filter_schemas.keywords(args))
     await asyncio.to_thread(_visible, ctx, ref, project)
-    response = await asyncio.to_thread(ctx.resident.similar, ref, filters, args.get("mode", "hybrid"), limit, project)
+    response = await asyncio.to_thread(ctx.resident.similar, ref, filters, args.get("mode", "hybrid"), limit, project,
+                                       ctx.search_reads())
     warnings = "".join(f"warning: {w}\n" for w in response.warnings)
     return warnings + render_human(response, color=False), response_json(response)
 
@@ -127,8 +126,7 @@ def _visible(ctx: Context, ref: str, project: str | None) -> None:
         with ctx.workspace(visible_only=True).read() as con:
             resolve_item(con, ref, project, "similar")
     except UsageError:
-        if not ctx.include_confidential:
-            refuse_confidential(ctx, ref, project)
+        refuse_confidential(ctx, ref, project)
         raise
 
 

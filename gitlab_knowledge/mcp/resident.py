@@ -5,7 +5,9 @@ search, which scans LanceDB as a one-shot search does, while a background thread
 vectors into a second, warm `Searcher`; once loaded, the warm one answers (about ten times faster
 per query at 100K documents). Both share the one embedding model. The warm searcher reloads the
 vectors when a sync commits a new table version (`MemoryVectors`), and Tantivy's reader follows
-the index's commits, so a sync's results appear without a restart. Nothing here opens DuckDB.
+the index's commits, so a sync's results appear without a restart. Nothing here opens DuckDB: a
+search's own DuckDB reads (graph filters, linked references) go through the workspace it is
+handed (`reads`: a viewer's lens, mcp/context.py), else through this process's plain one.
 """
 
 import contextlib
@@ -91,17 +93,18 @@ class ResidentSearch:
         self.warm_seconds = round(time.perf_counter() - started, 2)
         self._warm = warm
 
-    def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10) -> Response:
+    def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
+               reads: Workspace | None = None) -> Response:
         warm = self._warm
         if warm is None and self._warming is not None:
             self.start_warming()
         searcher, lock = (warm, self._warm_lock) if warm is not None else (self._cold, self._lock)
         with lock:
             self._follow_new_index(searcher)
-            return searcher.search(query, filters, mode, limit)
+            return searcher.search(query, filters, mode, limit, reads=reads)
 
     def similar(self, ref: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
-                project: str | None = None) -> Response:
+                project: str | None = None, reads: Workspace | None = None) -> Response:
         """`similar` (search/similar.py) on the searcher `search` would use, under its lock."""
         from gitlab_knowledge.search.similar import similar
 
@@ -109,7 +112,7 @@ class ResidentSearch:
         searcher, lock = (warm, self._warm_lock) if warm is not None else (self._cold, self._lock)
         with lock:
             self._follow_new_index(searcher)
-            return similar(searcher, ref, filters, mode, limit, project)
+            return similar(searcher, ref, filters, mode, limit, project, reads=reads)
 
     def _follow_new_index(self, searcher: Searcher) -> None:
         """A Searcher remembers a missing lexical index; the first sync creates it, so look again."""

@@ -86,16 +86,14 @@ SEARCH_INPUT = search_input()
 
 
 async def search(ctx: Context, args: dict[str, Any]) -> Result:
-    from gitlab_knowledge.search.filters import Filters
     from gitlab_knowledge.search.output import render_human, response_json
 
-    filters = Filters.build(**filter_schemas.keywords(args), exclude_confidential=not ctx.include_confidential,
-                            exclude_internal=not ctx.include_internal)
     limit = args.get("limit", 10)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= SEARCH_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {SEARCH_LIMIT}, got {limit!r}")
+    filters = await asyncio.to_thread(ctx.filters, **filter_schemas.keywords(args))
     response = await asyncio.to_thread(ctx.resident.search, str(args.get("query") or ""), filters,
-                                       args.get("mode", "hybrid"), limit)
+                                       args.get("mode", "hybrid"), limit, ctx.search_reads())
     warnings = "".join(f"warning: {w}\n" for w in response.warnings)
     return warnings + render_human(response, color=False), response_json(response)
 
@@ -232,7 +230,7 @@ async def explain(ctx: Context, args: dict[str, Any]) -> Result:
     ref = str(args.get("ref") or "").strip()
     if not ref:
         raise UsageError("ref is required: #IID, !IID, group/project#IID, a GitLab URL or a document id")
-    result = await asyncio.to_thread(explain_ref, ctx.workspace(), ref, args.get("project") or None,
+    result = await asyncio.to_thread(explain_ref, ctx.workspace(visible_only=True), ref, args.get("project") or None,
                                      bool(args.get("live", False)))
     out = plain(result.as_dict())
     lines = [f"{out['document_id']}: {out['verdict']}"]
@@ -266,7 +264,7 @@ INDEX_STATUS_OUTPUT = {
 async def index_status(ctx: Context, args: dict[str, Any]) -> Result:
     from gitlab_knowledge.index_status import index_status as status_of
 
-    out = plain(await asyncio.to_thread(status_of, ctx.workspace()))
+    out = plain(await asyncio.to_thread(status_of, ctx.workspace(visible_only=True)))
     lines = [f"model {out['model']}"]
     for p in out["projects"]:
         v, lx = p["vectors"], p["lexical"]

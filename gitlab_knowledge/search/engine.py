@@ -167,19 +167,22 @@ class Searcher:
 
     def search(self, query: str, filters: Filters | None = None, mode: str = "hybrid", limit: int = 10,
                floor: bool = True, vector: Any = None, group: bool = False, typed: bool = True,
-               pin: bool = True) -> Response:
+               pin: bool = True, reads: "Workspace | None" = None) -> Response:
         """`floor=False` keeps results below the relevance floor (search/relevance.py) unmarked;
         `vector` is the query's embedding when the caller has it already (`similar`: the item's);
         `group` keeps each issue/MR's best-ranked document only (its item or one thread);
         `typed=False`: the query is a document's text (`similar`), searched as it is: no URLs,
         phrases, exclusions or typo tolerance read into it (search/query_plan.py);
         `pin=False` ranks the query's references and identifiers like its words (`similar`: an
-        item's text is the query, and what it mentions is not what it is like)."""
+        item's text is the query, and what it mentions is not what it is like);
+        `reads`: the workspace the graph filters and linked references read DuckDB through (a
+        viewer's lens; default this searcher's own)."""
         started = time.perf_counter()
         filters = filters or Filters()
         text = query_text(query, mode)
         warnings: list[str] = []
-        filters, graph_warnings = resolve(self.workspace, filters)
+        store = reads or self.workspace
+        filters, graph_warnings = resolve(store, filters)
         warnings += graph_warnings
         index = self.lexical()
         planned = plan(index if typed else None, text, filters, self.config.gitlab.url, warnings, typed)
@@ -188,7 +191,7 @@ class Searcher:
         fusion = self._fuse(got)
         ranked = [h.doc_id for h in got.lexical] or [h.doc_id for h in got.semantic]
         pinned = exact_matches(index, lexical_text, filters, fusion.fields, ranked,
-                               lambda ids: linked_items(self.workspace, ids, warnings)) if index and pin else []
+                               lambda ids: linked_items(store, ids, warnings)) if index and pin else []
         bodies = _BodyCache(index)
         ordered = self._order(index, lexical_text, pinned, fusion, bodies, group)
         results = self._results(ordered[:limit], fusion, got)

@@ -42,6 +42,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import DOC_ID
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.paths import repo_path
+from gitlab_knowledge.store.viewer_lens import IndexScope
 
 DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"  # what a date filter accepts (also in its JSON Schema)
 _DATE = re.compile(DATE_PATTERN)
@@ -59,6 +60,7 @@ class Match(StrEnum):
     GRAPH = "graph"  # resolved from the store's graph tables to a set of ids (search/graph_filters.py)
     IN_SET = "in_set"  # the document id is one of a set: how resolved GRAPH filters are pushed down
     NOT_IN_SET = "not_in_set"  # the document id is none of a set: the same, when the complement is smaller
+    SCOPE = "scope"  # what a shared server's user may read (store/viewer_lens.py IndexScope): no flag
 
 
 REPEATABLE = (Match.ANY_OF, Match.ALL_OF)
@@ -225,6 +227,8 @@ def _as_json(value: Any) -> Any:
 # The pushed-down form of resolved graph filters (`Filters.pushed`): no flag of their own.
 IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.IN_SET, DOC_ID)
 NOT_IN_IDS = FilterSpec("doc_ids", "--path/--participant", Match.NOT_IN_SET, DOC_ID)
+# The pushed-down form of a viewer's view: set by the MCP server, never typed.
+SCOPE = FilterSpec("scope", "(the asking user's view)", Match.SCOPE, DOC_ID)
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,9 @@ class Filters:
     # allow (search/query_plan.py; None: nothing to resolve).
     doc_ids: frozenset[str] | None = field(default=None, repr=False)
     complement: bool = field(default=False, repr=False)
+    # Set by `scoped`: what the asking user of a shared server may read (None: no viewer). Like
+    # every filter it is applied inside both retrievers before their cut, so top-k stays full.
+    scope: IndexScope | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, **raw: Any) -> Self:
@@ -281,8 +288,15 @@ class Filters:
         or every document but `doc_ids` when `complement` (the smaller set to push down)."""
         return replace(self, doc_ids=doc_ids, complement=complement)
 
+    def scoped(self, scope: IndexScope | None) -> Self:
+        """These filters, seeing only what a viewer may read (store/viewer_lens.py `index_scope`)."""
+        return replace(self, scope=scope)
+
     def pushed(self) -> Iterator[tuple[FilterSpec, Any]]:
-        """What the retrievers apply: the column filters, then the graph filters' resolved ids."""
+        """What the retrievers apply: the viewer's scope, the column filters, then the graph
+        filters' resolved ids."""
+        if self.scope is not None:
+            yield SCOPE, self.scope
         graph = False
         for spec, value in self.active():
             if spec.match is Match.GRAPH:

@@ -12,10 +12,11 @@ from datetime import datetime
 import tantivy
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.documents.columns import COLUMN, DocFields
+from gitlab_knowledge.documents.columns import COLUMN, DOC_ID, DocFields
 from gitlab_knowledge.lexical.analysis import code_identifiers, identifier_terms, query_terms, references
 from gitlab_knowledge.lexical.index import LexicalIndex, as_utc
 from gitlab_knowledge.search.filters import DATES, Filters, Match, start_of
+from gitlab_knowledge.store.viewer_lens import IndexScope
 
 # A query with more distinct words than this is a pasted document ("find similar"): see text_query.
 LONG_QUERY_TERMS = 32
@@ -40,6 +41,36 @@ def id_set_query(schema: tantivy.Schema, field: str, ids: frozenset[str], match:
                                         (tantivy.Occur.MustNot, in_set)])
 
 
+def _any_project(index: LexicalIndex, paths: frozenset[str]) -> tantivy.Query:
+    # Term queries, not a term set: a set reads every posting of its terms into a bitset up front
+    # (a whole project's), where a union of terms is skipped through beside the scoring clause.
+    return tantivy.Query.boolean_query([(tantivy.Occur.Should, index.term("project", p)) for p in sorted(paths)])
+
+
+def scope_query(index: LexicalIndex, scope: IndexScope) -> tantivy.Query:
+    """A viewer's scope as one clause: a readable project's document, unless, in a project where
+    they do not see confidential things, it is an internal thread or a confidential document
+    other than the allowed ones (their own confidential issues')."""
+    clauses: list[tuple[tantivy.Occur, tantivy.Query]] = [(tantivy.Occur.Must, tantivy.Query.all_query())]
+    if not scope.every_project:
+        clauses = [(tantivy.Occur.Must, _any_project(index, scope.projects))] if scope.projects else \
+            [(tantivy.Occur.MustNot, tantivy.Query.all_query())]
+    if scope.guarded:
+        confidential = index.term("confidential", True)
+        if scope.allowed:
+            confidential = tantivy.Query.boolean_query([
+                (tantivy.Occur.Must, confidential),
+                (tantivy.Occur.MustNot, tantivy.Query.term_set_query(index.schema, DOC_ID, sorted(scope.allowed)))])
+        unseen = tantivy.Query.boolean_query([(tantivy.Occur.Should, index.term("internal", True)),
+                                              (tantivy.Occur.Should, confidential)])
+        if not scope.all_guarded:
+            unseen = tantivy.Query.boolean_query([(tantivy.Occur.Must, unseen),
+                                                  (tantivy.Occur.Must, _any_project(index, scope.guarded))])
+        clauses.append((tantivy.Occur.MustNot, unseen))
+    # Scored 0: a filter, not evidence (a term's BM25 would differ by project and reorder results).
+    return tantivy.Query.const_score_query(tantivy.Query.boolean_query(clauses), 0.0)
+
+
 def filter_queries(index: LexicalIndex, filters: Filters) -> list[tantivy.Query]:
     """The filters as must-clauses; the two bounds on a date column make one range query."""
     active = list(filters.pushed())
@@ -51,7 +82,9 @@ def filter_queries(index: LexicalIndex, filters: Filters) -> list[tantivy.Query]
     must: list[tantivy.Query] = []
     for spec, value in active:
         field = COLUMN[spec.column].field if spec.column in COLUMN else spec.column
-        if spec.match in ID_SETS:  # resolved graph filters, on the document id (search/graph_filters.py)
+        if spec.match is Match.SCOPE:
+            must.append(scope_query(index, value))
+        elif spec.match in ID_SETS:  # resolved graph filters, on the document id (search/graph_filters.py)
             must.append(id_set_query(index.schema, field, value, spec.match))
         elif spec.match in DATES:
             if field in bounds:

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from gitlab_knowledge.documents.columns import COLUMNS, DocFields
 from gitlab_knowledge.embeddings.vectors import VectorStore, sql_in, sql_str
 from gitlab_knowledge.search.filters import DATES, FILTERS, Filters, Match, start_of
+from gitlab_knowledge.store.viewer_lens import IndexScope
 
 DISPLAY_COLUMNS = ["doc_id", "chunk", "excerpt", *(c.name for c in COLUMNS)]
 
@@ -54,6 +55,23 @@ SQL: dict[Match, Callable[[str, Any], str]] = {
 }
 
 
+def _scope_sql(_column: str, scope: IndexScope) -> str:
+    """A viewer's scope (lexical_retriever.scope_query says it in Tantivy's words)."""
+    parts = [] if scope.every_project else \
+        [f"project IN ({_values(tuple(sorted(scope.projects)))})" if scope.projects else "false"]
+    if scope.guarded:
+        confidential = "confidential = true" + (f" AND NOT {sql_in('doc_id', sorted(scope.allowed))}"
+                                                if scope.allowed else "")
+        unseen = f"(internal = true OR ({confidential}))"
+        if not scope.all_guarded:
+            unseen = f"(project IN ({_values(tuple(sorted(scope.guarded)))}) AND {unseen})"
+        parts.append(f"NOT {unseen}")
+    return "(" + " AND ".join(parts or ["true"]) + ")"
+
+
+SQL[Match.SCOPE] = _scope_sql
+
+
 def where_clause(filters: Filters) -> str | None:
     """The filters as a LanceDB (DataFusion SQL) predicate, applied before the nearest-neighbour cut."""
     parts = [SQL[spec.match](spec.column, value) for spec, value in filters.pushed()]
@@ -87,6 +105,7 @@ def search_vectors(store: VectorStore, vector: np.ndarray, filters: Filters, lim
         fetch *= 3
 
 
+SCOPE_MASKS = 32  # viewers' masks kept per loaded table (a shared server's recent users)
 MEMORY_COLUMNS = ["doc_id", "chunk", "vector", *(c.name for c in COLUMNS)]
 
 
@@ -109,6 +128,7 @@ class MemoryVectors:
         self.store = store
         self.version: int | None = None
         self._member_masks: dict[tuple[str, str], np.ndarray] = {}
+        self._scope_masks: dict[IndexScope, np.ndarray] = {}
 
     def _fresh(self) -> bool:
         table = self.store.reader()
@@ -148,6 +168,7 @@ class MemoryVectors:
         self.flags = {name: self.meta.column(name).fill_null(False).to_numpy(zero_copy_only=False)
                       if at else np.array([], bool) for name in _filtered_columns(Match.EXCLUDE_TRUE)}
         self._member_masks = {}
+        self._scope_masks = {}
         self.version = table.version
 
     def _member(self, column: str, value: str) -> np.ndarray:
@@ -189,7 +210,24 @@ class MemoryVectors:
         Match.EXCLUDE_TRUE: lambda self, column, _on: ~self.flags[column],
         Match.IN_SET: lambda self, _column, ids: self._ids(ids),
         Match.NOT_IN_SET: lambda self, _column, ids: ~self._ids(ids),
+        Match.SCOPE: lambda self, _column, scope: self._scope(scope),
     }
+
+    def _scope(self, scope: IndexScope) -> np.ndarray:
+        """A viewer's scope as a mask (_scope_sql in numpy), kept per scope while the table stands:
+        a viewer's searches repeat it."""
+        if scope not in self._scope_masks:
+            keep = np.ones(len(self.doc_ids), dtype=bool) if scope.every_project else \
+                self._equals("project", tuple(scope.projects))
+            if scope.guarded:
+                unseen = self.flags["internal"] | (self.flags["confidential"] & ~self._ids(scope.allowed))
+                if not scope.all_guarded:
+                    unseen &= self._equals("project", tuple(scope.guarded))
+                keep &= ~unseen
+            while len(self._scope_masks) >= SCOPE_MASKS:
+                self._scope_masks.pop(next(iter(self._scope_masks)))
+            self._scope_masks[scope] = keep
+        return self._scope_masks[scope]
 
     def mask(self, filters: Filters) -> np.ndarray:
         keep = np.ones(len(self.doc_ids), dtype=bool)

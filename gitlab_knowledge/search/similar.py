@@ -13,8 +13,10 @@ item's own text references is marked `linked`, beside its score.
 
 import dataclasses
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
+import tantivy
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import DocFields
@@ -23,15 +25,20 @@ from gitlab_knowledge.lexical.analysis import references
 from gitlab_knowledge.lexical.index import LexicalIndex
 from gitlab_knowledge.search.engine import Response, Searcher
 from gitlab_knowledge.search.filters import Filters
+from gitlab_knowledge.search.lexical_retriever import filter_queries
 from gitlab_knowledge.search.relevance import item_key
 from gitlab_knowledge.search.snippets import body_of
+
+if TYPE_CHECKING:
+    from gitlab_knowledge.workspace import Workspace
 
 _DOC = re.compile(r"^(" + "|".join(re.escape(k.name) for k in kinds.ITEM_KINDS) + r"):\S+$")
 FETCH = 100  # results asked of the search before the item's own documents are taken out
 
 
-def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> DocFields:
-    """The stored fields of the issue/MR document a reference names."""
+def _item_doc(index: LexicalIndex, ref: str, project: str | None, filters: Filters) -> DocFields:
+    """The stored fields of the issue/MR document a reference names (among those a viewer's scope
+    in `filters` lets them read: another's ambiguity must not name projects they cannot see)."""
     ref = ref.strip()
     if _DOC.match(ref):
         term = index.term("doc_id", ref)
@@ -40,6 +47,9 @@ def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> DocFields:
         if parsed is None:
             raise BadReference("similar", ref, "#IID, !IID, group/project#IID, an issue/MR URL or a document id")
         term = index.term("refs", parsed.kind.ref(parsed.iid, parsed.project or project))
+    scope = filter_queries(index, Filters().scoped(filters.scope))
+    if scope:
+        term = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in (term, *scope)])
     docs = [doc for _score, doc in index.find(term, 1000)]
     docs = [d for d in docs if d["source_type"] != kinds.DISCUSSION]
     if not docs:
@@ -50,13 +60,13 @@ def _item_doc(index: LexicalIndex, ref: str, project: str | None) -> DocFields:
 
 
 def similar(searcher: Searcher, ref: str, filters: Filters | None = None, mode: str = "hybrid",
-            limit: int = 10, project: str | None = None) -> Response:
+            limit: int = 10, project: str | None = None, reads: "Workspace | None" = None) -> Response:
     """The issues/MRs most like the one `ref` names (see the module docstring)."""
     filters = filters or Filters()
     index = searcher.lexical()
     if index is None:
         raise StoreError("no lexical index yet: run `python -m gitlab_knowledge sync`")
-    source = _item_doc(index, ref, project or filters.project)
+    source = _item_doc(index, ref, project or filters.project, filters)
     text = index.bodies([source["doc_id"]]).get(source["doc_id"], "")
     query = "\n".join(filter(None, [source.get("title") or "", body_of(text) if "\n\n" in text else ""])) \
         or source.get("title") or ref
@@ -66,7 +76,7 @@ def similar(searcher: Searcher, ref: str, filters: Filters | None = None, mode: 
     if not filters.types:
         filters = dataclasses.replace(filters, types=tuple(k.name for k in kinds.ITEM_KINDS))
     vector = _stored_vector(searcher, source["doc_id"]) if mode != "lexical" else None
-    response = searcher.search(query, filters, mode, FETCH, vector=vector, typed=False, pin=False)
+    response = searcher.search(query, filters, mode, FETCH, vector=vector, typed=False, pin=False, reads=reads)
     own = item_key(source)
     others = [r for r in response.results if item_key(r.fields) != own]
     kept = others[:limit]

@@ -18,7 +18,8 @@ happen while nothing is attached, since no sync writes while a read holds the fi
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.store.db import read_connection, waiting_out_writers
 
 ALIAS = "gk_store"
+# Lenses whose tables a reader keeps (one per viewer of a shared server, and the config's): the
+# least recently used one not in use is dropped beyond this.
+MAX_LENSES = 32
+# A lens's step: a statement, or a function running statements on the resident instance (with the
+# store attached) when what to create depends on the store (its tables).
+LensStep = str | Callable[[duckdb.DuckDBPyConnection], None]
 
 
 def store_stamp(path: Path) -> Any:
@@ -51,7 +58,10 @@ class Lens:
     run again whenever the store changed since they last ran."""
 
     schema: str
-    statements: tuple[str, ...]
+    statements: tuple[LensStep, ...]
+    # A viewer's lens (store/viewer_lens.py): whole projects are out of sight, and nothing says
+    # what it hid (no "left out" counts, no "confidential" refusals: GitLab answers 404).
+    viewer: bool = False
 
 
 class StoreReader:
@@ -63,7 +73,8 @@ class StoreReader:
         self._instance: duckdb.DuckDBPyConnection | None = None
         self._readers = 0
         self._stamp: Any = None  # the store's files as the current attachment found them
-        self._lenses: dict[str, Any] = {}  # schema → the stamp its tables were built from
+        self._lenses: OrderedDict[str, Any] = OrderedDict()  # schema → the stamp its tables were built from
+        self._in_use: Counter[str] = Counter()  # schema → reads looking through it now
         self._schema_checked = False
 
     @contextlib.contextmanager
@@ -85,13 +96,14 @@ class StoreReader:
             yield cursor
         finally:
             cursor.close()
-            self._leave()
+            self._leave(lens)
 
     def close(self) -> None:
         with self._guard:
             instance, self._instance = self._instance, None
             self._readers = 0
             self._lenses.clear()
+            self._in_use.clear()
         if instance is not None:
             instance.close()
 
@@ -106,21 +118,38 @@ class StoreReader:
                 self._stamp = store_stamp(self.path)
             self._readers += 1
             try:
-                if lens is not None and self._lenses.get(lens.schema) != self._stamp:
-                    self._lenses.pop(lens.schema, None)
-                    self._instance.execute(f"CREATE SCHEMA IF NOT EXISTS memory.{lens.schema}")
-                    for statement in lens.statements:
-                        self._instance.execute(statement)
-                    self._lenses[lens.schema] = self._stamp
+                if lens is not None:
+                    self._build(self._instance, lens)
+                    self._in_use[lens.schema] += 1
                 return self._instance.cursor()
             except BaseException:
                 self._readers -= 1
                 self._detach_if_unused()
                 raise
 
-    def _leave(self) -> None:
+    def _build(self, instance: duckdb.DuckDBPyConnection, lens: Lens) -> None:
+        """The lens's tables as of the attached store (built again when the store changed)."""
+        if self._lenses.get(lens.schema) != self._stamp:
+            self._lenses.pop(lens.schema, None)
+            instance.execute(f"CREATE SCHEMA IF NOT EXISTS memory.{lens.schema}")
+            for statement in lens.statements:
+                if isinstance(statement, str):
+                    instance.execute(statement)
+                else:
+                    statement(instance)
+            self._lenses[lens.schema] = self._stamp
+        self._lenses.move_to_end(lens.schema)
+        idle = [s for s in self._lenses if self._in_use[s] == 0 and s != lens.schema]
+        for schema in idle[:max(0, len(self._lenses) - MAX_LENSES)]:
+            del self._lenses[schema]
+            self._in_use.pop(schema, None)
+            instance.execute(f"DROP SCHEMA IF EXISTS memory.{schema} CASCADE")
+
+    def _leave(self, lens: Lens | None) -> None:
         with self._guard:
             self._readers -= 1
+            if lens is not None:
+                self._in_use[lens.schema] -= 1
             self._detach_if_unused()
 
     def _detach_if_unused(self) -> None:

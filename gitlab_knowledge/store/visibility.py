@@ -99,8 +99,8 @@ def confidential_lens() -> Lens:
 def hidden_issue_projects(con: duckdb.DuckDBPyConnection, lens: Lens | None, iid: int,
                           project_id: int | None) -> list[str]:
     """The projects of the issues `lens` hides with this iid (in `project_id` when given), from
-    the lens's own list: what a refusal names."""
-    if lens is None:
+    the lens's own list: what a refusal names (a viewer's lens names none: GitLab answers 404)."""
+    if lens is None or lens.viewer:
         return []
     where, params = (" AND project_id = ?", [project_id]) if project_id is not None else ("", [])
     return [r[0] for r in con.execute(f"SELECT project FROM memory.{lens.schema}.hidden_issues WHERE iid = ?{where} "
@@ -108,8 +108,9 @@ def hidden_issue_projects(con: duckdb.DuckDBPyConnection, lens: Lens | None, iid
 
 
 def hidden_note_count(con: duckdb.DuckDBPyConnection, lens: Lens | None, noteable_type: str, noteable_id: int) -> int:
-    """How many of an item's notes (system notes aside) `lens` hides, from the lens's own list."""
-    if lens is None:
+    """How many of an item's notes (system notes aside) `lens` hides, from the lens's own list (a
+    viewer's lens tells none: GitLab does not show a guest that internal notes exist)."""
+    if lens is None or lens.viewer:
         return 0
     return int(one_row(con.execute(f"SELECT count(*) FROM memory.{lens.schema}.hidden_notes WHERE NOT system "
                                    "AND noteable_type = ? AND noteable_id = ?", [noteable_type, noteable_id]))[0])
@@ -117,4 +118,4 @@ def hidden_note_count(con: duckdb.DuckDBPyConnection, lens: Lens | None, noteabl
 
 def hidden_notes_column(lens: Lens | None) -> str:
     """What to select from raw_payloads for the number of internal notes `lens` cut from a thread."""
-    return HIDDEN_NOTES if lens is not None else "0"
+    return HIDDEN_NOTES if lens is not None and not lens.viewer else "0"

@@ -9,6 +9,7 @@ columns (documents/columns.py lists the three files it touches).
 
 import asyncio
 import dataclasses
+import functools
 import importlib
 import json
 import typing
@@ -37,6 +38,7 @@ from gitlab_knowledge.embeddings import vectors
 from gitlab_knowledge.lexical import index as lexical_index
 from gitlab_knowledge.mcp import tools
 from gitlab_knowledge.mcp.bounds import SEARCH_LIMIT
+from gitlab_knowledge.mcp.context import Context
 from gitlab_knowledge.search import filter_schemas, filters, lexical_retriever, semantic
 from gitlab_knowledge.search.arguments import build_parser
 from gitlab_knowledge.search.filters import FILTERS, Filters, FilterSpec, Match
@@ -91,7 +93,7 @@ EVERY_FILTER = {"types": ["mr", "issue"], "author": "@janedoe", "labels": ["a", 
 def test_filters_is_the_filter_registry_written_out():
     fields = dataclasses.fields(Filters)
     hints = typing.get_type_hints(Filters)
-    assert [f.name for f in fields] == [s.name for s in FILTERS] + ["doc_ids", "complement"]
+    assert [f.name for f in fields] == [s.name for s in FILTERS] + ["doc_ids", "complement", "scope"]
     for spec, f in zip(FILTERS, fields, strict=False):
         assert f.default == spec.empty, spec.name
         assert hints[spec.name] == VALUE_TYPES[spec.match], spec.name
@@ -179,10 +181,12 @@ def test_a_new_filter_on_a_new_column_needs_only_its_declarations(tmp_path, monk
     class Searched(Exception):
         pass
 
-    def searched(query, given, mode, limit):
+    def searched(query, given, mode, limit, reads):
         raise Searched(given)
 
-    ctx = SimpleNamespace(include_confidential=True, include_internal=True, resident=SimpleNamespace(search=searched))
+    ctx = SimpleNamespace(include_confidential=True, include_internal=True, resident=SimpleNamespace(search=searched),
+                          search_reads=lambda: None)
+    ctx.filters = functools.partial(Context.filters, ctx)  # the server's own: the opt-outs, a viewer's scope
     with pytest.raises(Searched) as handed:
         asyncio.run(tools.search(ctx, {"query": "disk", "severity": "high"}))
     assert handed.value.args[0] == built

@@ -92,8 +92,8 @@ EVERY_FILTER = {"types": ["mr", "discussion"], "author": "@janedoe", "labels": [
 
 
 def test_filters_derive_from_one_registry(tmp_path):
-    # The last two fields hold the graph filters once resolved to document ids.
-    assert [f.name for f in dataclasses.fields(Filters)] == [s.name for s in FILTERS] + ["doc_ids", "complement"]
+    # Then the graph filters once resolved to document ids, and a shared server's viewer's scope.
+    assert [f.name for f in dataclasses.fields(Filters)] == [s.name for s in FILTERS] + ["doc_ids", "complement", "scope"]
     assert {s.column for s in FILTERS if s.match is not Match.GRAPH} <= set(COLUMN)
     # Every kind of match has a translation in each retriever, except graph filters: they reach the
     # retrievers resolved, as a set of ids (search/graph_filters.py resolves each of them).
