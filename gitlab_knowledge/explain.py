@@ -246,7 +246,7 @@ def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:
     GitLab's 60 s touch window is the usual reason); if not, the URL names nothing."""
     import asyncio
 
-    from gitlab_knowledge.errors import NotFoundError
+    from gitlab_knowledge.errors import GitLabError, NotFoundError
     from gitlab_knowledge.gitlab.client import encode_project
 
     path = f"/projects/{encode_project(missing.project)}/{missing.kind.api_path}/{missing.iid}/notes/{missing.note}"
@@ -254,10 +254,12 @@ def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:
     async def fetch() -> dict[str, Any] | None:
         async with workspace.gitlab() as client:
             try:
-                stored: dict[str, Any] = await client.get(path)
-                return stored
+                stored = await client.get(path)
             except NotFoundError:
                 return None
+            if not isinstance(stored, dict):
+                raise GitLabError(f"GitLab answered GET {path} with a {type(stored).__name__} where an object belongs")
+            return stored
 
     note = asyncio.run(fetch())
     if note is None or note.get("system"):
@@ -292,23 +294,30 @@ def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], raw_paren
     and for a thread, its notes by id."""
     import asyncio
 
-    from gitlab_knowledge.errors import NotFoundError
+    from gitlab_knowledge.errors import GitLabError, NotFoundError
     from gitlab_knowledge.gitlab.client import encode_project
     from gitlab_knowledge.timeutil import parse_time
 
     base = f"/projects/{encode_project(doc['project_path'])}/{kinds.kind(doc['parent_type']).api_path}/" \
            f"{doc['parent_iid']}"
 
+    def one_object(path: str, data: Any) -> dict[str, Any]:
+        # GitLab's text is untrusted: an answer of the wrong shape is one line, not a traceback.
+        if not isinstance(data, dict):
+            raise GitLabError(f"GitLab answered GET {path} with a {type(data).__name__} where an object belongs")
+        return data
+
     async def fetch() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         async with workspace.gitlab() as client:
             try:
-                item = await client.get(base)
+                item = one_object(base, await client.get(base))
             except NotFoundError:
                 return None, None
             thread = None
             if raw_notes is not None:
+                path = f"{base}/discussions/{doc['source_id']}"
                 try:
-                    thread = await client.get(f"{base}/discussions/{doc['source_id']}")
+                    thread = one_object(path, await client.get(path))
                 except NotFoundError:
                     thread = {"notes": []}
             return item, thread

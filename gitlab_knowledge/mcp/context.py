@@ -11,12 +11,13 @@ and `Context.search_reads` (the workspace their DuckDB reads go through).
 import dataclasses
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import StoreBusyError, UsageError
-from gitlab_knowledge.mcp.asking import current_viewer
+from gitlab_knowledge.mcp.asking import current_token, current_viewer
 from gitlab_knowledge.store.reader import Lens, StoreReader, store_stamp
 from gitlab_knowledge.store.viewer_lens import IndexScope, index_scope, lens_key, viewer_lens
 from gitlab_knowledge.store.visibility import hidden_lens
@@ -35,8 +36,18 @@ LIVE_REFUSAL = ("live answers come from GitLab with the asking user's own token,
 
 
 def _no_live(_config: Config) -> "GitLabClient":
-    """A viewer's live call: never with the sync's token (GitLab would answer as its user)."""
+    """A viewer's live call without their token: never with the sync's (GitLab would answer as its user)."""
     raise UsageError(LIVE_REFUSAL)
+
+
+def _live_as(token: str) -> "Callable[[Config], GitLabClient]":
+    """A viewer's live calls, made with the token their client sent (as Bearer: an OAuth access
+    token works only so), so GitLab answers what it shows them."""
+    def client(config: Config) -> "GitLabClient":
+        from gitlab_knowledge.gitlab.client import GitLabClient
+
+        return GitLabClient(config.gitlab, token, bearer=True)
+    return client
 
 
 @dataclass
@@ -63,7 +74,8 @@ class Context:
         """The CLI's seam, with the resident process's embedding model (loaded once) and its
         store reader; `visible_only`: its reads see only what the config lets agents see. A call
         asked by a viewer reads through their lens whatever `visible_only` says, and its live
-        GitLab calls are refused (LIVE_REFUSAL): the sync's token is not theirs."""
+        GitLab calls are made with their own token (refused, LIVE_REFUSAL, when the call came
+        without one): the sync's token is not theirs."""
         def embedder(config: Config, provider: str | None = None, model: str | None = None) -> Any:
             if provider is None and model is None:
                 return self.resident.provider()
@@ -78,7 +90,9 @@ class Context:
 
     def _seen_by(self, viewer: Viewer, embedder: Any = None) -> Workspace:
         factories = {"embedder_factory": embedder} if embedder is not None else {}
-        return Workspace(self.config, gitlab_factory=_no_live, **factories).with_(lens=self.lens_of(viewer),
+        token = current_token()
+        live = _live_as(token) if token else _no_live
+        return Workspace(self.config, gitlab_factory=live, **factories).with_(lens=self.lens_of(viewer),
                                                                                    reader=self.reader)
 
     def lens_of(self, viewer: Viewer) -> Lens:

@@ -11,8 +11,11 @@ stays full under the lens.
 """
 
 import asyncio
+import dataclasses
+import http.server
 import json
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -297,15 +300,61 @@ def test_top_k_stays_full_and_every_retriever_agrees(served: Any, viewer: Viewer
         assert len(shown.results) == 10 and {r.doc_id for r in shown.results} <= view.docs
 
 
-def test_a_viewer_never_calls_gitlab_with_the_syncs_token(served: Any) -> None:
-    resident, store = served
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A GitLab that records the credentials each request carried and lists nothing."""
+
+    seen: list[tuple[str | None, str | None]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+        type(self).seen.append((self.headers.get("Authorization"), self.headers.get("PRIVATE-TOKEN")))
+        body = b"[]"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
+        pass
+
+
+def _live_calls(resident: Resident, store: Any, token: str | None) -> list[tuple[Any, str]]:
     mr = next(i for k, i in sorted(store.items.items()) if k[0] == kinds.MERGE_REQUEST.name)
+    out = []
     for tool, args in (("gitlab_get_mr_comments", {"project": store.projects[mr["project_id"]], "mr": mr["iid"],
                                                    "live": True}),
                        ("explain", {"ref": kinds.MERGE_REQUEST.ref(mr["iid"], store.projects[mr["project_id"]]),
                                     "live": True})):
-        out, text = call(resident, VIEWERS["admin"], tool, args)
-        assert out is None and text == LIVE_REFUSAL
+        with asking_as(VIEWERS["admin"], token):
+            try:
+                out.append(asyncio.run(TOOLS[tool].handler(resident.context, args))[::-1])
+            except KnowledgeError as exc:
+                out.append((None, str(exc)))
+    return out
+
+
+def test_a_viewer_never_calls_gitlab_with_the_syncs_token(served: Any) -> None:
+    """Without the viewer's own token a live call is refused; with it, GitLab is asked with that
+    token (as Bearer) and never with the sync's."""
+    resident, store = served
+    assert all(out is None and text == LIVE_REFUSAL for out, text in _live_calls(resident, store, None))
+
+    _Recorder.seen = []
+    gitlab = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=gitlab.serve_forever, daemon=True).start()
+    at = f"http://127.0.0.1:{gitlab.server_address[1]}"
+    config = resident.context.config
+    context = dataclasses.replace(resident.context, config=dataclasses.replace(
+        config, gitlab=dataclasses.replace(config.gitlab, url=at)))
+    real, resident.context = resident.context, context
+    try:
+        answers = _live_calls(resident, store, "glpat-viewer-own-token")
+    finally:
+        resident.context = real
+        gitlab.shutdown()
+        gitlab.server_close()
+    assert all(text != LIVE_REFUSAL for _out, text in answers)
+    assert _Recorder.seen and set(_Recorder.seen) == {("Bearer glpat-viewer-own-token", None)}
 
 
 def test_the_configs_opt_outs_still_apply_to_a_viewer(sample: Any) -> None:
