@@ -14,6 +14,7 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import MissingUser, UsageError
 from gitlab_knowledge.graph.answers import Changes, Me, Person
+from gitlab_knowledge.graph.mentions import mentions_user
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
@@ -41,12 +42,6 @@ def _username(user: str) -> str:
     if not name or any(c.isspace() for c in name):
         raise UsageError(f"expected a GitLab username such as janedoe, got {user!r}")
     return name
-
-
-def mentions_user(body: str | None, user: str) -> bool:
-    """Whether the text mentions @user: not @user.other or @username, nor an email address."""
-    pattern = rf"(?<![\w.@/-])@{re.escape(user)}(?![\w-]|\.[\w-])"
-    return body is not None and re.search(pattern, body, re.IGNORECASE) is not None
 
 
 def _entries(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, where: str, params: list[Any],
@@ -155,15 +150,16 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
 
     out: dict[str, dict[str, Any]] = {}
     u = user.lower()
-    # contains/strpos narrow the rows in SQL (the notes alone: no join while scanning every
-    # body); mentions_user then decides (@user.other is someone else).
+    # The graph's `mentions` rows say where @user is written (graph/refresh.py); mentions_user
+    # decides on the text found, as it did when every body was scanned here.
     scope, scoped = (" AND n.project_id = ?", [pid]) if pid is not None else ("", [])
     found = rows(con, f"""
         SELECT n.id AS note_id, n.discussion_id, n.noteable_type, n.noteable_id, n.author_username AS note_author,
                n.body, n.created_at AS note_at, n.resolvable, n.resolved
         FROM notes n
-        WHERE contains(n.body, '@') AND strpos(lower(n.body), ?) > 0 AND NOT {_is('n.author_username')}{scope}
-        ORDER BY n.created_at DESC, n.id DESC""", [f"@{u}", u, *scoped])
+        WHERE n.id IN (SELECT note_id FROM mentions WHERE username = ? AND note_id IS NOT NULL)
+          AND NOT {_is('n.author_username')}{scope}
+        ORDER BY n.created_at DESC, n.id DESC""", [u, u, *scoped])
     found = [r for r in found if mentions_user(r["body"], user)]
     items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
     for r in found:
@@ -183,9 +179,8 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
     for kind in kinds.ITEM_KINDS:
         for r in rows(con, f"""
                 SELECT {ITEM_COLUMNS}, t.description FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE (contains(t.description, '@') AND strpos(lower(t.description), ?) > 0
-                       OR contains(t.title, '@') AND strpos(lower(t.title), ?) > 0)
-                  AND NOT {_is('t.author_username')}{scope}""", [f"@{u}", f"@{u}", u, *scoped]):
+                WHERE t.id IN (SELECT item_id FROM mentions WHERE username = ? AND item_type = ? AND note_id IS NULL)
+                  AND NOT {_is('t.author_username')}{scope}""", [u, kind.name, u, *scoped]):
             text = next((x for x in (r["description"], r["title"]) if mentions_user(x, user)), None)
             if text is None or not kept(r["created_at"], r["state"], None):
                 continue

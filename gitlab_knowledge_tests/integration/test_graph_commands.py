@@ -232,6 +232,27 @@ def test_me_finds_every_mention_and_the_mrs_assigned(home):
     assert {ISSUE_MENTION, RESOLVED_MENTION, MENTION} <= {m["excerpt"] for m in mentioned}
 
 
+def test_the_mentions_table_holds_what_a_scan_of_every_text_finds(home):
+    """`me` and `person` look mentions up in the graph's `mentions` rows; before those they scanned
+    every note, title and description with mentions_user. Over the whole store, for every user it
+    names, the rows say what that scan says."""
+    from gitlab_knowledge.graph.mentions import mentions_user
+
+    texts = [(kind, item, None, found_in, text) for table, kind in (("issues", "issue"), ("merge_requests", "merge_request"))
+             for found_in in ("title", "description")
+             for item, text in sql(home, f"SELECT id, {found_in} FROM {table}")]
+    texts += [("issue" if t == "Issue" else "merge_request", item, note, "note", body)
+              for t, item, note, body in sql(home, "SELECT noteable_type, noteable_id, id, body FROM notes")]
+    users = {u.lower() for (u,) in sql(home, """
+        SELECT author_username FROM notes UNION SELECT author_username FROM issues
+        UNION SELECT author_username FROM merge_requests UNION SELECT unnest(assignees) FROM issues
+        UNION SELECT unnest(assignees) FROM merge_requests UNION SELECT unnest(reviewers) FROM merge_requests""") if u}
+    scanned = {(kind, item, note, found_in, u) for kind, item, note, found_in, text in texts for u in users
+               if mentions_user(text, u)}
+    stored = set(sql(home, "SELECT item_type, item_id, note_id, found_in, username FROM mentions"))
+    assert len(scanned) > 3 and {r for r in stored if r[4] in users} == scanned
+
+
 def test_me_defaults_to_the_tokens_user(home):
     out = answer(home, "me")
     assert out["user"] == "janedoe" and out["user_from"] == "token"
