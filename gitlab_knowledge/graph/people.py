@@ -5,7 +5,6 @@ whose `as_dict()` is the JSON document of cli/schemas/me.json and person.json; g
 re-exports both functions.
 """
 
-import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,16 +13,13 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import MissingUser, UsageError
 from gitlab_knowledge.graph.answers import Changes, Me, Person
-from gitlab_knowledge.graph.mentions import mentions_user
+from gitlab_knowledge.graph.mentioned import OPEN_STATES, mentions_of
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
-# `reopened` is what GitLabs before 10.x stored for an item opened again.
-OPEN_STATES = ("opened", "reopened")
 DEFAULT_SINCE = timedelta(days=7)
 TOP = 10  # labels and paths `person` lists
-EXCERPT_LEAD = 60  # characters of context an excerpt keeps before the @mention it shows
 # The columns ITEM_COLUMNS names: what an entry says is chosen; any other column is an extra.
 _ITEM_KEYS = {c.split(" AS ")[-1].split(".")[-1] for c in ITEM_COLUMNS.split(", ")}
 
@@ -104,7 +100,7 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         authored = _entries(con, kinds.MERGE_REQUEST, f"{open_item} AND {_is('t.author_username')}", [u], pid,
                             extra=", (SELECT count(*) FROM discussions d WHERE d.merge_request_id = t.id "
                                   "AND d.resolvable AND NOT COALESCE(d.resolved, false)) AS unresolved_threads")
-        mentions = mentions_of(con, name, pid, start, attention=True)
+        mentions, mentioned = mentions_of(con, name, pid, start, attention=True, limit=limit)
         notes, note_total, states = _changes(con, u, start, pid, limit)
     todos = None
     if live:
@@ -114,7 +110,7 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
     lists = {"assigned_issues": _because(assigned, "assigned"), "assigned_mrs": _because(assigned_mrs, "assigned"),
              "review_requested": _because(reviewing, "review requested"),
              "authored_open_mrs": _because(authored, "authored"), "mentions": mentions}
-    counts = {**{key: len(value) for key, value in lists.items()}, "todos": len(todos) if todos is not None else None,
+    counts = {**{key: len(value) for key, value in lists.items()}, "mentions": mentioned, "todos": len(todos) if todos is not None else None,
               "notes": note_total, "state_changes": len(states)}
     cut = slice(None, limit)
     return Me(user=name, user_from="argument" if user is not None else "token", since=iso(start), project=project,
@@ -126,69 +122,6 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
 def _because(entries: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
     """Each entry with why it is in its group, as a person would say it."""
     return [{**e, "reason": reason} for e in entries]
-
-
-def _around(text: str, user: str) -> str:
-    """An excerpt of `text` that shows where it names @user (a long description names people
-    anywhere)."""
-    found = re.search(rf"@{re.escape(user)}", text, re.IGNORECASE)
-    start = found.start() if found else 0
-    if start > EXCERPT_LEAD:
-        text = "…" + text[start - EXCERPT_LEAD:].lstrip()
-    return excerpt(text)
-
-
-def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, start: datetime | None,
-                attention: bool = False) -> list[dict[str, Any]]:
-    """Every place someone else wrote @user: notes in any thread (resolved or not; the latest such
-    note of each thread) and item titles and descriptions, newest first, each with its reason.
-    Written since `start`; with `attention` (what `me` lists), also any older one on an open item
-    or in a thread still unresolved."""
-    def kept(at: datetime | None, state: str | None, resolved: bool | None) -> bool:
-        recent = start is None or (at is not None and at >= start)
-        return recent or (attention and (state in OPEN_STATES or resolved is False))
-
-    out: dict[str, dict[str, Any]] = {}
-    u = user.lower()
-    # The graph's `mentions` rows say where @user is written (graph/refresh.py); mentions_user
-    # decides on the text found, as it did when every body was scanned here.
-    scope, scoped = (" AND n.project_id = ?", [pid]) if pid is not None else ("", [])
-    found = rows(con, f"""
-        SELECT n.id AS note_id, n.discussion_id, n.noteable_type, n.noteable_id, n.author_username AS note_author,
-               n.body, n.created_at AS note_at, n.resolvable, n.resolved
-        FROM notes n
-        WHERE n.id IN (SELECT note_id FROM mentions WHERE username = ? AND note_id IS NOT NULL)
-          AND NOT {_is('n.author_username')}{scope}
-        ORDER BY n.created_at DESC, n.id DESC""", [u, u, *scoped])
-    found = [r for r in found if mentions_user(r["body"], user)]
-    items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
-    for r in found:
-        if r["discussion_id"] in out or (r["noteable_type"], r["noteable_id"]) not in items:
-            continue
-        kind, item = items[(r["noteable_type"], r["noteable_id"])]
-        # GitLab marks every note of a resolved thread resolved: the note says its thread's state.
-        resolved = bool(r["resolved"]) if r["resolvable"] else None
-        if not kept(r["note_at"], item["state"], resolved):
-            continue
-        out[r["discussion_id"]] = {
-            "item": public_item(kind, item), "reason": "mentioned in a note", "discussion_id": r["discussion_id"],
-            "note_id": r["note_id"], "author": r["note_author"], "created_at": iso(r["note_at"]),
-            "excerpt": _around(r["body"], user), "resolved": resolved,
-            "url": kinds.note_url(item['web_url'], r['note_id']) if item["web_url"] else None}
-    scope = scope.replace("n.", "t.")
-    for kind in kinds.ITEM_KINDS:
-        for r in rows(con, f"""
-                SELECT {ITEM_COLUMNS}, t.description FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE t.id IN (SELECT item_id FROM mentions WHERE username = ? AND item_type = ? AND note_id IS NULL)
-                  AND NOT {_is('t.author_username')}{scope}""", [u, kind.name, u, *scoped]):
-            text = next((x for x in (r["description"], r["title"]) if mentions_user(x, user)), None)
-            if text is None or not kept(r["created_at"], r["state"], None):
-                continue
-            out[f"{kind.name}:{r['id']}"] = {
-                "item": public_item(kind, r), "reason": "mentioned in the description", "discussion_id": None,
-                "note_id": None, "author": r["author_username"], "created_at": iso(r["created_at"]),
-                "excerpt": _around(text, user), "resolved": None, "url": r["web_url"]}
-    return sorted(out.values(), key=lambda m: (m["created_at"] or "", m["note_id"] or 0), reverse=True)
 
 
 def _mine(kind: kinds.Kind) -> str:
@@ -329,12 +262,12 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
         commented.sort(key=lambda e: (e["last_note_at"] or "", e["reference"]), reverse=True)
         lists["assigned"].sort(key=lambda e: (e["updated_at"] or "", e["reference"]), reverse=True)
         lists["commented_on"] = commented
-        lists["mentioned_in"] = mentions_of(con, name, pid, start)
+        lists["mentioned_in"], mentioned = mentions_of(con, name, pid, start, limit=limit)
         labels = _top_labels(con, u, pid, created, updated)
         paths = _top_paths(con, u, pid, created, noted, start)
         activity = _activity(con, u, pid, start, limit)
     return Person(user=name, name=display or None, project=project, since=iso(start),
-                  counts={key: len(value) for key, value in lists.items()},
+                  counts={**{key: len(value) for key, value in lists.items()}, "mentioned_in": mentioned},
                   **{key: value[:limit] for key, value in lists.items()},
                   top_labels=labels, top_paths=paths, recent_activity=activity)
 
