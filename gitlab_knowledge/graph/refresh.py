@@ -146,29 +146,31 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
 
 
 def _rebuild_mentions(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, ids: list[int], stats: GraphStats) -> None:
-    """Who the items' titles, descriptions and notes mention. The whole text is read (a mention
-    deep in a long description counts), but only where it holds an @ at all."""
+    """Who the items' titles, descriptions and notes mention, with who wrote it when and (a note)
+    its thread's state: what `me` needs to pick a user's mentions without reading the notes. The
+    whole text is read (a mention deep in a long description counts), only where it holds an @."""
     con.execute("DELETE FROM mentions WHERE item_type = ? AND item_id IN (SELECT unnest(?::BIGINT[]))",
                 [kind.name, ids])
     rows: list[dict[str, Any]] = []
 
-    def add(project_id: int, item_id: int, note_id: int | None, discussion_id: str | None, found_in: str,
-            text: str | None, created_at: Any) -> None:
-        rows.extend({"project_id": project_id, "item_type": kind.name, "item_id": item_id, "note_id": note_id,
-                     "discussion_id": discussion_id, "found_in": found_in, "username": name,
-                     "created_at": created_at} for name in sorted(mentioned_names(text)))
+    def add(row: dict[str, Any], text: str | None) -> None:
+        rows.extend({**row, "item_type": kind.name, "username": name} for name in sorted(mentioned_names(text)))
 
-    for item_id, item_project, title, description, created_at in con.execute(f"""
-        SELECT id, project_id, title, description, created_at FROM {kind.table}
+    for item_id, project_id, title, description, author, created_at in con.execute(f"""
+        SELECT id, project_id, title, description, author_username, created_at FROM {kind.table}
         WHERE id IN (SELECT unnest(?::BIGINT[])) AND (contains(title, '@') OR contains(description, '@'))
     """, [ids]).fetchall():
-        add(item_project, item_id, None, None, "title", title, created_at)
-        add(item_project, item_id, None, None, "description", description, created_at)
-    for note_id, discussion_id, note_project, item_id, body, created_at in con.execute("""
-        SELECT id, discussion_id, project_id, noteable_id, body, created_at FROM notes
-        WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[])) AND contains(body, '@')
+        item = {"project_id": project_id, "item_id": item_id, "note_id": None, "discussion_id": None,
+                "author_username": author, "created_at": created_at, "resolvable": None, "resolved": None}
+        add({**item, "found_in": "title"}, title)
+        add({**item, "found_in": "description"}, description)
+    for note_id, discussion_id, project_id, item_id, body, author, created_at, resolvable, resolved in con.execute("""
+        SELECT id, discussion_id, project_id, noteable_id, body, author_username, created_at, resolvable, resolved
+        FROM notes WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[])) AND contains(body, '@')
     """, [kind.noteable_type, ids]).fetchall():
-        add(note_project, item_id, note_id, discussion_id, "note", body, created_at)
+        add({"project_id": project_id, "item_id": item_id, "note_id": note_id, "discussion_id": discussion_id,
+             "found_in": "note", "author_username": author, "created_at": created_at, "resolvable": resolvable,
+             "resolved": resolved}, body)
     insert_rows(con, "mentions", rows)
     stats.mentions += len(rows)
 

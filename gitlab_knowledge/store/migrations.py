@@ -304,7 +304,10 @@ def _mentions(con: duckdb.DuckDBPyConnection) -> None:
             discussion_id TEXT,                 -- the note's thread
             found_in TEXT NOT NULL,             -- title | description | note
             username TEXT NOT NULL,             -- the name mentioned, lower case
-            created_at TIMESTAMP                -- when the note, or the item, was written
+            author_username TEXT,               -- who wrote it: the note's author, or the item's
+            created_at TIMESTAMP,               -- when the note, or the item, was written
+            resolvable BOOLEAN,                 -- the note's thread state, as the note says it
+            resolved BOOLEAN
         )
     """)
     # The graph is rebuilt from the stored text (no GitLab call): every item's mentions are read.

@@ -3,10 +3,11 @@
 The graph tools and the items' links run the CLI's own functions (graph/queries.py), which read
 every row. For the server they read through a lens (store/reader.py's Lens): views named like the
 tables they shadow (`issues`, `notes`, `system_notes`, `discussions`, `item_references`,
-`raw_payloads`), first on the read's search path, so the same SQL reads only what the config lets
-agents see. Confidential issues go with their threads, notes, system notes, payloads, the links
-written in them and the links to them; internal notes go with their threads and the links written
-in them (a stored thread payload keeps its other notes, as GitLab shows a thread to a guest).
+`mentions`, `raw_payloads`), first on the read's search path, so the same SQL reads only what the
+config lets agents see. Confidential issues go with their threads, notes, system notes, payloads,
+the links and mentions written in them and the links to them; internal notes go with their threads
+and the links and mentions written in them (a stored thread payload keeps its other notes, as
+GitLab shows a thread to a guest).
 
 What is hidden is listed in small tables (the hidden issues; the hidden notes with their threads;
 the hidden links), built once per version of the store rather than inside every query that scans
@@ -62,6 +63,10 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         "AND (h.project_id = r.target_project_id OR (r.target_project_id IS NULL AND h.path = lower(r.target_path)))))",
         f"CREATE OR REPLACE VIEW {at}.item_references AS SELECT * FROM {_STORE}.item_references "
         f"WHERE rowid NOT IN (SELECT row FROM {at}.hidden_references)",
+        # Who is mentioned where (graph/refresh.py): not in a hidden note, nor in a confidential issue.
+        f"CREATE OR REPLACE VIEW {at}.mentions AS SELECT * FROM {_STORE}.mentions "
+        f"WHERE (note_id IS NULL OR note_id NOT IN (SELECT id FROM {at}.hidden_notes)) "
+        f"AND NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))",
         _raw_payloads(at, include_confidential=include_confidential, include_internal=include_internal),
     )
     return Lens(schema, statements)

@@ -77,9 +77,9 @@ def thread(con: Any, discussion: str, kind: str, item_id: int, notes: list[tuple
                      author, body, created, i, resolvable, resolved])
         # Who the note mentions, as the graph layer records it (graph/refresh.py).
         for name in mentioned_names(body):
-            con.execute("INSERT INTO mentions VALUES (?, ?, ?, ?, ?, 'note', ?, ?)",
+            con.execute("INSERT INTO mentions VALUES (?, ?, ?, ?, ?, 'note', ?, ?, ?, ?, ?)",
                         [PLATFORM, "merge_request" if kind == "mr" else "issue", item_id, note_id, discussion, name,
-                         created])
+                         author, created, resolvable, resolved])
         if position and i == 0:
             con.execute("INSERT INTO note_positions (note_id, old_path, new_path, new_line) VALUES (?, ?, ?, ?)",
                         [note_id, position[0], position[0], position[1]])
