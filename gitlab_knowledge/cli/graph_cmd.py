@@ -109,8 +109,9 @@ def history_cmd(args: argparse.Namespace, config: Config) -> int:
             change = f"renamed from {escape(f['old_path'] or '?')} to" if f["change"] == "renamed" \
                 else CHANGE_WORDS.get(f["change"], f["change"])
             o.print(f"  {change} {escape(f['path'])}")
-        for issue in mr["closes"]:
-            o.print(f"  closes {_item(issue)}")
+        for group, title in GROUP_TITLES.items():  # closes, then the other typed links
+            for link in mr["links"][group]:
+                o.print(f"  {title.lower()} {_item(link)}")
         for t in mr["threads"]:
             state = "resolved" if t["resolved"] else ("unresolved" if t["resolvable"] else "comment")
             line = f":{t['line']}" if t["line"] else ""

@@ -5,7 +5,7 @@ whose `as_dict()` is the JSON document of cli/schemas/me.json and person.json; g
 re-exports both functions.
 """
 
-import re
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,15 +14,13 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import MissingUser, UsageError
 from gitlab_knowledge.graph.answers import Changes, Me, Person
+from gitlab_knowledge.graph.mentioned import OPEN_STATES, mentions_of
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
-# `reopened` is what GitLabs before 10.x stored for an item opened again.
-OPEN_STATES = ("opened", "reopened")
 DEFAULT_SINCE = timedelta(days=7)
 TOP = 10  # labels and paths `person` lists
-EXCERPT_LEAD = 60  # characters of context an excerpt keeps before the @mention it shows
 # The columns ITEM_COLUMNS names: what an entry says is chosen; any other column is an extra.
 _ITEM_KEYS = {c.split(" AS ")[-1].split(".")[-1] for c in ITEM_COLUMNS.split(", ")}
 
@@ -41,12 +39,6 @@ def _username(user: str) -> str:
     if not name or any(c.isspace() for c in name):
         raise UsageError(f"expected a GitLab username such as janedoe, got {user!r}")
     return name
-
-
-def mentions_user(body: str | None, user: str) -> bool:
-    """Whether the text mentions @user: not @user.other or @username, nor an email address."""
-    pattern = rf"(?<![\w.@/-])@{re.escape(user)}(?![\w-]|\.[\w-])"
-    return body is not None and re.search(pattern, body, re.IGNORECASE) is not None
 
 
 def _entries(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, where: str, params: list[Any],
@@ -100,17 +92,9 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         pid = project_id(con, project)
         name = _username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
         u = name.lower()
-        open_item = f"t.state IN {OPEN_STATES}"
-        assigned = _entries(con, kinds.ISSUE, f"{open_item} AND {_in('t.assignees')}", [u], pid)
-        # An MR's author is usually its assignee too (GitLab's habit): those are "authored".
-        assigned_mrs = _entries(con, kinds.MERGE_REQUEST,
-                                f"{open_item} AND {_in('t.assignees')} AND NOT {_is('t.author_username')}", [u, u], pid)
-        reviewing = _entries(con, kinds.MERGE_REQUEST, f"{open_item} AND {_in('t.reviewers')}", [u], pid)
-        authored = _entries(con, kinds.MERGE_REQUEST, f"{open_item} AND {_is('t.author_username')}", [u], pid,
-                            extra=", (SELECT count(*) FROM discussions d WHERE d.merge_request_id = t.id "
-                                  "AND d.resolvable AND NOT COALESCE(d.resolved, false)) AS unresolved_threads")
-        mentions = mentions_of(con, name, pid, start, attention=True)
-        notes, note_total, states = _changes(con, u, start, pid, limit)
+        assigned, assigned_mrs, reviewing, authored, states = _my_items(con, u, pid, start)
+        mentions, mentioned = mentions_of(con, name, pid, start, attention=True, limit=limit)
+        notes, note_total = _changes(con, u, start, pid, limit)
     todos = None
     if live:
         from gitlab_knowledge.graph.todos import pending_todos
@@ -119,7 +103,7 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
     lists = {"assigned_issues": _because(assigned, "assigned"), "assigned_mrs": _because(assigned_mrs, "assigned"),
              "review_requested": _because(reviewing, "review requested"),
              "authored_open_mrs": _because(authored, "authored"), "mentions": mentions}
-    counts = {**{key: len(value) for key, value in lists.items()}, "todos": len(todos) if todos is not None else None,
+    counts = {**{key: len(value) for key, value in lists.items()}, "mentions": mentioned, "todos": len(todos) if todos is not None else None,
               "notes": note_total, "state_changes": len(states)}
     cut = slice(None, limit)
     return Me(user=name, user_from="argument" if user is not None else "token", since=iso(start), project=project,
@@ -133,69 +117,6 @@ def _because(entries: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]
     return [{**e, "reason": reason} for e in entries]
 
 
-def _around(text: str, user: str) -> str:
-    """An excerpt of `text` that shows where it names @user (a long description names people
-    anywhere)."""
-    found = re.search(rf"@{re.escape(user)}", text, re.IGNORECASE)
-    start = found.start() if found else 0
-    if start > EXCERPT_LEAD:
-        text = "…" + text[start - EXCERPT_LEAD:].lstrip()
-    return excerpt(text)
-
-
-def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, start: datetime | None,
-                attention: bool = False) -> list[dict[str, Any]]:
-    """Every place someone else wrote @user: notes in any thread (resolved or not; the latest such
-    note of each thread) and item titles and descriptions, newest first, each with its reason.
-    Written since `start`; with `attention` (what `me` lists), also any older one on an open item
-    or in a thread still unresolved."""
-    def kept(at: datetime | None, state: str | None, resolved: bool | None) -> bool:
-        recent = start is None or (at is not None and at >= start)
-        return recent or (attention and (state in OPEN_STATES or resolved is False))
-
-    out: dict[str, dict[str, Any]] = {}
-    u = user.lower()
-    # contains/strpos narrow the rows in SQL (the notes alone: no join while scanning every
-    # body); mentions_user then decides (@user.other is someone else).
-    scope, scoped = (" AND n.project_id = ?", [pid]) if pid is not None else ("", [])
-    found = rows(con, f"""
-        SELECT n.id AS note_id, n.discussion_id, n.noteable_type, n.noteable_id, n.author_username AS note_author,
-               n.body, n.created_at AS note_at, n.resolvable, n.resolved
-        FROM notes n
-        WHERE contains(n.body, '@') AND strpos(lower(n.body), ?) > 0 AND NOT {_is('n.author_username')}{scope}
-        ORDER BY n.created_at DESC, n.id DESC""", [f"@{u}", u, *scoped])
-    found = [r for r in found if mentions_user(r["body"], user)]
-    items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
-    for r in found:
-        if r["discussion_id"] in out or (r["noteable_type"], r["noteable_id"]) not in items:
-            continue
-        kind, item = items[(r["noteable_type"], r["noteable_id"])]
-        # GitLab marks every note of a resolved thread resolved: the note says its thread's state.
-        resolved = bool(r["resolved"]) if r["resolvable"] else None
-        if not kept(r["note_at"], item["state"], resolved):
-            continue
-        out[r["discussion_id"]] = {
-            "item": public_item(kind, item), "reason": "mentioned in a note", "discussion_id": r["discussion_id"],
-            "note_id": r["note_id"], "author": r["note_author"], "created_at": iso(r["note_at"]),
-            "excerpt": _around(r["body"], user), "resolved": resolved,
-            "url": kinds.note_url(item['web_url'], r['note_id']) if item["web_url"] else None}
-    scope = scope.replace("n.", "t.")
-    for kind in kinds.ITEM_KINDS:
-        for r in rows(con, f"""
-                SELECT {ITEM_COLUMNS}, t.description FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE (contains(t.description, '@') AND strpos(lower(t.description), ?) > 0
-                       OR contains(t.title, '@') AND strpos(lower(t.title), ?) > 0)
-                  AND NOT {_is('t.author_username')}{scope}""", [f"@{u}", f"@{u}", u, *scoped]):
-            text = next((x for x in (r["description"], r["title"]) if mentions_user(x, user)), None)
-            if text is None or not kept(r["created_at"], r["state"], None):
-                continue
-            out[f"{kind.name}:{r['id']}"] = {
-                "item": public_item(kind, r), "reason": "mentioned in the description", "discussion_id": None,
-                "note_id": None, "author": r["author_username"], "created_at": iso(r["created_at"]),
-                "excerpt": _around(text, user), "resolved": None, "url": r["web_url"]}
-    return sorted(out.values(), key=lambda m: (m["created_at"] or "", m["note_id"] or 0), reverse=True)
-
-
 def _mine(kind: kinds.Kind) -> str:
     """The user authored the item, is assigned to it or (an MR) reviews it."""
     roles = [_is("t.author_username"), _in("t.assignees")]
@@ -204,64 +125,81 @@ def _mine(kind: kinds.Kind) -> str:
     return "(" + " OR ".join(roles) + ")"
 
 
+_ROLES = ("is_author", "is_assignee", "is_reviewer", "merged_at")
+
+
+def _my_items(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime) -> tuple[list[dict[str, Any]], ...]:
+    """`me`'s item lists, newest update first, from one read of each kind: the open issues assigned
+    to the user, the open MRs assigned (not authored), to review and authored (with their
+    unresolved threads), and the items closed or merged since `start`."""
+    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
+    found: dict[kinds.Kind, list[dict[str, Any]]] = {}
+    for kind in kinds.ITEM_KINDS:
+        mr = kind is kinds.MERGE_REQUEST
+        merged = "t.merged_at" if mr else "NULL::TIMESTAMP"
+        found[kind] = rows(con, f"""
+            SELECT {ITEM_COLUMNS}, {merged} AS merged_at, {_is('t.author_username')} AS is_author,
+                   {_in('t.assignees')} AS is_assignee, {_in('t.reviewers') if mr else 'false'} AS is_reviewer
+            FROM {kind.table} t JOIN projects p ON p.id = t.project_id
+            WHERE {_mine(kind)} AND (t.state IN {OPEN_STATES} OR t.closed_at >= ? OR {merged} >= ?){scope}
+            ORDER BY t.updated_at DESC, t.id DESC""", [u, u, *([u] if mr else []), *[u] * _mine(kind).count("?"),
+                                                       start, start, *scoped])
+
+    def picked(kind: kinds.Kind, keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        return [r for r in found[kind] if r["state"] in OPEN_STATES and keep(r)]
+
+    def entries(kind: kinds.Kind, items: list[dict[str, Any]], **extra: Any) -> list[dict[str, Any]]:
+        return [_entry(kind, {**{k: v for k, v in r.items() if k not in _ROLES},
+                              **{k: v[r["id"]] for k, v in extra.items()}}) for r in items]
+
+    issues, mrs = kinds.ISSUE, kinds.MERGE_REQUEST
+    # An MR's author is usually its assignee too (GitLab's habit): those are "authored".
+    authored = picked(mrs, lambda r: r["is_author"])
+    unresolved = dict(con.execute("""
+        SELECT merge_request_id, count(*) FROM discussions
+        WHERE merge_request_id IN (SELECT unnest(?::BIGINT[])) AND resolvable AND NOT COALESCE(resolved, false)
+        GROUP BY ALL""", [[r["id"] for r in authored]]).fetchall()) if authored else {}
+    states: list[dict[str, Any]] = []
+    for kind, items in found.items():
+        for r in items:
+            if r["merged_at"] is not None and r["merged_at"] >= start:
+                states.append({"item": public_item(kind, r), "change": "merged", "at": iso(r["merged_at"])})
+            elif r["closed_at"] is not None and r["closed_at"] >= start:
+                states.append({"item": public_item(kind, r), "change": "closed", "at": iso(r["closed_at"])})
+    states.sort(key=lambda s: (s["at"] or "", s["item"]["reference"]), reverse=True)
+    return (entries(issues, picked(issues, lambda r: r["is_assignee"])),
+            entries(mrs, picked(mrs, lambda r: r["is_assignee"] and not r["is_author"])),
+            entries(mrs, picked(mrs, lambda r: r["is_reviewer"])),
+            entries(mrs, authored, unresolved_threads={r["id"]: unresolved.get(r["id"], 0) for r in authored}), states)
+
+
 def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime, pid: int | None,
-             limit: int | None) -> tuple[list[dict[str, Any]], int, list[dict[str, Any]]]:
-    """New notes by others on the user's items since `start` (the newest `limit`, and how many
-    there are), and the items closed or merged since then."""
+             limit: int | None) -> tuple[list[dict[str, Any]], int]:
+    """New notes by others on the user's items since `start`: the newest `limit`, and how many
+    there are."""
     scope = " AND t.project_id = ?" if pid is not None else ""
     scoped = [pid] if pid is not None else []
-    mine = " UNION ALL ".join(f"SELECT '{k.noteable_type}' AS noteable_type, t.id FROM {k.table} t "
-                              f"WHERE {_mine(k)}{scope}" for k in kinds.ITEM_KINDS)
+    mine = " UNION ALL ".join(
+        f"SELECT '{k.noteable_type}' AS noteable_type, '{k.name}' AS kind, t.id, t.iid, t.title, t.state, t.web_url, "
+        f"p.path_with_namespace AS project FROM {k.table} t JOIN projects p ON p.id = t.project_id "
+        f"WHERE {_mine(k)}{scope}" for k in kinds.ITEM_KINDS)
     mine_params = [p for k in kinds.ITEM_KINDS for p in ([u] * _mine(k).count("?") + scoped)]
-    # Newest first with a LIMIT: DuckDB reads the bodies of the notes it returns only (a user's
-    # items can carry ten thousand notes since a day long ago, and an agent is shown 100).
-    picked = f"""
+    # The newest first and how many, without a body; then the bodies of those shown only (a
+    # user's items can carry ten thousand notes since a day long ago, and an agent is shown 100).
+    found = rows(con, f"""
         WITH mine AS ({mine})
-        SELECT {{columns}} FROM notes n JOIN mine ON n.noteable_type = mine.noteable_type AND n.noteable_id = mine.id
-        WHERE n.created_at >= ? AND NOT {_is('n.author_username')}"""
-    params = [*mine_params, start, u]
-    found = rows(con, picked.format(columns="n.id AS note_id, n.noteable_type, n.noteable_id, "
-                                            "n.author_username AS note_author, n.body, n.created_at AS note_at")
-                 + " ORDER BY n.created_at DESC, n.id DESC" + (f" LIMIT {int(limit)}" if limit is not None else ""),
-                 params)
-    total = len(found) if limit is None or len(found) < limit else \
-        int(con.execute(picked.format(columns="count(*)"), params).fetchone()[0])  # type: ignore[index]
-    items = _items_by_id(con, {(r["noteable_type"], r["noteable_id"]) for r in found})
-    notes = []
-    for r in found:
-        kind, item = items[(r["noteable_type"], r["noteable_id"])]
-        notes.append({"item": public_item(kind, item), "note_id": r["note_id"], "author": r["note_author"],
-                      "created_at": iso(r["note_at"]), "excerpt": excerpt(r["body"]),
-                      "url": kinds.note_url(item['web_url'], r['note_id']) if item["web_url"] else None})
-    states: list[dict[str, Any]] = []
-    for kind in kinds.ITEM_KINDS:
-        who = [u] * _mine(kind).count("?")
-        merged = ", t.merged_at" if kind is kinds.MERGE_REQUEST else ", NULL AS merged_at"
-        for r in rows(con, f"""
-                SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE {_mine(kind)} AND (t.closed_at >= ? OR t.merged_at >= ?){scope}"""
-                      if kind is kinds.MERGE_REQUEST else f"""
-                SELECT {ITEM_COLUMNS}{merged} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                WHERE {_mine(kind)} AND t.closed_at >= ?{scope}""",
-                      [*who, start, *([start] if kind is kinds.MERGE_REQUEST else []), *scoped]):
-            change, at = ("merged", r["merged_at"]) if r["merged_at"] and r["merged_at"] >= start \
-                else ("closed", r["closed_at"])
-            states.append({"item": public_item(kind, r), "change": change, "at": iso(at)})
-    states.sort(key=lambda s: (s["at"] or "", s["item"]["reference"]), reverse=True)
-    return notes, total, states
-
-
-def _items_by_id(con: duckdb.DuckDBPyConnection,
-                 wanted: set[tuple[str, int]]) -> dict[tuple[str, int], tuple[kinds.Kind, dict[str, Any]]]:
-    """Items by (noteable type, id), one query per kind for all of them."""
-    out: dict[tuple[str, int], tuple[kinds.Kind, dict[str, Any]]] = {}
-    for kind in kinds.ITEM_KINDS:
-        ids = sorted(i for t, i in wanted if t == kind.noteable_type)
-        if ids:
-            for r in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
-                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [ids]):
-                out[(kind.noteable_type, r["id"])] = (kind, r)
-    return out
+        SELECT n.id AS note_id, n.author_username AS note_author, n.created_at AS note_at, mine.*,
+               count(*) OVER () AS total
+        FROM notes n JOIN mine ON n.noteable_type = mine.noteable_type AND n.noteable_id = mine.id
+        WHERE n.created_at >= ? AND NOT {_is('n.author_username')}
+        ORDER BY n.created_at DESC, n.id DESC{f' LIMIT {int(limit)}' if limit is not None else ''}""",
+                 [*mine_params, start, u])
+    bodies = dict(con.execute("SELECT id, body FROM notes WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                              [[r["note_id"] for r in found]]).fetchall()) if found else {}
+    notes = [{"item": public_item(kinds.kind(r["kind"]), r), "note_id": r["note_id"], "author": r["note_author"],
+              "created_at": iso(r["note_at"]), "excerpt": excerpt(bodies.get(r["note_id"])),
+              "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None} for r in found]
+    return notes, found[0]["total"] if found else 0
 
 
 # -- person -------------------------------------------------------------------------------------
@@ -334,12 +272,12 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
         commented.sort(key=lambda e: (e["last_note_at"] or "", e["reference"]), reverse=True)
         lists["assigned"].sort(key=lambda e: (e["updated_at"] or "", e["reference"]), reverse=True)
         lists["commented_on"] = commented
-        lists["mentioned_in"] = mentions_of(con, name, pid, start)
+        lists["mentioned_in"], mentioned = mentions_of(con, name, pid, start, limit=limit)
         labels = _top_labels(con, u, pid, created, updated)
         paths = _top_paths(con, u, pid, created, noted, start)
         activity = _activity(con, u, pid, start, limit)
     return Person(user=name, name=display or None, project=project, since=iso(start),
-                  counts={key: len(value) for key, value in lists.items()},
+                  counts={**{key: len(value) for key, value in lists.items()}, "mentioned_in": mentioned},
                   **{key: value[:limit] for key, value in lists.items()},
                   top_labels=labels, top_paths=paths, recent_activity=activity)
 

@@ -110,15 +110,37 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
 def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
              item: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The item's links, grouped, each other item once per group."""
-    groups: dict[str, dict[tuple[str, str], dict[str, Any]]] = {g: {} for g in GROUPS}
-    cache: dict[tuple[str, int], dict[str, Any] | None] = {}
+    return links_for(con, config, kind, [item])[item["id"]]
+
+
+def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
+              items: list[dict[str, Any]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """`links_of` for each of several items of one kind, by item id, read in a few queries for all
+    of them: the links and then the items on their other side (a query per link cost ~1.5 ms each
+    at 100K documents, and an MR links a dozen items)."""
+    out: dict[int, dict[str, dict[tuple[str, str], dict[str, Any]]]] = {i["id"]: {g: {} for g in GROUPS} for i in items}
+    if not items:
+        return {}
     outgoing = rows(con, """
-        SELECT kind, found_in, target_type, target_path, target_iid, target_project_id, external
-        FROM item_references WHERE source_type = ? AND source_id = ?""", [kind.name, item["id"]])
+        SELECT source_id, kind, found_in, target_type, target_path, target_iid, target_project_id, external
+        FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))""",
+                    [kind.name, [i["id"] for i in items]])
+    incoming = rows(con, """
+        SELECT kind, found_in, source_type, source_id, target_iid, target_project_id, target_path FROM item_references
+        WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[]))""",
+                    [kind.name, sorted({i["iid"] for i in items})])
+    # A link not resolved when it was read names its project by path: it may have been synced since.
+    paths: dict[str, int] = {}
+    for pid, path in con.execute("SELECT id, lower(path_with_namespace) FROM projects ORDER BY id DESC").fetchall():
+        paths[path] = pid
+    for r in outgoing:
+        r["pid"] = r["target_project_id"] if r["target_project_id"] is not None else paths.get(r["target_path"].lower())
+    by_key = _items_keyed(con, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None})
+    by_id = _items_by_id(con, {(r["source_type"], r["source_id"]) for r in incoming})
     for r in outgoing:
         target_kind = kinds.kind(r["target_type"])
-        found = _target(con, target_kind, r["target_project_id"], r["target_path"], r["target_iid"], cache)
-        if found is not None and found["id"] == item["id"] and target_kind is kind:
+        found = by_key.get((r["target_type"], r["pid"], r["target_iid"]))
+        if found is not None and found["id"] == r["source_id"] and target_kind is kind:
             continue  # an item naming itself links nothing
         if found is not None:
             link = {**public_item(target_kind, found), "external": bool(r["external"]), "in_store": True}
@@ -127,40 +149,47 @@ def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
                     "title": None, "state": None,
                     "url": item_url(config, r["target_path"], target_kind, r["target_iid"]),
                     "external": bool(r["external"]), "in_store": False}
-        _add(groups[r["kind"]], link, r["found_in"])
-    incoming = rows(con, """
-        SELECT kind, found_in, source_type, source_id FROM item_references
-        WHERE target_type = ? AND target_iid = ?
-          AND (target_project_id = ? OR (target_project_id IS NULL AND lower(target_path) = lower(?)))""",
-                    [kind.name, item["iid"], item["project_id"], item["project"]])
+        _add(out[r["source_id"]][r["kind"]], link, r["found_in"])
+    by_project = {(i["iid"], i["project_id"]): i for i in items}
+    by_path = {(i["iid"], i["project"].lower()): i for i in items}
     for r in incoming:
+        target = by_project.get((r["target_iid"], r["target_project_id"])) if r["target_project_id"] is not None \
+            else by_path.get((r["target_iid"], (r["target_path"] or "").lower()))
         source_kind = kinds.kind(r["source_type"])
-        if source_kind is kind and r["source_id"] == item["id"]:
+        source = by_id.get((r["source_type"], r["source_id"]))
+        # A source gone from the store was deleted since: the next run drops the row.
+        if target is None or source is None or (source_kind is kind and r["source_id"] == target["id"]):
             continue
-        key = (source_kind.name, r["source_id"])
-        if key not in cache:
-            cache[key] = stored_item(con, source_kind, "t.id = ?", [r["source_id"]])
-        source = cache[key]
-        if source is None:
-            continue  # written in an item since deleted: the next run drops the row
         link = {**public_item(source_kind, source), "external": False, "in_store": True}
-        _add(groups[_INCOMING[r["kind"]]], link, r["found_in"])
-    return {g: sorted(links.values(), key=_link_order) for g, links in groups.items()}
+        _add(out[target["id"]][_INCOMING[r["kind"]]], link, r["found_in"])
+    return {i: {g: sorted(links.values(), key=_link_order) for g, links in groups.items()} for i, groups in out.items()}
 
 
-def _target(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, target_project_id: int | None, path: str, iid: int,
-            cache: dict[tuple[str, int], dict[str, Any] | None]) -> dict[str, Any] | None:
-    if target_project_id is None:
-        # Not resolved when the link was read: the project may have been synced since.
-        found = con.execute("SELECT id FROM projects WHERE lower(path_with_namespace) = lower(?) ORDER BY id LIMIT 1",
-                            [path]).fetchone()
-        if found is None:
-            return None
-        target_project_id = found[0]
-    item = stored_item(con, kind, "t.project_id = ? AND t.iid = ?", [target_project_id, iid])
-    if item is not None:
-        cache[(kind.name, item["id"])] = item
-    return item
+def _items_keyed(con: duckdb.DuckDBPyConnection,
+                 wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """Stored items by (kind name, project id, iid), one query per kind for all of them."""
+    out = {}
+    for kind in kinds.ITEM_KINDS:
+        keys = sorted((pid, iid) for name, pid, iid in wanted if name == kind.name)
+        if keys:
+            for r in rows(con, f"""
+                    SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
+                    JOIN (SELECT unnest(?::BIGINT[]) AS pid, unnest(?::BIGINT[]) AS iid) w
+                      ON t.project_id = w.pid AND t.iid = w.iid""", [[k[0] for k in keys], [k[1] for k in keys]]):
+                out[(kind.name, r["project_id"], r["iid"])] = r
+    return out
+
+
+def _items_by_id(con: duckdb.DuckDBPyConnection, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Stored items by (kind name, id), one query per kind for all of them."""
+    out = {}
+    for kind in kinds.ITEM_KINDS:
+        ids = sorted(i for name, i in wanted if name == kind.name)
+        if ids:
+            for r in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
+                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [ids]):
+                out[(kind.name, r["id"])] = r
+    return out
 
 
 def _add(group: dict[tuple[str, str], dict[str, Any]], link: dict[str, Any], found_in: str) -> None:
@@ -297,56 +326,6 @@ def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any
                       "resolvable": bool(t["resolvable"]), "resolved": bool(t["resolved"])} for t in firsts}
 
 
-def _closes(con: duckdb.DuckDBPyConnection, config: Config, mrs: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    """What `links_of(...)["closes"]` says for each MR, read for all of them at once: the links
-    written in them whose kind is a close, and those written elsewhere whose other side is one."""
-    mr = kinds.MERGE_REQUEST
-    out: dict[int, dict[tuple[str, str], dict[str, Any]]] = {m["id"]: {} for m in mrs}
-    if not mrs:
-        return {}
-    ids = [m["id"] for m in mrs]
-    written = [k for k in _INCOMING if k == "closes"]
-    other_side = [k for k, seen in _INCOMING.items() if seen == "closes"]
-    cache: dict[tuple[str, int], dict[str, Any] | None] = {}
-    for r in rows(con, """
-            SELECT source_id, kind, found_in, target_type, target_path, target_iid, target_project_id, external
-            FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[])) AND list_contains(?, kind)""",
-                  [mr.name, ids, written]):
-        target_kind = kinds.kind(r["target_type"])
-        found = _target(con, target_kind, r["target_project_id"], r["target_path"], r["target_iid"], cache)
-        if found is not None and found["id"] == r["source_id"] and target_kind is mr:
-            continue
-        link = {**public_item(target_kind, found), "external": bool(r["external"]), "in_store": True} if found \
-            else {"reference": target_kind.ref(r["target_iid"], r["target_path"]), "type": target_kind.name,
-                  "title": None, "state": None, "external": bool(r["external"]), "in_store": False,
-                  "url": item_url(config, r["target_path"], target_kind, r["target_iid"])}
-        _add(out[r["source_id"]], link, r["found_in"])
-    by_key = {(m["iid"], m["project_id"]): m for m in mrs}
-    by_path = {(m["iid"], m["project"].lower()): m for m in mrs}
-    incoming = rows(con, """
-        SELECT kind, found_in, source_type, source_id, target_iid, target_project_id, target_path FROM item_references
-        WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[])) AND list_contains(?, kind)""",
-                    [mr.name, sorted({m["iid"] for m in mrs}), other_side])
-    sources: dict[str, set[int]] = {}
-    for r in incoming:
-        sources.setdefault(r["source_type"], set()).add(r["source_id"])
-    for name, source_ids in sources.items():
-        kind = kinds.kind(name)
-        for found in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
-                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [sorted(source_ids)]):
-            cache[(name, found["id"])] = found
-    for r in incoming:
-        target = by_key.get((r["target_iid"], r["target_project_id"])) if r["target_project_id"] is not None \
-            else by_path.get((r["target_iid"], (r["target_path"] or "").lower()))
-        source_kind = kinds.kind(r["source_type"])
-        source = cache.get((source_kind.name, r["source_id"]))
-        if target is None or source is None or (source_kind is mr and r["source_id"] == target["id"]):
-            continue
-        _add(out[target["id"]], {**public_item(source_kind, source), "external": False, "in_store": True},
-             r["found_in"])
-    return {mr_id: sorted(links.values(), key=_link_order) for mr_id, links in out.items()}
-
-
 def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> History:
     """The merge requests that touched `path` (a file, or every file under a directory), newest
     first, following renames back: an MR that renamed X to the path brings in the MRs on X before it."""
@@ -364,12 +343,12 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
         while follow:
             _touches(con, follow.pop(0), root, hits, follow, seen, renames)
         newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
-        # The MRs, their closes and their threads in a few queries for all of them, not per MR.
+        # The MRs, their links and their threads in a few queries for all of them, not per MR.
         found = {r["id"]: r for r in rows(con, """
             SELECT t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.merged_at, t.updated_at,
                    t.author_username, p.path_with_namespace AS project
             FROM merge_requests t JOIN projects p ON p.id = t.project_id WHERE t.id IN (SELECT unnest(?::BIGINT[]))""", [newest])}
-        closes = _closes(con, workspace.config, [found[i] for i in newest if i in found])
+        links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found])
         threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()})
         out = []
         for mr_id in newest:
@@ -379,6 +358,8 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
             out.append({**public_item(kinds.MERGE_REQUEST, mr), "merged_at": iso(mr["merged_at"]),
                         "updated_at": iso(mr["updated_at"]), "author": mr["author_username"], "files": files,
                         "followed_rename": hit["rename"],
-                        "closes": [{k: c[k] for k in ("reference", "title", "state", "url")} for c in closes[mr_id]],
+                        "closes": [{k: c[k] for k in ("reference", "title", "state", "url")} for c in links[mr_id]["closes"]],
+                        "links": {g: [{k: c[k] for k in ("reference", "type", "title", "state", "url")} for c in group]
+                                  for g, group in links[mr_id].items()},
                         "threads": [thread for t, thread in threads.items() if t in hit["threads"]]})
     return History(path=base, project=project, total=len(hits), renames=renames, merge_requests=out)

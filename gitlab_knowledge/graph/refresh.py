@@ -1,9 +1,11 @@
-"""The graph layer: links between items (`item_references`) and MR file lists (`mr_files`).
+"""The graph layer: links between items (`item_references`), who is mentioned where (`mentions`)
+and MR file lists (`mr_files`).
 
 Like the normalized layer it is driven by `change_seq` and reads only the store: each run takes
 the project's raw rows changed since its watermark, and for every issue or MR they touch rebuilds
 the links written in it (title, description, notes, system notes: graph/refs.py says which words
-make a link) and, for an MR, its file list from the stored `/diffs` payload. It runs after the
+make a link), the @usernames written in its title, description and notes (graph/mentions.py)
+and, for an MR, its file list from the stored `/diffs` payload. It runs after the
 normalized layer and never ahead of it (its watermark stops at the normalized one), because links
 are read from the normalized rows.
 
@@ -22,6 +24,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.graph.mentions import mentioned_names
 from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, MAX_SCAN, UNRELATED, extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import GRAPH, NORMALIZED
@@ -44,6 +47,7 @@ class GraphStats(LayerStats):
     items_rebuilt: int = 0
     references: int = 0  # links written by the rebuilt items
     external: int = 0  # the project's links to projects this store does not sync
+    mentions: int = 0  # @usernames written in the rebuilt items
     mr_file_lists: int = 0
     mr_files: int = 0
     batches: int = 0
@@ -95,6 +99,7 @@ def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: 
     path = canonical_path(con, project_id) or ""
     for kind, ids in parents.items():
         _rebuild_references(con, project_id, path, gitlab_url, kinds.kind(kind), sorted(ids), stats)
+        _rebuild_mentions(con, kinds.kind(kind), sorted(ids), stats)
     # An MR's changed-file list is its own (merge_request_diffs payloads): no other kind has one.
     if parents.get(kinds.MERGE_REQUEST.name):
         _rebuild_files(con, project_id, sorted(parents[kinds.MERGE_REQUEST.name]), stats)
@@ -138,6 +143,36 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
             })
     insert_rows(con, "item_references", rows)
     stats.references += len(rows)
+
+
+def _rebuild_mentions(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, ids: list[int], stats: GraphStats) -> None:
+    """Who the items' titles, descriptions and notes mention, with who wrote it when and (a note)
+    its thread's state: what `me` needs to pick a user's mentions without reading the notes. The
+    whole text is read (a mention deep in a long description counts), only where it holds an @."""
+    con.execute("DELETE FROM mentions WHERE item_type = ? AND item_id IN (SELECT unnest(?::BIGINT[]))",
+                [kind.name, ids])
+    rows: list[dict[str, Any]] = []
+
+    def add(row: dict[str, Any], text: str | None) -> None:
+        rows.extend({**row, "item_type": kind.name, "username": name} for name in sorted(mentioned_names(text)))
+
+    for item_id, project_id, title, description, author, created_at in con.execute(f"""
+        SELECT id, project_id, title, description, author_username, created_at FROM {kind.table}
+        WHERE id IN (SELECT unnest(?::BIGINT[])) AND (contains(title, '@') OR contains(description, '@'))
+    """, [ids]).fetchall():
+        item = {"project_id": project_id, "item_id": item_id, "note_id": None, "discussion_id": None,
+                "author_username": author, "created_at": created_at, "resolvable": None, "resolved": None}
+        add({**item, "found_in": "title"}, title)
+        add({**item, "found_in": "description"}, description)
+    for note_id, discussion_id, project_id, item_id, body, author, created_at, resolvable, resolved in con.execute("""
+        SELECT id, discussion_id, project_id, noteable_id, body, author_username, created_at, resolvable, resolved
+        FROM notes WHERE noteable_type = ? AND noteable_id IN (SELECT unnest(?::BIGINT[])) AND contains(body, '@')
+    """, [kind.noteable_type, ids]).fetchall():
+        add({"project_id": project_id, "item_id": item_id, "note_id": note_id, "discussion_id": discussion_id,
+             "found_in": "note", "author_username": author, "created_at": created_at, "resolvable": resolvable,
+             "resolved": resolved}, body)
+    insert_rows(con, "mentions", rows)
+    stats.mentions += len(rows)
 
 
 # Every path a link may name, lower case, and the synced project it names: each project's own

@@ -142,7 +142,8 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
         if mr.get("files_omitted"):
             lines.append(f"- [{mr['files_omitted']:,} more file(s) not shown: the first {ITEM_FILES} are; "
                          "ask about a narrower path, or run `history PATH --json`, for the rest]")
-        lines += [f"- closes {_item(issue)}" for issue in mr["closes"]]
+        lines += [f"- {title.lower()} {_item(link)}" for group, title in GROUP_TITLES.items()
+                  for link in mr["links"][group]]
         for t in mr["threads"]:
             state = "resolved" if t["resolved"] else ("unresolved" if t["resolvable"] else "comment")
             line = f":{t['line']}" if t["line"] else ""

@@ -309,7 +309,8 @@ def all_tools() -> list[Tool]:
              graph.RELATED_INPUT, schema("cli/schemas/related.json"), graph.related),
         Tool("file_history", "A file's merge requests",
              "The merge requests that touched a file (or every file under a directory), newest first, following "
-             "renames back, each with the matching files, the issues it closes and its review threads on them. "
+             "renames back, each with the matching files, what it closes and its other links (grouped as `related` "
+             "groups them) and its review threads on them. "
              "The `history --json` document.", graph.HISTORY_INPUT, schema("cli/schemas/history.json"),
              graph.file_history),
         Tool("me", "What needs a user's attention",

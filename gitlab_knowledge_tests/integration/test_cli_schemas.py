@@ -62,6 +62,20 @@ def test_every_schema_is_a_valid_draft_2020_12_schema():
         jsonschema.Draft202012Validator.check_schema(schema(name))
 
 
+@pytest.mark.parametrize("name", ["me", "person", "history"])
+def test_a_nullable_timestamp_is_one_test_that_means_what_the_anyof_meant(name):
+    """The graph tools' answers hold hundreds of nullable timestamps, and an MCP client validates
+    each answer: the definition is a single nullable string (an anyOf per value cost the SDK's
+    validation of a 100-entry `me` several times over), accepting and refusing as before."""
+    definition = schema(name)["$defs"]["timestamp_or_null"]
+    assert "anyOf" not in definition
+    validator = jsonschema.Draft202012Validator(definition, format_checker=jsonschema.FormatChecker())
+    for good in (None, "2024-03-15T09:12:44Z", "2024-03-15T09:12:44.5+01:00"):
+        assert validator.is_valid(good), good
+    for bad in ("2024-03-15", "yesterday", 1710494000, True, [], {}):
+        assert not validator.is_valid(bad), bad
+
+
 def test_the_help_names_each_schema():
     from gitlab_knowledge.cli import build_parser
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ MENTION = "@janedoe could you check the ping interval before this merges?"
 # resolved, someone else's description; and an MR assigned to janedoe that li.wei wrote.
 ISSUE_MENTION = "@janedoe the repro steps from the support ticket are above"
 RESOLVED_MENTION = "@janedoe is the retry budget per user or per token?"
+INTERNAL_MENTION = "@janedoe internal: the customer behind this ticket is named in the CRM"
 DESCRIPTION_MENTION = "Login fails on every second try.\n\n@janedoe you wrote the retry logic: any idea?"
 JANE = {"id": 17, "username": "janedoe", "name": "Jane Doe", "state": "active"}
 
@@ -58,6 +60,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
         try:
             sb.state.create_discussion(PLATFORM, "merge_requests", 862, MENTION)
             sb.state.add_note(PLATFORM, "issues", 196, ISSUE_MENTION)
+            sb.state.add_note(PLATFORM, "issues", 196, INTERNAL_MENTION, internal=True)
             resolved = sb.state.create_discussion(PLATFORM, "merge_requests", 847, RESOLVED_MENTION)
             resolved["notes"][0].update(resolvable=True, resolved=True, resolved_by=JANE)
             sb.state.create_issue(PLATFORM, "Login flakes on the second try", description=DESCRIPTION_MENTION)
@@ -128,6 +131,26 @@ def test_history_follows_the_rename_and_the_review_threads(home):
     under = {m["reference"] for m in answer(home, "history", "services/auth/")["merge_requests"]}
     assert {"acme/platform!812", "acme/platform!847", "acme/platform!851", "acme/platform!853"} <= under
     assert "acme/platform!803" in under  # through the rename
+
+
+def test_history_lists_every_typed_link_of_its_merge_requests(home):
+    """Each MR of a history carries its links grouped as `related` groups them (it showed `closes`
+    only): here the MRs under services/, whose links include mentions beside closes."""
+    from gitlab_knowledge.config import load_config
+    from gitlab_knowledge.graph.queries import related
+    from gitlab_knowledge.workspace import Workspace
+
+    out = answer(home, "history", "services", "--project", PLATFORM)
+    workspace = Workspace(load_config(home / "gitlab_knowledge.toml"))
+    keys = ("reference", "type", "title", "state", "url")
+    for mr in out["merge_requests"]:
+        want = related(workspace, mr["reference"]).as_dict()["links"]
+        assert mr["links"] == {g: [{k: link[k] for k in keys} for link in links] for g, links in want.items()}
+        assert mr["closes"] == [{k: link[k] for k in keys if k != "type"} for link in want["closes"]]
+    groups = {g for mr in out["merge_requests"] for g, links in mr["links"].items() if links}
+    assert {"closes", "mentioned_in"} <= groups, groups
+    text = cli(home, "history", "services", "--project", PLATFORM).stdout
+    assert "mentioned in acme/platform" in text
 
 
 AT_USER = "'(^|[^A-Za-z0-9_.@/-])@' || $u || '([^A-Za-z0-9_.-]|$|\\.([^A-Za-z0-9_-]|$))'"
@@ -230,6 +253,51 @@ def test_me_finds_every_mention_and_the_mrs_assigned(home):
     assert assigned["reason"] == "assigned" and assigned["state"] == "opened"
     mentioned = answer(home, "person", "janedoe")["mentioned_in"]
     assert {ISSUE_MENTION, RESOLVED_MENTION, MENTION} <= {m["excerpt"] for m in mentioned}
+
+
+def test_the_mentions_table_holds_what_a_scan_of_every_text_finds(home):
+    """`me` and `person` look mentions up in the graph's `mentions` rows; before those they scanned
+    every note, title and description with mentions_user. Over the whole store, for every user it
+    names, the rows say what that scan says."""
+    from gitlab_knowledge.graph.mentions import mentions_user
+
+    texts = [(kind, item, None, found_in, text) for table, kind in (("issues", "issue"), ("merge_requests", "merge_request"))
+             for found_in in ("title", "description")
+             for item, text in sql(home, f"SELECT id, {found_in} FROM {table}")]
+    texts += [("issue" if t == "Issue" else "merge_request", item, note, "note", body)
+              for t, item, note, body in sql(home, "SELECT noteable_type, noteable_id, id, body FROM notes")]
+    users = {u.lower() for (u,) in sql(home, """
+        SELECT author_username FROM notes UNION SELECT author_username FROM issues
+        UNION SELECT author_username FROM merge_requests UNION SELECT unnest(assignees) FROM issues
+        UNION SELECT unnest(assignees) FROM merge_requests UNION SELECT unnest(reviewers) FROM merge_requests""") if u}
+    scanned = {(kind, item, note, found_in, u) for kind, item, note, found_in, text in texts for u in users
+               if mentions_user(text, u)}
+    stored = set(sql(home, "SELECT item_type, item_id, note_id, found_in, username FROM mentions"))
+    assert len(scanned) > 3 and {r for r in stored if r[4] in users} == scanned
+
+
+def test_a_mention_in_an_internal_note_stays_behind_the_lens(home):
+    """The MCP server's lens hides internal notes: the `mentions` rows written in them too."""
+    from gitlab_knowledge.config import load_config
+    from gitlab_knowledge.graph import people
+    from gitlab_knowledge.store.reader import StoreReader
+    from gitlab_knowledge.store.visibility import hidden_lens
+    from gitlab_knowledge.workspace import Workspace
+
+    plain = Workspace(load_config(home / "gitlab_knowledge.toml"))
+    reader = StoreReader(plain.config.duckdb_path)
+    try:
+        lensed = plain.with_(lens=hidden_lens(include_confidential=False, include_internal=False), reader=reader)
+        since = datetime(2000, 1, 1)
+        answers = {name: (people.me(w, "janedoe", since).as_dict(), people.person(w, "janedoe").as_dict())
+                   for name, w in (("plain", plain), ("lensed", lensed))}
+        for i, (group, count) in enumerate((("mentions", "mentions"), ("mentioned_in", "mentioned_in"))):
+            shown, hidden = (answers[name][i] for name in ("plain", "lensed"))
+            [internal] = [m for m in shown[group] if m["excerpt"] == INTERNAL_MENTION]
+            assert hidden[group] == [m for m in shown[group] if m is not internal]
+            assert hidden["counts"][count] == shown["counts"][count] - 1
+    finally:
+        reader.close()
 
 
 def test_me_defaults_to_the_tokens_user(home):

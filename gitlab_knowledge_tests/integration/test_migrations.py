@@ -3,6 +3,7 @@
 import hashlib
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -364,3 +365,40 @@ def test_migration_6_upgrades_a_store_written_before_it(v1_store: Path, make_con
         WHERE r.source_type = 'issue' AND i.project_id = 101 AND i.iid = 259""") == [("blocked_by", 258)]
     assert query(v1_store, "SELECT path, project_id FROM project_aliases ORDER BY path") == [
         ("acme/marketing-site", None), ("acme/webapp", 102)]
+
+
+def test_migration_7_upgrades_a_store_written_before_it(v1_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store at schema 6 whose graph was built without mentions: upgraded, it gains `mentions`,
+    its graph is rebuilt by the next run from what it holds (no GitLab call), and `me` finds the
+    mention by the table."""
+    from gitlab_knowledge.config import parse_config
+    from gitlab_knowledge.graph import people
+    from gitlab_knowledge.graph import refresh as graph
+    from gitlab_knowledge.normalized import refresh as normalize
+    from gitlab_knowledge.workspace import Workspace
+
+    every = migrations.MIGRATIONS
+    monkeypatch.setattr(migrations, "MIGRATIONS", every[:6])
+    with write_connection(v1_store) as con:
+        con.execute("INSERT INTO layer_state (project_id, layer, watermark) SELECT DISTINCT project_id, 'graph', "
+                    "1000000000 FROM raw_payloads WHERE project_id IS NOT NULL")
+    assert version(v1_store) == 6
+    assert query(v1_store, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'mentions'") == [(0,)]
+    monkeypatch.setattr(migrations, "MIGRATIONS", every)
+    forget_schema_cache()
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) == migrations.latest_version() >= 7
+    assert query(v1_store, "SELECT count(*) FROM mentions") == [(0,)]
+    assert query(v1_store, "SELECT DISTINCT watermark FROM layer_state WHERE layer = 'graph'") == [(0,)]
+    projects = [r[0] for r in query(v1_store, "SELECT path_with_namespace FROM projects ORDER BY 1")]
+    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": projects,
+                           "storage": {"data_dir": str(v1_store.parent)}}, v1_store.parent, {}, "test")
+    workspace = Workspace(config)
+    for project in projects:
+        normalize.refresh(workspace, project)
+        graph.refresh(workspace, project)
+    # The @names the fixture's texts hold (its one in a note), found by the rebuilt graph; `me` reads it back.
+    assert ("axe-core", "note") in query(v1_store, "SELECT DISTINCT username, found_in FROM mentions")
+    mentions = people.me(workspace, "axe-core", since=datetime(2000, 1, 1)).as_dict()["mentions"]
+    assert [m["reason"] for m in mentions] == ["mentioned in a note"] and "@axe-core" in mentions[0]["excerpt"]

@@ -210,7 +210,7 @@ def test_a_project_removed_from_the_config_is_purged_with_yes(synced, sandbox, t
     gone_id = sandbox.state.project(gone).data["id"]
     docs_before, vectors_before, lexical_before = layer_counts(synced)
     gone_docs = scalar(synced, "SELECT count(*) FROM documents WHERE project_id = ?", [gone_id])
-    assert gone_docs > 0
+    assert gone_docs > 0 and scalar(synced, "SELECT count(*) FROM mentions WHERE project_id = ?", [gone_id]) > 0
     config_path = _write_config(tmp_path / "gitlab_knowledge.toml", sandbox, synced.data_dir, [keep])
 
     # Off a terminal without --yes: nothing is removed, the warning says how.
@@ -232,7 +232,8 @@ def test_a_project_removed_from_the_config_is_purged_with_yes(synced, sandbox, t
     assert gone not in dagster_instance(synced).get_dynamic_partitions("gitlab_projects")
     assert keep in dagster_instance(synced).get_dynamic_partitions("gitlab_projects")
     assert layer_counts(synced) == (docs_before - gone_docs, vectors_before - gone_docs, lexical_before - gone_docs)
-    for table in ("raw_payloads", "issues", "merge_requests", "discussions", "notes", "documents", "layer_state"):
+    for table in ("raw_payloads", "issues", "merge_requests", "discussions", "notes", "mentions", "documents",
+                  "layer_state"):
         assert scalar(synced, f"SELECT count(*) FROM {table} WHERE project_id = ?", [gone_id]) == 0, table
     assert scalar(synced, "SELECT count(*) FROM documents") == docs_before - gone_docs > 0
 

@@ -4,6 +4,7 @@ and what changed since a date. Each answer validates against its command's schem
 
 import importlib.resources
 import json
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ import jsonschema
 import pytest
 
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.graph.people import me, mentions_user, person
+from gitlab_knowledge.graph.mentions import mentioned_names, mentions_user
+from gitlab_knowledge.graph.people import me, person
 from gitlab_knowledge.graph.queries import history, related
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
@@ -73,6 +75,11 @@ def thread(con: Any, discussion: str, kind: str, item_id: int, notes: list[tuple
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [note_id, discussion, PLATFORM, noteable, item_id, "DiffNote" if position else "DiscussionNote",
                      author, body, created, i, resolvable, resolved])
+        # Who the note mentions, as the graph layer records it (graph/refresh.py).
+        for name in mentioned_names(body):
+            con.execute("INSERT INTO mentions VALUES (?, ?, ?, ?, ?, 'note', ?, ?, ?, ?, ?)",
+                        [PLATFORM, "merge_request" if kind == "mr" else "issue", item_id, note_id, discussion, name,
+                         author, created, resolvable, resolved])
         if position and i == 0:
             con.execute("INSERT INTO note_positions (note_id, old_path, new_path, new_line) VALUES (?, ?, ?, ?)",
                         [note_id, position[0], position[0], position[1]])
@@ -276,6 +283,22 @@ def test_person(ws):
 ])
 def test_a_mention_is_the_whole_username(body, expected):
     assert mentions_user(body, "janedoe") is expected
+    assert ("janedoe" in mentioned_names(body)) is expected
+
+
+@pytest.mark.parametrize("body", [
+    "@janedoe please look", "cc @JaneDoe. and @li.wei, @bob-x!", "(@janedoe)", "@janedoe.smith @a.b.c.",
+    "ops@janedoe.io a/@b c-@d e.@f @@g", "@x_y: @Z9 @-dash- @a..b @a.-b @ä.ö", "`@code` [@link](u) @end",
+    "@janedoe2\n@janedoe-bot\t@JANEDOE", "", "no at sign", "@", "@.", "trailing @",
+])
+def test_the_names_a_text_mentions_are_those_mentions_user_finds(body):
+    """The graph's `mentions` rows come from mentioned_names; `me` once scanned every body with
+    mentions_user. For every name GitLab allows that starts after an @ of the text (each prefix
+    of what follows it: `janedoe` in `@janedoe.smith`), both must agree."""
+    shape = re.compile(r"[\w-]+(?:\.[\w-]+)*")
+    candidates = {word[:end].lower() for word in body.split("@")[1:] for end in range(1, len(word) + 1)
+                  if shape.fullmatch(word[:end])}
+    assert {name for name in candidates if mentions_user(body, name)} == mentioned_names(body)
 
 
 def test_a_gitlab_todo_reads_whatever_its_target_is() -> None:

@@ -19,7 +19,8 @@ from gitlab_knowledge.workspace import Workspace
     description=(
         "item_references: every link written in an issue or MR (Closes #12 in an MR description, #N, "
         "!N, group/project#N, GitLab URLs, and GitLab's system notes: mentioned in, closed via, marked "
-        "as related), resolved to the synced projects or marked external; mr_files: the paths each MR "
+        "as related), resolved to the synced projects or marked external; mentions: each @username "
+        "written in an item's title, description or notes; mr_files: the paths each MR "
         "changed (renames, new and deleted files). Rebuilt from the store alone, never from GitLab."
     ),
 )
