@@ -40,7 +40,7 @@ _STORE = f"{ALIAS}.main"
 # Shadowed by name below; any other table with a project_id column is shadowed generically.
 _NAMED = ("projects", "issues", "merge_requests", "labels", "issue_labels", "mr_labels", "discussions", "notes",
           "system_notes", "note_positions", "item_references", "mr_files", "documents", "document_labels",
-          "raw_payloads", "gitlab_identity", "project_aliases")
+          "mentions", "raw_payloads", "gitlab_identity", "project_aliases")
 
 
 def _quote(text: str) -> str:
@@ -145,6 +145,10 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
         f"CREATE OR REPLACE VIEW {at}.item_references AS SELECT * FROM {_STORE}.item_references "
         f"WHERE {reads()} AND rowid NOT IN (SELECT row FROM {at}.hidden_references)",
         f"CREATE OR REPLACE VIEW {at}.mr_files AS SELECT * FROM {_STORE}.mr_files WHERE {reads()}",
+        # Who is mentioned where (graph/refresh.py): not in a hidden note, nor in a hidden issue.
+        f"CREATE OR REPLACE VIEW {at}.mentions AS SELECT * FROM {_STORE}.mentions "
+        f"WHERE {reads()} AND (note_id IS NULL OR note_id NOT IN (SELECT id FROM {at}.hidden_notes)) "
+        f"AND NOT (item_type = '{issue.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))",
         f"CREATE OR REPLACE TABLE {at}.hidden_documents AS SELECT id FROM {_STORE}.documents "
         f"WHERE (parent_type = '{issue.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues)) "
         f"OR (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes))",

@@ -276,18 +276,27 @@ def test_the_mentions_table_holds_what_a_scan_of_every_text_finds(home):
     assert len(scanned) > 3 and {r for r in stored if r[4] in users} == scanned
 
 
-def test_a_mention_in_an_internal_note_stays_behind_the_lens(home):
-    """The MCP server's lens hides internal notes: the `mentions` rows written in them too."""
+@pytest.mark.parametrize("lens", ["config", "viewer"])
+def test_a_mention_in_an_internal_note_stays_behind_the_lens(home, lens):
+    """The MCP server's lenses hide internal notes (the config's opt-out; a viewer below Planner):
+    the `mentions` rows written in them too."""
     from gitlab_knowledge.config import load_config
     from gitlab_knowledge.graph import people
     from gitlab_knowledge.store.reader import StoreReader
+    from gitlab_knowledge.store.viewer_lens import viewer_lens
     from gitlab_knowledge.store.visibility import hidden_lens
+    from gitlab_knowledge.viewer import GUEST, Viewer
     from gitlab_knowledge.workspace import Workspace
 
     plain = Workspace(load_config(home / "gitlab_knowledge.toml"))
     reader = StoreReader(plain.config.duckdb_path)
     try:
-        lensed = plain.with_(lens=hidden_lens(include_confidential=False, include_internal=False), reader=reader)
+        if lens == "config":
+            chosen = hidden_lens(include_confidential=False, include_internal=False)
+        else:
+            guest = Viewer(7001, "a.guest", access={pid: GUEST for (pid,) in sql(home, "SELECT id FROM projects")})
+            chosen = viewer_lens(guest, plain.config.gitlab.url, include_confidential=True, include_internal=True)
+        lensed = plain.with_(lens=chosen, reader=reader)
         since = datetime(2000, 1, 1)
         answers = {name: (people.me(w, "janedoe", since).as_dict(), people.person(w, "janedoe").as_dict())
                    for name, w in (("plain", plain), ("lensed", lensed))}
