@@ -40,7 +40,8 @@ from gitlab_knowledge.documents.columns import COLUMNS, ColumnType, Source
 # `index status` shows them stale until then. Version 1.1 hashes the bare text, as every document
 # did before versions were recorded, so upgrading to versioned documents re-embeds nothing.
 # Builder 2: an MR's `Closes:` line no longer names a confidential issue's title.
-BUILDER_VERSION = 2
+# Builder 3: nor the title of an issue in another project (a reader of the MR may not read it).
+BUILDER_VERSION = 3
 CHUNKING_VERSION = 1
 BASELINE_VERSION = "1.1"
 

@@ -230,13 +230,14 @@ def _closed_issues(con: duckdb.DuckDBPyConnection, project_id: int,
                    mr_ids: list[int]) -> dict[int, list[tuple[str, str | None]]]:
     """The issues each MR's own title or description closes (graph layer), with their titles.
     Only the MR's own words count: a link from the issue's side changes the issue, not the MR,
-    so the MR's document would not be rebuilt when it appears. A confidential issue's title is
-    left out (its reference stays): the MR's text is searchable by whoever may see the MR, and
-    would otherwise confirm a guessed confidential title with confidential items filtered out."""
+    so the MR's document would not be rebuilt when it appears. Only the titles of the MR's own
+    project's public issues are written (other references stay bare): the MR's text is
+    searchable by whoever may read the MR, and would otherwise show a confidential issue's title,
+    or, on a shared server, the title of an issue in a project that reader cannot see."""
     out: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
     for mr_id, path, iid, own, title in con.execute(f"""
         SELECT DISTINCT r.source_id, r.target_path, r.target_iid, r.target_project_id = ?,
-               CASE WHEN i.confidential IS FALSE THEN i.title END
+               CASE WHEN i.confidential IS FALSE AND i.project_id = r.project_id THEN i.title END
         FROM item_references r
         LEFT JOIN {kinds.ISSUE.table} i ON i.project_id = r.target_project_id AND i.iid = r.target_iid
         WHERE r.source_type = ? AND r.kind = 'closes'

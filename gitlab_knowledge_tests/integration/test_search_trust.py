@@ -242,3 +242,32 @@ def test_an_issue_made_confidential_after_its_mr_was_built_leaves_the_mrs_closes
             found = [r.doc_id for r in Workspace(config).searcher().search(words, hidden, mode="lexical", limit=50,
                                                                            floor=False).results]
             assert (mr_doc in found) is not confidential, (words, found[:5])
+
+
+def test_an_mrs_closes_line_names_only_its_own_projects_public_issues_by_title(sample, tmp_path):
+    """A shared server's reader of the MR may not read another project: an issue of another project
+    is named by its reference alone in the MR's text, as a confidential one is."""
+    import shutil
+
+    from gitlab_knowledge.documents.refresh import _closed_issues
+    from gitlab_knowledge.store.db import write_connection
+
+    shutil.copytree(sample.config.data_dir, tmp_path / "data", ignore=shutil.ignore_patterns("*.sock"))
+    with write_connection(tmp_path / "data" / sample.config.duckdb_path.name) as con:
+        (platform, mr), (web, web_path) = con.execute(
+            "SELECT m.project_id, m.id FROM merge_requests m JOIN projects p ON p.id = m.project_id "
+            "WHERE p.path_with_namespace = 'acme/platform' ORDER BY m.iid LIMIT 1").fetchone(), con.execute(
+            "SELECT id, path_with_namespace FROM projects WHERE path_with_namespace = 'acme/web-app'").fetchone()
+        own_iid, own_title = con.execute("SELECT iid, title FROM issues WHERE project_id = ? AND NOT confidential "
+                                         "ORDER BY iid LIMIT 1", [platform]).fetchone()
+        other_iid, other_title = con.execute("SELECT iid, title FROM issues WHERE project_id = ? AND NOT confidential "
+                                             "ORDER BY iid LIMIT 1", [web]).fetchone()
+        con.execute("DELETE FROM item_references WHERE source_type = 'merge_request' AND source_id = ?", [mr])
+        for path, iid, target in (("acme/platform", own_iid, platform), (web_path, other_iid, web)):
+            con.execute("INSERT INTO item_references (project_id, source_type, source_id, found_in, kind, target_type, "
+                        "target_path, target_iid, target_project_id, external) VALUES "
+                        "(?, 'merge_request', ?, 'description', 'closes', 'issue', ?, ?, ?, false)",
+                        [platform, mr, path, iid, target])
+        closes = _closed_issues(con, platform, [mr])[mr]
+    assert closes == [(f"#{own_iid}", own_title), (f"{web_path}#{other_iid}", None)]
+    assert other_title
