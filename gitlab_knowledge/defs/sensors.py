@@ -94,6 +94,8 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     except StoreBusyError as exc:
         return dg.SensorResult(dynamic_partitions_requests=partition_requests,
                                skip_reason=f"store busy, probing on the next tick: {exc}")
+    new += [p for p in projects if p not in existing and p not in new]  # a member discovery has not added yet
+    partition_requests = [project_partitions.build_add_request(new)] if new else []
     failed = [p for p in probes if p.error is not None]
     if probes and len(failed) == len(probes):
         raise dg.DagsterError(f"probe failed: {failed[0].error}")  # GitLab down or the token rejected
