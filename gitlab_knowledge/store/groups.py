@@ -72,7 +72,7 @@ def load_record(data_dir: Path) -> dict[str, Any]:
 
 def save_record(data_dir: Path, record: dict[str, Any]) -> None:
     """Write the record whole, atomically (a reader never sees half of it), private to its owner."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # it holds confidential data: its owner's alone
     fd, tmp = tempfile.mkstemp(dir=data_dir, prefix=".groups-", suffix=".json")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
