@@ -153,3 +153,21 @@ def _listing_without_headers(gl: SandboxGitLab, ws: Workspace) -> Any:
         return discover(ws)
     finally:
         sandbox_api.Api._page = original  # type: ignore[method-assign]
+
+
+def test_a_project_a_complete_listing_skipped_but_gitlab_still_has_in_the_group_stays(gl, tmp_path, token_env,
+                                                                                     monkeypatch) -> None:
+    """Offset pages shift when a project leaves while they are read: a complete-looking listing can
+    miss one that never moved. Its own GET says it is still there, so it stays."""
+    ws = workspace(gl, tmp_path, ["acme"])
+    discover(ws)
+    skipped = all_paths(gl)[3]
+    original = type(gl.state).group_projects
+
+    def shifted(self, ref, **kwargs):  # type: ignore[no-untyped-def]
+        return [p for p in original(self, ref, **kwargs) if p["path_with_namespace"] != skipped]
+
+    monkeypatch.setattr(type(gl.state), "group_projects", shifted)
+    found = discover(ws)
+    assert found.complete and found.left == [] and skipped in member_paths(ws)
+    assert gl.stats()["by_route"]["project"] == 1  # one GET for the one project the listing lacked
