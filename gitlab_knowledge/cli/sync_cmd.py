@@ -175,12 +175,13 @@ def run(args: argparse.Namespace, config: Config) -> int:
     config.token()  # a missing token is a config problem: say so before Dagster starts
     tighten_if_ours(config.data_dir)  # a clone's data/ is 0755 (git cannot track 0700)
     with before_dagster(config, "sync"):
-        from gitlab_knowledge.defs.runner import run_sync
         from gitlab_knowledge.store.groups import configured_projects
 
         started = time.monotonic()
         discovery = discover_groups(Workspace(config, config_path=args.config))
         projects = selected_projects(config, args.project, configured_projects(Workspace(config)))
+
+        from gitlab_knowledge.defs.runner import run_sync  # Dagster loads only now (~1 s)
         with BarProgress() as bar:
             workspace = Workspace(config, progress=bar, config_path=args.config)
             outcomes = run_sync(workspace, projects, full=args.full, force=args.force)

@@ -28,7 +28,7 @@ from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
 from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
 from gitlab_knowledge.defs.sensors import REAPER_INTERVAL_SECONDS, SENSOR_STATUS
-from gitlab_knowledge.errors import KnowledgeError
+from gitlab_knowledge.errors import KnowledgeError, StoreBusyError
 from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
@@ -194,14 +194,17 @@ def group_discovery_sensor(context: dg.SensorEvaluationContext,
     existing = set(context.instance.get_dynamic_partitions(PARTITIONS_NAME))
     paths = groups.project_paths(config)
     new = [p for p in paths if p not in existing]
-    requests = []
+    requests, busy = [], None
     if discovery.complete:
-        purge = _purge_request(workspace, at)
+        try:
+            purge = _purge_request(workspace, at)
+        except StoreBusyError as exc:  # which stored projects left is asked again on the next tick
+            purge, busy = None, f"; store busy, the purge waits for the next tick: {exc}"
         if purge is not None:
             requests.append(purge)
-    cursor = json.dumps({"at": at, "settings": settings(workspace), "complete": discovery.complete})
+    cursor = json.dumps({"at": at, "settings": settings(workspace), "complete": discovery.complete and not busy})
     skip = None if requests else (
         f"listed {len(discovery.listings)} group(s): {len(paths)} project(s), {len(new)} new partition(s)"
-        + ("" if discovery.complete else f"; {discovery.errors[0]}: nothing purged"))
+        + ("" if discovery.complete else f"; {discovery.errors[0]}: nothing purged") + (busy or ""))
     return dg.SensorResult(run_requests=requests, cursor=cursor, skip_reason=skip,
                            dynamic_partitions_requests=[project_partitions.build_add_request(new)] if new else [])

@@ -171,3 +171,22 @@ def test_a_project_a_complete_listing_skipped_but_gitlab_still_has_in_the_group_
     found = discover(ws)
     assert found.complete and found.left == [] and skipped in member_paths(ws)
     assert gl.stats()["by_route"]["project"] == 1  # one GET for the one project the listing lacked
+
+
+def test_sync_project_takes_a_group_member_and_refuses_others_before_dagster(gl, tmp_path, token_env,
+                                                                             monkeypatch, capsys) -> None:
+    import sys
+
+    import tomli_w
+
+    from gitlab_knowledge.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "gitlab_knowledge.toml"
+    path.write_text(tomli_w.dumps({"groups": ["acme"], "gitlab": {"url": gl.url, "rate_limit": 0},
+                                   "storage": {"data_dir": str(tmp_path / "data")}}), encoding="utf-8")
+    loaded = "dagster" in sys.modules
+    assert main(["--config", str(path), "sync", "--project", "acme/nope"]) == 2
+    err = capsys.readouterr().err
+    assert "'acme/nope' is not in the configuration (configured: " in err and all_paths(gl)[0] in err
+    assert loaded or "dagster" not in sys.modules
