@@ -97,8 +97,12 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
     assert purge.job_name == PURGE_JOB and purge.run_config["ops"]["find_removed"]["config"] == {
         "project_ids": [archived_id]}
     add_partitions(instance, found)
-    requests = {r.partition_key for r in change_tick(instance, path).run_requests}
+    requests = {r.partition_key: r for r in change_tick(instance, path).run_requests}
     assert added in requests and archived not in requests  # the new project syncs, the gone one no more
+    [synced] = run_sync(workspace, [requests[added].partition_key], instance=instance, selection=SYNC_LAYERS)
+    assert synced.success and scalar(workspace.config, "SELECT title FROM issues WHERE project_id = ?",
+                                     [sb.state.project(added).data["id"]]) == \
+        "The first issue of a project nobody configured"
 
     job = build_defs(workspace).resolve_job_def(PURGE_JOB)
     result = job.execute_in_process(run_config=purge.run_config, instance=instance, tags=purge.tags)
