@@ -141,3 +141,18 @@ def test_without_groups_the_discovery_sensor_does_nothing(env, tmp_path) -> None
     plain.write_text(tomli_w.dumps({"projects": ["acme/x"], "gitlab": {"url": sb.url},
                                     "storage": {"data_dir": str(tmp_path / "plain")}}), encoding="utf-8")
     assert discovery_tick(instance, str(plain)).skip_reason.skip_message == "no groups configured"
+
+
+def test_the_weekly_reconciliation_covers_the_groups_members(env) -> None:
+    from datetime import UTC, datetime
+
+    sb, path, instance = env
+    discovery_tick(instance, path)
+    members = sorted(p["path_with_namespace"] for p in sb.state.group_projects("acme", include_subgroups=True))
+    schedule = defs.resolve_schedule_def("weekly_full_reconciliation")
+    with dg.build_schedule_context(instance=instance, resources={"workspace": Workspace.load(path)},
+                                   scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
+                                   repository_def=defs.get_repository_def()) as context:
+        requests = schedule.evaluate_tick(context).run_requests
+    assert sorted(r.partition_key for r in requests) == members
+    assert sorted(instance.get_dynamic_partitions("gitlab_projects")) == members
