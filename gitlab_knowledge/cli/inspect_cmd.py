@@ -6,6 +6,7 @@ always carries the full text (it is the data, for programs; the bound is for a r
 """
 
 import argparse
+from datetime import datetime
 
 from rich.markup import escape
 from rich.table import Table
@@ -190,7 +191,8 @@ def _print_groups(groups: list[dict]) -> None:
     """Per configured group: how many projects it resolved to, and when it was last listed."""
     for g in groups:
         now = f" (GitLab: {g['full_path']})" if g["full_path"] and g["full_path"].casefold() != g["group"].casefold() else ""
-        listed = (f"{g['projects']} project(s), listed {console.when(g['listed_at'])}"
+        at = datetime.fromisoformat(g["listed_at"].removesuffix("Z")) if g["listed_at"] else None
+        listed = (f"{g['projects']} project(s), listed {console.when(at)} ({console.ago(at)})"
                   + (f", {g['excluded']} excluded" if g["excluded"] else "")) if g["listed_at"] else "never listed"
         error = f" [red]last listing failed:[/] {escape(g['error'])}" if g["error"] else ""
         console.out.print(f"Group {escape(g['group'])}{escape(now)}: {listed}{error}")
