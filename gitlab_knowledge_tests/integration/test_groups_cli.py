@@ -75,7 +75,7 @@ def test_sync_lists_the_groups_syncs_their_projects_and_purges_an_archived_one(t
         assert status["groups"][0]["projects"] == 1 and status["groups"][0]["full_path"] == "acme"
         assert main(["--config", str(path), "sync-status", "--project", kept]) == 0
         human = capsys.readouterr().out
-        assert "Group Acme (GitLab: acme): 1 project(s), listed " in human and kept in human
+        assert "Group Acme: 1 project(s), listed " in human and kept in human
         assert main(["--config", str(path), "sync-status", "--project", gone]) == 2
         assert "neither configured nor in a configured group" in capsys.readouterr().err
 
