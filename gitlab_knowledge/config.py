@@ -19,6 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gitlab_knowledge.config_checks import (
+    check_group,
+    check_pattern,
     check_project,
     check_url,
     expect,
@@ -83,6 +85,23 @@ class SearchSettings:
 class SyncSettings:
     stale_after_minutes: float = 15.0  # a running sync silent this long may be taken over with --force
     lock_wait_seconds: float = 10.0  # how long read commands wait for a busy DuckDB file
+    discovery_minutes: float = 60.0  # the automation lists the configured groups at most this often
+
+
+@dataclass(frozen=True)
+class GroupSettings:
+    """`groups`: every project GitLab lists in them for the token, beside the `projects` listed by hand."""
+
+    paths: tuple[str, ...] = ()  # full paths or ids, as configured
+    include_subgroups: bool = True  # also the projects of every subgroup, at any depth
+    include_archived: bool = False  # archived projects are left out unless true
+    exclude: tuple[str, ...] = ()  # project path globs (`acme/sandbox-*`, case-insensitive) left out
+
+    def excluded(self, path: str) -> bool:
+        from fnmatch import fnmatchcase
+
+        folded = path.casefold()
+        return any(fnmatchcase(folded, pattern.casefold()) for pattern in self.exclude)
 
 
 @dataclass(frozen=True)
@@ -105,6 +124,7 @@ class Config:
     search: SearchSettings = field(default_factory=SearchSettings)
     sync: SyncSettings = field(default_factory=SyncSettings)
     mcp: McpSettings = field(default_factory=McpSettings)
+    groups: GroupSettings = field(default_factory=GroupSettings)
     source: str = "defaults"  # where the config came from, for `doctor`
 
     @property
@@ -153,15 +173,17 @@ def without_userinfo(url: str) -> str:
 def parse_config(doc: dict[str, Any], base_dir: Path, env: dict[str, str], source: str) -> Config:
     """Build a Config from a parsed TOML document and the environment (overrides win)."""
     # The sections are checked in this order, so a file with several mistakes reports the same first one.
-    unknown(doc, {"gitlab", "projects", "storage", "embedding", "search", "sync", "mcp"}, "")
+    unknown(doc, {"gitlab", "projects", "groups", "exclude", "include_subgroups", "include_archived", "storage",
+                  "embedding", "search", "sync", "mcp"}, "")
     gitlab = _parse_gitlab(section(doc, "gitlab"), base_dir, env)
-    projects = _parse_projects(doc.get("projects"), env)
+    groups = _parse_groups(doc, env)
+    projects = _parse_projects(doc.get("projects"), env, groups=bool(groups.paths))
     data_dir = _parse_storage(section(doc, "storage"), base_dir, env)
     embedding = _parse_embedding(section(doc, "embedding"), env)
     search = _parse_search(section(doc, "search"))
     sync = _parse_sync(section(doc, "sync"))
     return Config(gitlab=gitlab, projects=projects, data_dir=data_dir, embedding=embedding,
-                  search=search, sync=sync, mcp=_parse_mcp(section(doc, "mcp"), env), source=source)
+                  search=search, sync=sync, mcp=_parse_mcp(section(doc, "mcp"), env), groups=groups, source=source)
 
 
 def _parse_gitlab(gl: dict[str, Any], base_dir: Path, env: dict[str, str]) -> GitLabSettings:
@@ -192,13 +214,29 @@ def _parse_gitlab(gl: dict[str, Any], base_dir: Path, env: dict[str, str]) -> Gi
     )
 
 
-def _parse_projects(raw: Any, env: dict[str, str]) -> tuple[str, ...]:
+def _parse_groups(doc: dict[str, Any], env: dict[str, str]) -> GroupSettings:
+    if env.get("GITLAB_GROUPS"):
+        paths = [check_group(p, "GITLAB_GROUPS") for p in env["GITLAB_GROUPS"].split(",") if p.strip()]
+    else:
+        paths = [check_group(g, f"groups[{i}]") for i, g in enumerate(expect(doc.get("groups", []), list, "groups"))]
+    if len({p.casefold() for p in paths}) != len(paths):
+        raise ConfigError("config field groups lists the same group twice")
+    exclude = [check_pattern(p, f"exclude[{i}]") for i, p in enumerate(expect(doc.get("exclude", []), list, "exclude"))]
+    return GroupSettings(
+        paths=tuple(paths), exclude=tuple(dict.fromkeys(exclude)),
+        include_subgroups=expect(doc.get("include_subgroups", True), bool, "include_subgroups"),
+        include_archived=expect(doc.get("include_archived", False), bool, "include_archived"),
+    )
+
+
+def _parse_projects(raw: Any, env: dict[str, str], *, groups: bool = False) -> tuple[str, ...]:
     if env.get("GITLAB_PROJECTS"):
         projects = [check_project(p, "GITLAB_PROJECTS") for p in env["GITLAB_PROJECTS"].split(",") if p.strip()]
     else:
         projects = _listed_projects(raw)
-    if not projects:
-        raise ConfigError("config field projects is empty: list project paths like [\"group/project\"] (or set GITLAB_PROJECTS)")
+    if not projects and not groups:
+        raise ConfigError("config field projects is empty: list project paths like [\"group/project\"] or groups "
+                          "like groups = [\"acme\"] (or set GITLAB_PROJECTS or GITLAB_GROUPS)")
     if len(set(projects)) != len(projects):
         raise ConfigError("config field projects lists the same project twice")
     return tuple(projects)
@@ -264,8 +302,9 @@ def _parse_search(srch: dict[str, Any]) -> SearchSettings:
 
 
 def _parse_sync(snc: dict[str, Any]) -> SyncSettings:
-    unknown(snc, {"stale_after_minutes", "lock_wait_seconds"}, "sync.")
+    unknown(snc, {"stale_after_minutes", "lock_wait_seconds", "discovery_minutes"}, "sync.")
     return SyncSettings(
+        discovery_minutes=float(positive(snc.get("discovery_minutes", 60.0), "sync.discovery_minutes")),
         stale_after_minutes=float(positive(snc.get("stale_after_minutes", 15.0), "sync.stale_after_minutes")),
         lock_wait_seconds=float(positive(snc.get("lock_wait_seconds", 10.0), "sync.lock_wait_seconds", allow_zero=True)),
     )
@@ -330,10 +369,10 @@ def load_config(explicit: str | os.PathLike[str] | None = None, env: dict[str, s
     env = dict(os.environ) if env is None else env
     path = config_path(explicit, env)
     if path is None:
-        if not env.get("GITLAB_URL") and not env.get("GITLAB_PROJECTS"):
+        if not env.get("GITLAB_URL") and not env.get("GITLAB_PROJECTS") and not env.get("GITLAB_GROUPS"):
             raise ConfigError(
                 f"no configuration: create ./{DEFAULT_CONFIG_NAME}, pass --config PATH or set {CONFIG_ENV} "
-                "(or set GITLAB_URL and GITLAB_PROJECTS)"
+                "(or set GITLAB_URL and GITLAB_PROJECTS or GITLAB_GROUPS)"
             )
         return parse_config({}, Path.cwd(), env, "environment")
     try:

@@ -57,7 +57,7 @@ def _utf8(text: str) -> bool:
 MAXIMA = {"gitlab.rate_limit": 100_000, "gitlab.concurrency": 256, "gitlab.timeout": 86_400, "gitlab.per_page": 100,
           "gitlab.max_retries": 100, "embedding.batch_size": 100_000, "embedding.timeout": 86_400,
           "search.rrf_k": 1_000_000, "search.candidates": 100_000, "sync.stale_after_minutes": 5_256_000,
-          "sync.lock_wait_seconds": 86_400, "mcp.auth_cache_seconds": 86_400}
+          "sync.lock_wait_seconds": 86_400, "mcp.auth_cache_seconds": 86_400, "sync.discovery_minutes": 525_600}
 
 
 def positive(value: Any, name: str, *, allow_zero: bool = False, integer: bool = False) -> float:
@@ -98,6 +98,26 @@ def check_project(value: Any, name: str) -> str:
         raise ConfigError(f"config field {name} must be a project path like group/project (letters, digits, "
                           f"'_', '-' and '.' between slashes), got {show(path)}")
     return path
+
+
+def check_group(value: Any, name: str) -> str:
+    """A group as the config names it: its full path (`acme`, `acme/platform-team`) or its id."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise ConfigError(f"config field {name} must be a group path like acme/team or a group id, got {show(value)}")
+        return str(value)
+    path = expect(value, str, name).strip().strip("/")
+    if not path or any(not _SEGMENT.fullmatch(p) or p in (".", "..") for p in path.split("/")):
+        raise ConfigError(f"config field {name} must be a group path like acme/team (letters, digits, '_', '-' "
+                          f"and '.' between slashes) or a group id, got {show(path)}")
+    return path
+
+
+def check_pattern(value: Any, name: str) -> str:
+    pattern = expect(value, str, name).strip().strip("/")
+    if not pattern or not pattern.isprintable():
+        raise ConfigError(f"config field {name} must be a project path pattern like acme/sandbox-*, got {show(value)}")
+    return pattern
 
 
 def section(doc: dict[str, Any], name: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ The indexes are cleaned first and DuckDB last, in one transaction: a crash in be
 documents in DuckDB, so the next `sync` finds the project again and finishes the job.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,11 +51,13 @@ class Unresolved(Exception):
     """A configured path names no stored project: which ids are configured is in doubt."""
 
 
-def removed_projects(con: duckdb.DuckDBPyConnection, configured: list[str]) -> list[RemovedProject]:
-    """Stored projects no configured path resolves to. Raises `Unresolved` when a configured path
+def removed_projects(con: duckdb.DuckDBPyConnection, configured: list[str],
+                     keep_ids: Iterable[int] = ()) -> list[RemovedProject]:
+    """Stored projects no configured path resolves to, and none of `keep_ids` (the projects the
+    configured groups list, by the id GitLab gave). Raises `Unresolved` when a configured path
     resolves to nothing (never synced, or renamed and not synced since): then nothing is removed,
     since that path may well name one of the stored projects."""
-    ids = set()
+    ids = set(keep_ids)
     for path in configured:
         project_id = project_id_for(con, path)
         if project_id is None:
@@ -80,9 +83,21 @@ def removed_projects(con: duckdb.DuckDBPyConnection, configured: list[str]) -> l
 
 def purge(workspace: Workspace, project: RemovedProject) -> None:
     """Remove one project from the vector tables, the lexical index and DuckDB."""
-    ids = project.document_ids
-    _purge_vectors(workspace, ids)
-    _purge_lexical(workspace, ids)
+    purge_vectors(workspace, project)
+    purge_lexical(workspace, project)
+    purge_store(workspace, project)
+
+
+def purge_vectors(workspace: Workspace, project: RemovedProject) -> None:
+    _purge_vectors(workspace, project.document_ids)
+
+
+def purge_lexical(workspace: Workspace, project: RemovedProject) -> None:
+    _purge_lexical(workspace, project.document_ids)
+
+
+def purge_store(workspace: Workspace, project: RemovedProject) -> None:
+    """DuckDB last, in one transaction: a crash before it leaves the project to be found again."""
     with workspace.write() as con, transaction(con):
         for table in _BY_PROJECT:
             where = _CHILD_FILTERS.get(table, "project_id = ?")

@@ -44,7 +44,8 @@ def build_parser() -> OneLineParser:
     p.add_argument("--yes", action="store_true",
                    help="remove projects no longer in the configuration without asking (needed off a terminal)")
 
-    add("sync-status", "last sync runs, cursors and layer watermarks")
+    p = add("sync-status", "last sync runs, cursors and layer watermarks (and what each configured group resolved to)")
+    p.add_argument("--project", metavar="PATH", help="this project alone (a configured path or a group's member)")
 
     p = add("embed", "embed documents whose text or model changed (runs the Dagster embeddings asset)")
     p.add_argument("--all", action="store_true", help="re-embed every document")

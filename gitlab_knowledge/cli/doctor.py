@@ -59,8 +59,37 @@ async def _gitlab_checks(config: Config) -> list[Check]:
                     checks.append(Check(f"project {project}", "ok", f"id {info['id']}, {info.get('web_url')}"))
                 except KnowledgeError as exc:
                     checks.append(Check(f"project {project}", "fail", str(exc)))
+            checks += await _group_checks(config, client)
     except KnowledgeError as exc:
         checks.append(Check("gitlab", "fail", str(exc)))
+    return checks
+
+
+async def _group_checks(config: Config, client: GitLabClient) -> list[Check]:
+    """Each configured group listed now, as `sync` lists it (sync/groups.py): how many projects
+    it resolves to. Nothing is recorded: doctor only looks."""
+    from gitlab_knowledge.store import groups as record_store
+    from gitlab_knowledge.sync.groups import list_group
+
+    if not config.groups.paths:
+        return []
+    try:
+        record = record_store.load_record(config.data_dir)
+    except KnowledgeError:
+        record = {"groups": {}}
+    checks = []
+    for group in config.groups.paths:
+        listing = await list_group(client, config.groups, group, record["groups"].get(record_store.group_key(group)))
+        if not listing.complete:
+            checks.append(Check(f"group {group}", "fail", listing.error or "not listed"))
+            continue
+        excluded = sum(1 for p in listing.projects if config.groups.excluded(p["path"]))
+        renamed = f", now {listing.full_path}: update the configuration" if listing.renamed else ""
+        checks.append(Check(f"group {group}", "ok", (
+            f"id {listing.group_id} ({listing.full_path}{renamed}): {len(listing.projects) - excluded} project(s)"
+            + (f", {excluded} excluded" if excluded else "")
+            + (" (subgroups included" if config.groups.include_subgroups else " (this group only")
+            + (", archived included)" if config.groups.include_archived else ", archived left out)"))))
     return checks
 
 
@@ -110,8 +139,9 @@ def _embedding_check(config: Config) -> Check:
 
 
 def collect(config: Config, extra: list[Callable[[Config], Check]] | None = None) -> list[Check]:
-    checks = [Check("config", "ok", f"{config.source}: {config.gitlab.display_url}, {len(config.projects)} project(s), "
-                                    f"data in {config.data_dir}")]
+    groups = f", {len(config.groups.paths)} group(s)" if config.groups.paths else ""
+    checks = [Check("config", "ok", f"{config.source}: {config.gitlab.display_url}, {len(config.projects)} project(s)"
+                                    f"{groups}, data in {config.data_dir}")]
     checks += asyncio.run(_gitlab_checks(config))
     checks.append(_store_check(config))
     checks.append(_permissions_check(config))

@@ -6,6 +6,7 @@ always carries the full text (it is the data, for programs; the bound is for a r
 """
 
 import argparse
+from datetime import datetime
 
 from rich.markup import escape
 from rich.table import Table
@@ -135,8 +136,8 @@ def _lines(note: dict) -> str:
 
 def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
     workspace = Workspace(config)
-    status = queries.sync_status(workspace)
-    status["backlog"] = _backlog(workspace)
+    status = queries.sync_status(workspace, args.project)
+    status["backlog"] = _backlog(workspace, [p["configured"] for p in status["projects"]])
     if args.json:
         console.print_json(status)
         return 0
@@ -154,6 +155,7 @@ def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
                       *(_cursor(cursors.get((canonical, k.name))) for k in kinds.ITEM_KINDS))
     o.print(table)
     o.print()
+    _print_groups(status["groups"])
     runs = Table(title="Recent sync runs", title_justify="left", box=None)
     for column in ("run", "project", "mode", "status", "started", "took", "fetched", "API calls", "error"):
         runs.add_column(column, overflow="fold" if column == "error" else "ellipsis")
@@ -172,17 +174,30 @@ def sync_status_cmd(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _backlog(workspace: Workspace) -> list[dict]:
+def _backlog(workspace: Workspace, projects: list[str]) -> list[dict]:
     """What the change sensor would find left to do, per stored project (read from the stores
     alone: no Dagster to load)."""
     from gitlab_knowledge.backlog import backlog
 
     out = []
-    for project, work in backlog(workspace, list(workspace.config.projects)).items():
+    for project, work in backlog(workspace, projects).items():
         out.append({"project": project, "pending_rechecks": work.pending, "pending_settles_at": work.pending_due,
                     "behind": list(work.behind), "failed_embeddings": work.failed_embeddings,
                     "embedding_provider_unavailable": work.provider_unavailable})
     return out
+
+
+def _print_groups(groups: list[dict]) -> None:
+    """Per configured group: how many projects it resolved to, and when it was last listed."""
+    for g in groups:
+        now = f" (GitLab: {g['full_path']})" if g["full_path"] and g["full_path"].casefold() != g["group"].casefold() else ""
+        at = datetime.fromisoformat(g["listed_at"].removesuffix("Z")) if g["listed_at"] else None
+        listed = (f"{g['projects']} project(s), listed {console.when(at)} ({console.ago(at)})"
+                  + (f", {g['excluded']} excluded" if g["excluded"] else "")) if g["listed_at"] else "never listed"
+        error = f" [red]last listing failed:[/] {escape(g['error'])}" if g["error"] else ""
+        console.out.print(f"Group {escape(g['group'])}{escape(now)}: {listed}{error}")
+    if groups:
+        console.out.print()
 
 
 def _print_backlog(backlog: list[dict]) -> None:

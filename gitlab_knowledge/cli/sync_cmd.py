@@ -82,13 +82,34 @@ def before_dagster(config: Config, what: str) -> Iterator[None]:
         raise Interrupted("stopped before the run started; nothing changed") from None
 
 
-def selected_projects(config: Config, selected: list[str] | None) -> list[str]:
+def selected_projects(config: Config, selected: list[str] | None, configured: list[str] | None = None) -> list[str]:
+    """The projects to sync: `--project` ones, each one the configuration names (`configured`:
+    the `projects` and the configured groups' members), or all of them."""
+    configured = list(config.projects) if configured is None else configured
     if not selected:
-        return list(config.projects)
-    unknown = [p for p in selected if p not in config.projects]
+        return configured
+    unknown = [p for p in selected if p not in configured]
     if unknown:
-        raise UsageError(f"project {unknown[0]!r} is not in the configuration (configured: {', '.join(config.projects)})")
+        shown = ", ".join(configured[:10]) + (f" and {len(configured) - 10} more" if len(configured) > 10 else "")
+        raise UsageError(f"project {unknown[0]!r} is not in the configuration (configured: {shown})")
     return selected
+
+
+def discover_groups(workspace: Any) -> Any:
+    """List the configured groups (sync/groups.py, the discovery sensor's own code path) before
+    Dagster loads; each group that could not be listed is said in one line, its projects as the
+    last complete listing found them."""
+    from gitlab_knowledge.sync.groups import discover
+
+    if not workspace.config.groups.paths:
+        return None
+    discovery = discover(workspace)
+    for line in discovery.errors:
+        console.warn(f"{line}; its projects are those of its last complete listing, and nothing is removed")
+    for gone in discovery.left:
+        console.err.print(f"Project {gone['path']} left the configured groups ({gone['why']}).", markup=False,
+                          highlight=False)
+    return discovery
 
 
 def summary_rows(outcome: Any) -> dict[str, Any]:
@@ -149,13 +170,18 @@ def print_summary(outcomes: list[Any], elapsed: float, *, full: bool) -> None:
 def run(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.workspace import Workspace, tighten_if_ours
 
-    projects = selected_projects(config, args.project)
+    if not config.groups.paths:
+        selected_projects(config, args.project)  # a --project typo is said before anything else
     config.token()  # a missing token is a config problem: say so before Dagster starts
     tighten_if_ours(config.data_dir)  # a clone's data/ is 0755 (git cannot track 0700)
     with before_dagster(config, "sync"):
-        from gitlab_knowledge.defs.runner import run_sync
+        from gitlab_knowledge.store.groups import configured_projects
 
         started = time.monotonic()
+        discovery = discover_groups(Workspace(config, config_path=args.config))
+        projects = selected_projects(config, args.project, configured_projects(Workspace(config)))
+
+        from gitlab_knowledge.defs.runner import run_sync  # Dagster loads only now (~1 s)
         with BarProgress() as bar:
             workspace = Workspace(config, progress=bar, config_path=args.config)
             outcomes = run_sync(workspace, projects, full=args.full, force=args.force)
@@ -164,10 +190,14 @@ def run(args: argparse.Namespace, config: Config) -> int:
     failed = [o for o in outcomes if not o.success]
     # An embedding outage fails the run, but every configured project was synced and resolved.
     synced_all = all(o.success or isinstance(o.error, EmbeddingUnavailable) for o in outcomes)
-    removed = removed_projects(workspace, args, interactive=not args.json) if synced_all else []
+    # Which projects the groups name is in doubt unless every listing was complete this time.
+    complete = discovery is None or discovery.complete
+    removed = removed_projects(workspace, args, interactive=not args.json) if synced_all and complete else []
+    group_errors = discovery.errors if discovery is not None else []
     if args.json:
         console.print_json({
-            "success": not failed, "duration_s": round(elapsed, 3), "removed_projects": removed,
+            "success": not failed and not group_errors, "duration_s": round(elapsed, 3), "removed_projects": removed,
+            "groups": [g.as_dict() for g in discovery.listings] if discovery is not None else [],
             "projects": [{"project": o.project, "success": o.success, "dagster_run_id": o.run_id,
                           "error": o.message, "duration_s": o.duration_s, **summary_rows(o),
                           "assets": o.metadata} for o in outcomes],
@@ -176,7 +206,9 @@ def run(args: argparse.Namespace, config: Config) -> int:
         print_summary(outcomes, elapsed, full=args.full)
     for o in failed:
         console.fail(f"{o.project}: {o.message} (Dagster run {o.run_id})")
-    return failed[0].exit_code if failed else 0
+    for line in group_errors:
+        console.fail(line)
+    return failed[0].exit_code if failed else (1 if group_errors else 0)
 
 
 def removed_projects(workspace: Any, args: argparse.Namespace, *, interactive: bool) -> list[dict[str, Any]]:
@@ -184,33 +216,45 @@ def removed_projects(workspace: Any, args: argparse.Namespace, *, interactive: b
     on a terminal, else left (still searchable) with a warning saying how to remove them. Only
     after every configured project synced, so each configured path has resolved to its id."""
     from gitlab_knowledge import purge
+    from gitlab_knowledge.store import groups
 
-    if not workspace.config.duckdb_path.exists():
+    config = workspace.config
+    if not config.duckdb_path.exists():
         return []
+    unlisted = groups.unlisted(config)
+    if unlisted:
+        console.warn(f"not checking for projects removed from the configuration: group {unlisted[0]} has not been "
+                     "listed completely yet")
+        return []
+    members = groups.members(config)
     try:
         with workspace.read() as con:
-            found = purge.removed_projects(con, list(workspace.config.projects))
+            found = purge.removed_projects(con, list(config.projects), keep_ids=[m.project_id for m in members])
     except purge.Unresolved as exc:
         console.warn(f"not checking for projects removed from the configuration: {exc} has not been synced yet")
         return []
+    left = groups.left(config)
+    keep = {*config.projects, *(m.path for m in members)}
     out = []
     for project in found:
         entry = {**project.as_dict(), "purged": False}
         what = f"project {project.path} (id {project.project_id}, {project.documents} documents)"
-        if args.yes or (interactive and _ask(f"{what} is no longer in the configuration. Remove it from the "
+        why = f" ({left[project.project_id]['why']})" if project.project_id in left else ""
+        if args.yes or (interactive and _ask(f"{what} is no longer in the configuration{why}. Remove it from the "
                                               "store and the indexes?")):
             purge.purge(workspace, project)
-            _drop_partition(workspace, project.path)
+            _drop_partition(workspace, project.path, keep)
+            groups.forget_left(config.data_dir, [project.project_id])
             entry["purged"] = True
-            console.err.print(f"Removed {what}: no longer in the configuration.", markup=False, highlight=False)
+            console.err.print(f"Removed {what}: no longer in the configuration{why}.", markup=False, highlight=False)
         else:
-            console.warn(f"{what} is no longer in the configuration but stays searchable; "
+            console.warn(f"{what} is no longer in the configuration{why} but stays searchable; "
                          "`sync --yes` removes it")
         out.append(entry)
     return out
 
 
-def _drop_partition(workspace: Any, path: str) -> None:
+def _drop_partition(workspace: Any, path: str, keep: set[str]) -> None:
     """The purged project's Dagster partition goes too, so the UI stops listing a project that is
     gone (its runs stay in the history). Partitions are keyed by the path as configured, which may
     differ in case from GitLab's."""
@@ -219,7 +263,7 @@ def _drop_partition(workspace: Any, path: str) -> None:
 
     instance = dagster_instance(workspace.config)
     for key in instance.get_dynamic_partitions(PARTITIONS_NAME):
-        if key.lower() == path.lower() and key not in workspace.config.projects:
+        if key.lower() == path.lower() and key not in keep:
             instance.delete_dynamic_partition(PARTITIONS_NAME, key)
 
 

@@ -10,6 +10,7 @@ from gitlab_knowledge.defs.assets.index import document_embeddings, lexical_inde
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
 from gitlab_knowledge.defs.checks import ALL_CHECKS
+from gitlab_knowledge.defs.discovery import group_discovery_sensor, purge_removed_projects_job
 from gitlab_knowledge.defs.jobs import embed_project_job, sync_project_job
 from gitlab_knowledge.defs.resources import WORKSPACE, workspace_resource
 from gitlab_knowledge.defs.schedules import freshness_job, freshness_schedule, weekly_full_reconciliation
@@ -24,8 +25,8 @@ def build_defs(workspace: Any = workspace_resource) -> dg.Definitions:
     return dg.Definitions(
         assets=[raw_gitlab_payloads, normalized_gitlab, knowledge_graph, search_documents, document_embeddings, lexical_index],
         asset_checks=ALL_CHECKS,
-        jobs=[sync_project_job, embed_project_job, freshness_job],
-        sensors=[gitlab_change_sensor, dead_run_reaper],
+        jobs=[sync_project_job, embed_project_job, freshness_job, purge_removed_projects_job],
+        sensors=[gitlab_change_sensor, dead_run_reaper, group_discovery_sensor],
         schedules=[weekly_full_reconciliation, freshness_schedule],
         resources={WORKSPACE: workspace},
         executor=dg.in_process_executor,

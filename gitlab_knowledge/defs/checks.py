@@ -107,8 +107,10 @@ def projects_synced_recently(context: dg.AssetCheckExecutionContext,
     if not config.duckdb_path.exists():
         return _result(integrity.Outcome(False, len(config.projects), "no project has been synced yet"), None,
                        dg.AssetCheckSeverity.WARN)
-    with workspace.read(wait=120.0) as con:
-        outcome = integrity.projects_synced_recently(con, list(config.projects), FRESHNESS)
+    from gitlab_knowledge.store.groups import project_paths
+
+    with workspace.read(wait=120.0) as con:  # the groups' members too (store/groups.py)
+        outcome = integrity.projects_synced_recently(con, project_paths(config), FRESHNESS)
     return _result(outcome, None, dg.AssetCheckSeverity.WARN)
 
 

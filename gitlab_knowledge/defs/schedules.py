@@ -30,13 +30,15 @@ freshness_job = dg.define_asset_job(
 )
 def weekly_full_reconciliation(context: dg.ScheduleEvaluationContext,
                                workspace: dg.ResourceParam[Workspace]) -> list[dg.RunRequest]:
-    config = workspace.config
-    ensure_partitions(context.instance, config.projects)
+    from gitlab_knowledge.store.groups import configured_projects
+
+    projects = configured_projects(workspace)  # the groups' members too, as their last listing found them
+    ensure_partitions(context.instance, projects)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
     return [dg.RunRequest(run_key=f"full|{project}|{day}", partition_key=project,
                           run_config={"ops": {RAW.asset: {"config": {"full": True}}}, **QUIET_LOGS},
                           tags={TRIGGER_TAG: "weekly-full", PROJECT_TAG: project})
-            for project in config.projects]
+            for project in projects]
 
 
 freshness_schedule = dg.ScheduleDefinition(

@@ -80,6 +80,7 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
                          workspace: dg.ResourceParam[Workspace]) -> dg.SensorResult:
     from gitlab_knowledge.backlog import backlog
     from gitlab_knowledge.defs.due import decide
+    from gitlab_knowledge.store.groups import configured_projects
     from gitlab_knowledge.sync.probe import probe_projects
 
     config = workspace.config
@@ -87,11 +88,14 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     new = [p for p in config.projects if p not in existing]
     partition_requests = [project_partitions.build_add_request(new)] if new else []
     try:
-        probes = probe_projects(workspace)
-        work = backlog(workspace, list(config.projects))
+        projects = configured_projects(workspace)  # `projects`, then the groups' members (defs/discovery.py)
+        probes = probe_projects(workspace, projects)
+        work = backlog(workspace, projects)
     except StoreBusyError as exc:
         return dg.SensorResult(dynamic_partitions_requests=partition_requests,
                                skip_reason=f"store busy, probing on the next tick: {exc}")
+    new += [p for p in projects if p not in existing and p not in new]  # a member discovery has not added yet
+    partition_requests = [project_partitions.build_add_request(new)] if new else []
     failed = [p for p in probes if p.error is not None]
     if probes and len(failed) == len(probes):
         raise dg.DagsterError(f"probe failed: {failed[0].error}")  # GitLab down or the token rejected

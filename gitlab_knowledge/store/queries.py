@@ -227,38 +227,62 @@ def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int
     return item
 
 
-def sync_status(workspace: "Workspace") -> dict[str, Any]:
+def sync_status(workspace: "Workspace", project: str | None = None) -> dict[str, Any]:
+    """Recent runs, cursors, layers and how each configured project resolved; with `project`
+    (any configured path or group member, in any case), that project's alone: one project among
+    hundreds a group resolved to."""
+    from gitlab_knowledge.store import groups
+
+    config = workspace.config
+    members = groups.members(config)
     with workspace.read() as con:
-        runs = _rows(con, """
+        explicit_ids = [project_id_for(con, path) for path in config.projects]
+        named: list[tuple[str, int | None, str | None]] = [
+            (path, pid, None) for path, pid in zip(config.projects, explicit_ids, strict=True)]
+        paths = groups.project_paths(config, explicit_ids)
+        kept = set(paths[len(config.projects):])
+        named += [(m.path, m.project_id, m.group) for m in members if m.path in kept]
+        if project is not None:
+            named = [n for n in named if n[0].casefold() == project.casefold()]
+            if not named:
+                raise UsageError(f"project {project!r} is neither configured nor in a configured group's last listing "
+                                 "(`sync-status --json` lists them all)")
+        only = project is not None
+        wanted = {n[1] for n in named if n[1] is not None}
+        where = "WHERE lower(project_path) = lower(?) OR project_id IN (SELECT unnest(?::BIGINT[]))" if only else ""
+        params: list[Any] = [project, sorted(wanted)] if only else []
+        runs = _rows(con, f"""
             SELECT id, project_path, mode, status, started_at, finished_at, heartbeat_at, pid, dagster_run_id,
                    error, stats
-            FROM sync_runs ORDER BY id DESC LIMIT 20
-        """, [])
+            FROM sync_runs {where} ORDER BY id DESC LIMIT 20
+        """, params)
         for run in runs:
             stats = json.loads(run.pop("stats") or "{}")
             run["totals"] = stats.get("totals", {})
             run["api_calls"] = stats.get("api_calls")
             run["duration_s"] = stats.get("duration_s")
-        cursors = _rows(con, """
+        by_id = "WHERE c.project_id IN (SELECT unnest(?::BIGINT[]))" if only else ""
+        cursors = _rows(con, f"""
             SELECT p.path_with_namespace AS project, c.resource_type, c.updated_at_cursor, c.tie_breaker_id,
                    c.moved_at
-            FROM sync_cursors c LEFT JOIN projects p ON p.id = c.project_id ORDER BY 1, 2
-        """, [])
-        last_success = _rows(con, """
+            FROM sync_cursors c LEFT JOIN projects p ON p.id = c.project_id {by_id} ORDER BY 1, 2
+        """, [sorted(wanted)] if only else [])
+        last_success = _rows(con, f"""
             SELECT project_path, max(finished_at) AS last_success FROM sync_runs
-            WHERE status = 'succeeded' GROUP BY 1 ORDER BY 1
-        """, [])
-        layers = _rows(con, """
+            WHERE status = 'succeeded' {"AND lower(project_path) = lower(?)" if only else ""} GROUP BY 1 ORDER BY 1
+        """, [project] if only else [])
+        layers = _rows(con, f"""
             SELECT p.path_with_namespace AS project, l.layer, l.watermark, l.updated_at,
                    (SELECT max(change_seq) FROM raw_payloads r WHERE r.project_id = l.project_id) AS raw_seq
-            FROM layer_state l LEFT JOIN projects p ON p.id = l.project_id ORDER BY 1, 2
-        """, [])
+            FROM layer_state l LEFT JOIN projects p ON p.id = l.project_id
+            {by_id.replace("c.project_id", "l.project_id")} ORDER BY 1, 2
+        """, [sorted(wanted)] if only else [])
         # A configured path may be a different spelling of the project's canonical path: the
         # cursors and layers above are keyed by the project GitLab resolved it to.
         resolved = []
-        for path in workspace.config.projects:
-            project_id = project_id_for(con, path)
-            resolved.append({"configured": path, "project_id": project_id,
+        for path, project_id, group in named:
+            project_id = project_id if project_id is not None else project_id_for(con, path)
+            resolved.append({"configured": path, "project_id": project_id, "group": group,
                              "project": canonical_path(con, project_id) if project_id is not None else None})
     return {"runs": runs, "cursors": cursors, "last_success": last_success, "layers": layers,
-            "configured_projects": list(workspace.config.projects), "projects": resolved}
+            "configured_projects": list(config.projects), "groups": groups.summary(config), "projects": resolved}

@@ -55,7 +55,7 @@ def test_a_path_typed_in_another_case_stores_its_items(sandbox, config_for) -> N
     listed = queries.list_items(Workspace(config), queries.kinds.ISSUE, typed, 5)
     assert {r["project"] for r in listed} == {project["path_with_namespace"]}  # the canonical path
     status = queries.sync_status(Workspace(config))
-    assert status["projects"] == [{"configured": typed, "project_id": project["id"],
+    assert status["projects"] == [{"configured": typed, "project_id": project["id"], "group": None,
                                    "project": project["path_with_namespace"]}]
     assert {c["project"] for c in status["cursors"]} == {project["path_with_namespace"]}
 

@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--threads-per-parent-mean", type=_positive_float, default=9.5,
                      help="threads with user notes per issue/MR, averaged over all (incl. the ~30%% with none)")
     gen.add_argument("--notes-per-thread-mean", type=_positive_float, default=2.0)
+    gen.add_argument("--group-depth", type=_count, default=0,
+                     help="put the projects in nested groups under acme, this many levels of subgroups deep")
+    gen.add_argument("--group-fanout", type=_count, default=3, help="subgroups per group (with --group-depth)")
     return parser
 
 
@@ -127,6 +130,7 @@ def generate(args: argparse.Namespace) -> int:
         summary = generate_dataset(
             args.out, projects=args.projects, issues=args.issues, mrs=args.mrs, seed=args.seed,
             threads_per_parent_mean=args.threads_per_parent_mean, notes_per_thread_mean=args.notes_per_thread_mean,
+            group_depth=args.group_depth, group_fanout=args.group_fanout,
         )
     except (OSError, ValueError) as exc:
         return _fail(f"cannot generate into {args.out}: {exc}")

@@ -9,6 +9,7 @@ from .clock import parse_iso, ts_key
 from .dataset import Json
 from .diffs import NO_ROUTE_BODY
 from .errors import BadRequest, SandboxError
+from .groups import project_subset, query_bool
 from .pagination import DEFAULT_PER_PAGE, page_params, paginate
 from .projects import KINDS
 from .state import ListFilters, SandboxState
@@ -80,6 +81,8 @@ class Api:
             return Route("user", {"GET": self._user})
         if seg == ["todos"]:
             return Route("todos", {"GET": lambda r: self._page(r, list_todos(self.state, str(r.param("state") or "pending")))})
+        if seg and seg[0] == "groups" and n >= 2:
+            return self._group_route(seg[1], seg[2:])
         if not seg or seg[0] != "projects":
             return None
         if n == 1:
@@ -178,6 +181,22 @@ class Api:
             "PUT": lambda r: ApiResponse(200, self.state.edit_note(pid, kind, iid, note_id, r.param("body"))),
             "DELETE": lambda r: self._deleted(self.state.delete_note(pid, kind, iid, note_id)),
         })
+
+    def _group_route(self, gid: str, rest: list[str]) -> Route | None:
+        """`/groups/:id`, `.../projects`, `.../subgroups`, `.../descendant_groups` (groups.py)."""
+        if not rest:
+            return Route("group", {"GET": lambda r: ApiResponse(200, self.state.group(gid))})
+        if rest == ["projects"]:
+            return Route("group_projects", {"GET": lambda r: self._page(r, project_subset(self.state.group_projects(
+                gid, include_subgroups=bool(query_bool(r.param("include_subgroups"), "include_subgroups")),
+                archived=query_bool(r.param("archived"), "archived"),
+                order_by=str(r.param("order_by") or "created_at"), sort=str(r.param("sort") or "desc")),
+                bool(query_bool(r.param("simple"), "simple"))))})
+        if rest == ["subgroups"]:
+            return Route("group_subgroups", {"GET": lambda r: self._page(r, self.state.subgroups(gid))})
+        if rest == ["descendant_groups"]:
+            return Route("group_descendants", {"GET": lambda r: self._page(r, self.state.descendant_groups(gid))})
+        return None
 
     def handle(self, route: Route, request: ApiRequest) -> ApiResponse:
         handler = route.handlers.get(request.method)

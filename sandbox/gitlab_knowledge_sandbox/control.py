@@ -87,4 +87,8 @@ def handle_control(sandbox: "SandboxGitLab", method: str, path: str, raw_body: b
                 return 400, {"message": "enabled must be true or false"}
             sandbox.state.legacy_diffs = enabled
         return 200, {"enabled": sandbox.state.legacy_diffs}
+    if route.split("/", 1)[0] in ("groups", "projects"):
+        from .groups import control
+
+        return control(sandbox.state, method, route, body)
     return 404, {"error": "404 Not Found"}

@@ -10,6 +10,7 @@ from typing import Any
 
 FORMAT = "gitlab-knowledge-sandbox/1"
 DIFFS_FILE = "merge_request_diffs.jsonl"
+GROUPS_FILE = "groups.json"
 
 ISSUE = "Issue"
 MERGE_REQUEST = "MergeRequest"
@@ -43,6 +44,8 @@ class Dataset:
     # Other users (each with its `tokens`) and their project memberships (users.py); optional.
     users: list[Json] = field(default_factory=list)
     memberships: list[Json] = field(default_factory=list)
+    # GET /groups/:id objects (groups.json, optional): groups.py adds those the projects' namespaces name.
+    groups: list[Json] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Totals for summaries: documents are issues + MRs + threads with a user note."""
@@ -151,8 +154,12 @@ def _load(root: Path) -> Dataset:
     if not isinstance(redirects, dict) or not all(isinstance(v, int) for v in redirects.values()):
         raise DatasetError(f"{root / 'dataset.json'}: \"redirects\" must map old project paths to project ids")
     users, memberships = _read_users(root / "dataset.json", meta)
+    groups = _read_json(root / GROUPS_FILE) if (root / GROUPS_FILE).is_file() else []
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("id"), int)
+                                               and isinstance(g.get("full_path"), str) for g in groups):
+        raise DatasetError(f"{root / GROUPS_FILE}: expected a list of group objects with ids and full paths")
     data = Dataset(user=user, projects=projects, description=str(meta.get("description") or ""), path=root,
-                   redirects=redirects, users=users, memberships=memberships)
+                   redirects=redirects, users=users, memberships=memberships, groups=groups)
     for project in projects:
         pid = project["id"]
         pdir = root / "projects" / str(pid)
@@ -216,7 +223,7 @@ def _dumps(obj: Any) -> str:
 
 def write_meta(root: Path, user: Json, projects: list[Json], description: str = "",
                redirects: dict[str, int] | None = None, users: list[Json] | None = None,
-               memberships: list[Json] | None = None) -> None:
+               memberships: list[Json] | None = None, groups: list[Json] | None = None) -> None:
     """Write dataset.json and projects.json (the generator streams the JSONL files itself)."""
     root.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {"format": FORMAT, "description": description, "user": user}
@@ -230,6 +237,8 @@ def write_meta(root: Path, user: Json, projects: list[Json], description: str = 
     (root / "projects.json").write_text(
         json.dumps(projects, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
     )
+    if groups:
+        (root / GROUPS_FILE).write_text(json.dumps(groups, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
 def write_jsonl(path: Path, rows: Iterable[Json]) -> int:
@@ -248,7 +257,8 @@ def write_jsonl(path: Path, rows: Iterable[Json]) -> int:
 def write_dataset(data: Dataset, directory: Path | str) -> Path:
     """Write `data` as a dataset directory (the format load_dataset reads)."""
     root = Path(directory)
-    write_meta(root, data.user, data.projects, data.description, data.redirects, data.users, data.memberships)
+    write_meta(root, data.user, data.projects, data.description, data.redirects, data.users, data.memberships,
+               groups=data.groups)
     for project in data.projects:
         pid = project["id"]
         pdir = root / "projects" / str(pid)

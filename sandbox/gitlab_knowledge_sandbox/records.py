@@ -77,11 +77,12 @@ def current_user(user: Json) -> Json:
     }
 
 
-def project(index: int, owner: Json, created_ms: int) -> Json:
+def project(index: int, owner: Json, created_ms: int, namespace: Json | None = None) -> Json:
+    """Project `index`, in the top group `acme` or in the group whose `namespace` object is given."""
     path, description = vocab.PROJECT_NAMES[index % len(vocab.PROJECT_NAMES)]
     if index >= len(vocab.PROJECT_NAMES):
         path = f"{path}-{index // len(vocab.PROJECT_NAMES) + 1}"
-    full = f"{NAMESPACE}/{path}"
+    full = f"{namespace['full_path'] if namespace else NAMESPACE}/{path}"
     pid = 101 + index
     web = f"{HOST}/{full}"
     name = path.replace("-", " ").title()
@@ -89,7 +90,7 @@ def project(index: int, owner: Json, created_ms: int) -> Json:
         "id": pid,
         "description": description,
         "name": name,
-        "name_with_namespace": f"Acme / {name}",
+        "name_with_namespace": f"{namespace['name'] if namespace else 'Acme'} / {name}",
         "path": path,
         "path_with_namespace": full,
         "created_at": iso(created_ms - (index + 30) * 86_400_000),
@@ -104,7 +105,7 @@ def project(index: int, owner: Json, created_ms: int) -> Json:
         "forks_count": 0,
         "star_count": 3 + index,
         "last_activity_at": None,
-        "namespace": {
+        "namespace": namespace or {
             "id": 10, "name": "Acme", "path": NAMESPACE, "kind": "group", "full_path": NAMESPACE,
             "parent_id": None, "avatar_url": None, "web_url": f"{HOST}/groups/{NAMESPACE}",
         },

@@ -17,6 +17,7 @@ from .clock import SandboxClock, ts_key
 from .dataset import ISSUE, MERGE_REQUEST, Dataset, Json, gc_paused
 from .diffs import DiffsMixin, diff_entries, load_diffs
 from .errors import BadRequest, NotFound
+from .groups import GroupsMixin
 from .itemcheck import check_item, id_key, source_name
 from .items import ItemsMixin
 from .notes import NotesMixin, user_note_count
@@ -40,7 +41,7 @@ class ListFilters:
     iids: frozenset[int] | None = None
 
 
-class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
+class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin):
     """Thread-safe in-memory GitLab. Methods take a project id, a path or a `Project`."""
 
     def __init__(self, dataset: Dataset, clock: SandboxClock | None = None) -> None:
@@ -94,6 +95,7 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
                 self._by_path.setdefault(old_path.lower(), self._by_id[pid])
         self._next_id = {kind: value + 1 for kind, value in max_ids.items()}
         self._next_note_id = max_note + 1
+        self._load_groups(dataset)  # groups.py: groups.json and the projects' namespaces
 
     # -- projects --------------------------------------------------------------------------------
 
@@ -213,7 +215,7 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
         with self.lock:
             users, memberships = self.users.export()
             data = Dataset(user=self.user, projects=[p.data for p in self.projects], description=self.description,
-                           users=users, memberships=memberships)
+                           users=users, memberships=memberships, groups=self.group_snapshot())
             for proj in self.projects:
                 pid = proj.data["id"]
                 data.issues[pid] = sorted(proj.issues.items.values(), key=lambda i: i["iid"])

@@ -1,0 +1,75 @@
+"""A first `sync` of N generated projects in nested groups (`groups = ["acme"]`) against the same
+totals as one project: the wall time of the whole command (every layer, the embedded model), so
+the cost of one Dagster run per project shows. Issue 24's target is a ratio within 1.2x.
+
+    python -m benchmarks.groups_bench --projects 300 --group-depth 3 --issues 600 --mrs 300 --out DIR
+
+Each side runs the CLI in its own process against a sandbox in its own process; `count` (from
+`stats --json`) is checked against what the generator wrote.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN
+
+
+def _run(out: Path, name: str, projects: int, depth: int, issues: int, mrs: int, env: dict[str, str]) -> dict[str, Any]:
+    dataset = out / f"dataset-{name}"
+    generated = subprocess.run(
+        [sys.executable, "-m", "gitlab_knowledge_sandbox", "generate", "--out", str(dataset), "--projects",
+         str(projects), "--issues", str(issues), "--mrs", str(mrs), "--seed", "1", "--threads-per-parent-mean", "1.0",
+         "--group-depth", str(depth)], check=True, env=env, capture_output=True, text=True).stdout.strip()
+    server = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge_sandbox", "serve", "--data", str(dataset),
+                               "--port", "0"], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().split(" at ", 1)[1].split(" ", 1)[0]
+        home = out / f"home-{name}"
+        home.mkdir(parents=True, exist_ok=True)
+        chosen = 'groups = ["acme"]' if depth else 'projects = ["acme/platform-api"]'
+        (home / "gitlab_knowledge.toml").write_text(
+            f'{chosen}\n[gitlab]\nurl = "{url}"\nrate_limit = 0\n[storage]\ndata_dir = "data"\n', encoding="utf-8")
+        started = time.monotonic()
+        synced = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "sync", "--json"], cwd=home, env=env,
+                                capture_output=True, text=True)
+        wall = time.monotonic() - started
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    if synced.returncode:
+        raise SystemExit(f"{name}: sync exited {synced.returncode}: {synced.stderr.strip()[-500:]}")
+    runs = json.loads(synced.stdout)["projects"]
+    stats = json.loads(subprocess.run([sys.executable, "-m", "gitlab_knowledge", "stats", "--json"], cwd=home, env=env,
+                                      capture_output=True, text=True, check=True).stdout)
+    return {"generated": generated, "projects": len(runs), "wall_s": round(wall, 1),
+            "runs_s": round(sum(r["duration_s"] for r in runs), 1),
+            "fetch_s": round(sum(r["sync_s"] or 0 for r in runs), 1),
+            "documents": sum(p["documents"] for p in stats["projects"]), "totals": stats["totals"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.groups_bench")
+    parser.add_argument("--projects", type=int, default=300)
+    parser.add_argument("--group-depth", type=int, default=3)
+    parser.add_argument("--issues", type=int, default=600)
+    parser.add_argument("--mrs", type=int, default=300)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    env = {**os.environ, "GITLAB_TOKEN": DEFAULT_TOKEN}
+    env.pop("DAGSTER_HOME", None)
+    result = {"groups": _run(args.out, "groups", args.projects, args.group_depth, args.issues, args.mrs, env),
+              "one_project": _run(args.out, "one", 1, 0, args.issues, args.mrs, env)}
+    result["ratio"] = round(result["groups"]["wall_s"] / result["one_project"]["wall_s"], 2)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

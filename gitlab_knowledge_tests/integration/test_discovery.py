@@ -1,0 +1,158 @@
+"""Discovery in the automation (defs/discovery.py) against the sandbox: the groups' projects become
+partitions without a change to the config and the change sensor syncs a new one; a project that
+is archived, deleted or moved out is purged by a purge_removed_projects run only after a complete
+listing, never after a failed one; discovery waits `discovery_minutes` between listings."""
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import tomli_w
+
+from gitlab_knowledge.defs import build_defs, defs
+from gitlab_knowledge.defs.discovery import PURGE_JOB
+from gitlab_knowledge.defs.runner import run_sync
+from gitlab_knowledge.store import groups as record_store
+from gitlab_knowledge.timeutil import utcnow
+from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
+from gitlab_knowledge_tests.helpers import SYNC_LAYERS, scalar
+
+
+@pytest.fixture(scope="module")
+def grouped_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("grouped")
+    generate_dataset(out, projects=3, issues=6, mrs=0, seed=9, threads_per_parent_mean=0.5, group_depth=1,
+                     group_fanout=2)
+    return out
+
+
+@pytest.fixture
+def env(grouped_dataset, tmp_path, token_env):
+    with SandboxGitLab(dataset=grouped_dataset) as sb, dg.instance_for_test() as instance:
+        path = tmp_path / "gitlab_knowledge.toml"
+        path.write_text(tomli_w.dumps({
+            "groups": ["acme"], "gitlab": {"url": sb.url, "rate_limit": 0, "max_retries": 1, "timeout": 5},
+            "storage": {"data_dir": str(tmp_path / "data")}}), encoding="utf-8")
+        yield sb, str(path), instance
+
+
+def discovery_tick(instance: dg.DagsterInstance, path: str, cursor: str | None = None) -> dg.SensorResult:
+    sensor = defs.resolve_sensor_def("group_discovery_sensor")
+    with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                 resources={"workspace": Workspace.load(path)}) as context:
+        return sensor(context)
+
+
+def change_tick(instance: dg.DagsterInstance, path: str) -> dg.SensorResult:
+    sensor = defs.resolve_sensor_def("gitlab_change_sensor")
+    with dg.build_sensor_context(instance=instance, resources={"workspace": Workspace.load(path)}) as context:
+        return sensor(context)
+
+
+def aged(result: dg.SensorResult, minutes: float = 61) -> str:
+    """The tick's cursor as if it had been written `minutes` ago."""
+    cursor = json.loads(result.cursor)
+    cursor["at"] = (utcnow() - timedelta(minutes=minutes)).isoformat()
+    return json.dumps(cursor)
+
+
+def add_partitions(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:
+    for request in result.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+
+
+def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_complete_listing(env) -> None:
+    sb, path, instance = env
+    members = sorted(p["path_with_namespace"] for p in sb.state.group_projects("acme", include_subgroups=True))
+    first = discovery_tick(instance, path)
+    assert sorted(first.dynamic_partitions_requests[0].partition_keys) == members and not first.run_requests
+    add_partitions(instance, first)
+    assert "less than 60 minutes" in discovery_tick(instance, path, first.cursor).skip_reason.skip_message
+    # The change sensor probes the groups' projects like configured ones: all never synced.
+    assert sorted(r.partition_key for r in change_tick(instance, path).run_requests) == members
+    workspace = Workspace.load(path)
+    archived, kept = members[0], members[1]
+    assert all(o.success for o in run_sync(workspace, [archived, kept], instance=instance, selection=SYNC_LAYERS))
+
+    archived_id = sb.state.project(archived).data["id"]
+    assert scalar(workspace.config, "SELECT count(*) FROM issues WHERE project_id = ?", [archived_id]) > 0
+    sb.state.archive_project(archived)
+    added = sb.state.add_project("acme/new-team", "fresh")["path_with_namespace"]
+    sb.state.create(added, "issues", {"title": "The first issue of a project nobody configured"})
+
+    # GitLab fails the listing: nothing changes, nothing is purged, and the next tick tries again.
+    sb.set_faults("503:path=/groups/")
+    failed = discovery_tick(instance, path, aged(first))
+    assert failed.run_requests == [] and not failed.dynamic_partitions_requests
+    assert "nothing purged" in failed.skip_reason.skip_message and not json.loads(failed.cursor)["complete"]
+    assert record_store.left(workspace.config) == {}
+    sb.set_faults(None)
+
+    found = discovery_tick(instance, path, failed.cursor)  # due at once: the last one did not list everything
+    assert found.dynamic_partitions_requests[0].partition_keys == [added]
+    [purge] = found.run_requests
+    assert purge.job_name == PURGE_JOB and purge.run_config["ops"]["find_removed"]["config"] == {
+        "project_ids": [archived_id]}
+    add_partitions(instance, found)
+    requests = {r.partition_key: r for r in change_tick(instance, path).run_requests}
+    assert added in requests and archived not in requests  # the new project syncs, the gone one no more
+    [synced] = run_sync(workspace, [requests[added].partition_key], instance=instance, selection=SYNC_LAYERS)
+    assert synced.success and scalar(workspace.config, "SELECT title FROM issues WHERE project_id = ?",
+                                     [sb.state.project(added).data["id"]]) == \
+        "The first issue of a project nobody configured"
+
+    job = build_defs(workspace).resolve_job_def(PURGE_JOB)
+    result = job.execute_in_process(run_config=purge.run_config, instance=instance, tags=purge.tags)
+    assert result.success
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [archived_id]) == 0
+    kept_id = sb.state.project(kept).data["id"]
+    assert scalar(workspace.config, "SELECT count(*) FROM issues WHERE project_id = ?", [kept_id]) > 0
+    assert archived not in instance.get_dynamic_partitions("gitlab_projects")
+    assert record_store.left(workspace.config) == {}
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.tags["gitlab_knowledge/trigger"] == "discovery"  # what the UI lists
+
+
+def test_a_purge_run_removes_nothing_the_groups_list_again(env) -> None:
+    """Between the discovery and its purge run, the project came back (unarchived): the run finds
+    it configured again and leaves it."""
+    sb, path, instance = env
+    first = discovery_tick(instance, path)
+    workspace = Workspace.load(path)
+    project = record_store.project_paths(workspace.config)[0]
+    pid = sb.state.project(project).data["id"]
+    assert run_sync(workspace, [project], instance=instance, selection=SYNC_LAYERS)[0].success
+    sb.state.archive_project(project)
+    purge = discovery_tick(instance, path, aged(first)).run_requests[0]
+    sb.state.archive_project(project, False)
+    discovery_tick(instance, path, aged(first, 120))
+    result = build_defs(workspace).resolve_job_def(PURGE_JOB).execute_in_process(
+        run_config=purge.run_config, instance=instance)
+    assert result.success and result.output_for_node("purge_store") == 0
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) > 0
+
+
+def test_without_groups_the_discovery_sensor_does_nothing(env, tmp_path) -> None:
+    sb, _path, instance = env
+    plain = tmp_path / "plain.toml"
+    plain.write_text(tomli_w.dumps({"projects": ["acme/x"], "gitlab": {"url": sb.url},
+                                    "storage": {"data_dir": str(tmp_path / "plain")}}), encoding="utf-8")
+    assert discovery_tick(instance, str(plain)).skip_reason.skip_message == "no groups configured"
+
+
+def test_the_weekly_reconciliation_covers_the_groups_members(env) -> None:
+    from datetime import UTC, datetime
+
+    sb, path, instance = env
+    discovery_tick(instance, path)
+    members = sorted(p["path_with_namespace"] for p in sb.state.group_projects("acme", include_subgroups=True))
+    schedule = defs.resolve_schedule_def("weekly_full_reconciliation")
+    with dg.build_schedule_context(instance=instance, resources={"workspace": Workspace.load(path)},
+                                   scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
+                                   repository_def=defs.get_repository_def()) as context:
+        requests = schedule.evaluate_tick(context).run_requests
+    assert sorted(r.partition_key for r in requests) == members
+    assert sorted(instance.get_dynamic_partitions("gitlab_projects")) == members
