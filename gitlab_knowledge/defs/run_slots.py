@@ -31,7 +31,9 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     # A run created but never started (its process killed in between: kill -9 where Ctrl-C would
     # have canceled it) holds nothing, yet would show NOT_STARTED for ever: it is canceled.
     statuses = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.NOT_STARTED]
-    for run in instance.get_runs(RunsFilter(statuses=statuses, tags={TRIGGER_TAG: "cli"})):
+    # Runs started in a process of ours carry its PID: the CLI's, and the project runs a batch run
+    # (defs/batch.py) starts inside the daemon's run worker.
+    for run in instance.get_runs(RunsFilter(statuses=statuses)):
         pid = run.tags.get(PID_TAG, "")
         if run.tags.get(HOST_TAG) != HOSTNAME or not pid.isdigit():
             continue
