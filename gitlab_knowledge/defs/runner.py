@@ -30,6 +30,7 @@ from gitlab_knowledge.defs.run_slots import (
     cancel_unstarted,
     reap_dead_runs,
     refuse_if_busy,
+    refuse_if_project_busy,
 )
 from gitlab_knowledge.errors import (
     AuthError,
@@ -197,10 +198,12 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
     }
     outcomes: list[ProjectOutcome] = []
-    for project in projects:
+    for index, project in enumerate(projects):
         started = time.monotonic()
         outcome = ProjectOutcome(project=project, run_id=str(uuid.uuid4()))
         try:
+            if index:  # the first was checked above; a run launched since (from the UI) is not doubled
+                refuse_if_project_busy(instance, project)
             result = job.execute_in_process(
                 run_config=run_config, instance=instance, partition_key=project, raise_on_error=True,
                 run_id=outcome.run_id, asset_selection=asset_selection,
