@@ -197,9 +197,34 @@ def bench(dataset: Path, repeat: int, one_note: bool) -> dict[str, Any]:
         if one_note:
             result["one_note_sync_s"] = round(statistics.median(note), 2)
             result["one_note_run"] = median_dict(note_runs)
+        if not one_note:  # many projects: one process per project against one for all
+            result.update(per_project_vs_one(sb, config, projects, instance))
         result["outside_runs"] = outside_costs(config)
         result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return result
+
+
+def touch_all(sb: SandboxGitLab, projects: list[str], word: str) -> None:
+    sb.clock.advance(3600)
+    for project in projects:
+        issues = sb.state.list_items(project, "issues")
+        if issues:
+            sb.state.add_note(project, "issues", issues[0]["iid"], f"a note in every project: {word}")
+
+
+def per_project_vs_one(sb: SandboxGitLab, config: Path, projects: list[str], instance: Any) -> dict[str, Any]:
+    """A note in every project, synced by one process per project (what one daemon run per project
+    paid), then another note in every project, synced by one process for all of them (the batch)."""
+    touch_all(sb, projects, "separately")
+    started = time.monotonic()
+    outs = [cli(config, "--project", project)[1] for project in projects]
+    separate = time.monotonic() - started
+    touch_all(sb, projects, "together")
+    wall, out = cli(config)
+    return {"one_process_per_project_s": round(separate, 2), "one_process_for_all_s": round(wall, 2),
+            "per_project_runs": {k: round(v, 2) for k, v in
+                                 sum_runs(instance, [p for o in outs for p in o["projects"]]).items()},
+            "one_for_all_runs": {k: round(v, 2) for k, v in sum_runs(instance, out["projects"]).items()}}
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -213,6 +238,11 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{'one-note sync of one project (CLI, wall)':44}{result['one_note_sync_s']:>8.2f} s")
         for k, v in result["one_note_run"].items():
             print(f"  {'one-note run: ' + k:42}{v:>8.2f}")
+    if "one_process_per_project_s" in result:
+        print(f"{'a note in each project, a process per project':44}{result['one_process_per_project_s']:>8.2f} s"
+              f"   runs: {result['per_project_runs']}")
+        print(f"{'a note in each project, one process for all':44}{result['one_process_for_all_s']:>8.2f} s"
+              f"   runs: {result['one_for_all_runs']}")
     for k, v in result["outside_runs"].items():
         print(f"{'new process: ' + k:44}{v:>8.2f} s")
 

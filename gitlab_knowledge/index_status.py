@@ -24,7 +24,10 @@ def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def index_status(workspace: Workspace, provider: str | None = None, model: str | None = None) -> dict[str, Any]:
+def index_status(workspace: Workspace, provider: str | None = None, model: str | None = None,
+                 projects_only: list[str] | None = None) -> dict[str, Any]:
+    """Every configured project's index status, or only `projects_only`'s (what a check of one
+    partition asks: all projects' would make a sync of N projects read N×N states)."""
     from gitlab_knowledge.errors import StoreError
 
     config = workspace.config
@@ -34,9 +37,12 @@ def index_status(workspace: Workspace, provider: str | None = None, model: str |
         lexical = workspace.lexical()
     except StoreError:
         lexical = None
+    sql = "SELECT project_path, id, content_hash, meta_hash, builder_version FROM documents"
     with workspace.read() as con:
-        docs = con.execute("SELECT project_path, id, content_hash, meta_hash, builder_version FROM documents").fetchall()
-    projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in config.projects}
+        docs = (con.execute(sql + " WHERE project_path IN (SELECT unnest($1::VARCHAR[]))", [projects_only])
+                if projects_only is not None else con.execute(sql)).fetchall()
+    wanted = config.projects if projects_only is None else projects_only
+    projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in wanted}
     version = document_version()
     for project, doc_id, content_hash, meta_hash, builder_version in docs:
         projects.setdefault(project, {})[doc_id] = document_hashes(content_hash, meta_hash, builder_version, version)

@@ -67,10 +67,7 @@ STORE_CHECKS = [_store_rule(name, rule, ASSETS[layers.layer(layer).asset]) for n
 def _index_status(workspace: Workspace, project: str | None) -> dict[str, Any]:
     from gitlab_knowledge.index_status import index_status
 
-    status = index_status(workspace)
-    if project:
-        status["projects"] = [p for p in status["projects"] if p["project"] == project]
-    return status
+    return index_status(workspace, projects_only=[project] if project else None)
 
 
 @dg.asset_check(asset=document_embeddings, partitions_def=project_partitions,
