@@ -34,12 +34,13 @@ from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLa
 
 PY = sys.executable
 REPO = Path(__file__).resolve().parents[1]
+PRODUCT = [REPO]  # the checkout whose gitlab_knowledge the CLI processes run (`--product`)
 
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITLAB", "DAGSTER_HOME"))}
     env.update({"GITLAB_TOKEN": DEFAULT_TOKEN, "NO_COLOR": "1",
-                "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "sandbox")])})
+                "PYTHONPATH": os.pathsep.join([str(PRODUCT[0]), str(PRODUCT[0] / "sandbox")])})
     return env
 
 
@@ -253,7 +254,10 @@ def main() -> int:
     parser.add_argument("--generated", type=int, default=0, metavar="N",
                         help="a generated dataset of N small projects instead of the bundled sample")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--product", type=Path, default=REPO,
+                        help="the checkout whose code the measured processes run (an older one, to compare)")
     args = parser.parse_args()
+    PRODUCT[0] = args.product.resolve()
     dataset = SAMPLE_DATASET
     with tempfile.TemporaryDirectory() as tmp:
         if args.generated:
