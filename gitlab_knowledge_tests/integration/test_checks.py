@@ -19,7 +19,7 @@ from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge_tests.conftest import store_config
 from gitlab_knowledge_tests.helpers import run_checks
 
-CHECK_NAMES = {c.check_key.name for c in ALL_CHECKS}
+CHECK_NAMES = {k.name for c in ALL_CHECKS for k in c.check_keys}
 
 
 @pytest.fixture(scope="module")
