@@ -45,9 +45,9 @@ def _result(outcome: integrity.Outcome, project: str | None,
                 **outcome.metadata}
     if outcome.samples:
         metadata["examples"] = dg.MetadataValue.md("\n".join(f"- `{s}`" for s in outcome.samples))
-    where = {"asset_key": key.asset_key, "check_name": key.name} if key is not None else {}
     return dg.AssetCheckResult(passed=outcome.passed, severity=severity, metadata=metadata,
-                               description=outcome.description, **where)
+                               description=outcome.description, asset_key=key.asset_key if key else None,
+                               check_name=key.name if key else None)
 
 
 def _store_rules(asset: dg.AssetsDefinition, names: list[str]) -> dg.AssetChecksDefinition:
