@@ -15,15 +15,17 @@ fails at the end with one line naming each failed project. An interrupt (the UI'
 `ui` stopping) stops after the project in progress, whose run is recorded as canceled.
 """
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
-from gitlab_knowledge.defs.failures import plain_failure, tag_cause
+from gitlab_knowledge.defs.failures import plain_failure, said_plainly, tag_cause
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
-from gitlab_knowledge.errors import is_interrupt
+from gitlab_knowledge.errors import SyncInProgressError, is_interrupt
+from gitlab_knowledge.sync.runs import pipeline_lock
 from gitlab_knowledge.workspace import Workspace
 
 BATCH_JOB = "sync_projects"
@@ -72,9 +74,19 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
 
     projects = config.projects or list(workspace.config.projects)
     tags = {TRIGGER_TAG: context.run.tags.get(TRIGGER_TAG, "ui"), BATCH_TAG: context.run_id}
-    outcomes = run_sync(workspace, projects, full=config.full, force=config.force, instance=context.instance,
-                        tags=tags, project_tags={p: {RETRY_TAG: kind} for p, kind in config.retry.items()},
-                        wait_s=WAIT_FOR_POOLS_S)
+    deadline = time.monotonic() + WAIT_FOR_POOLS_S
+    with said_plainly(context):
+        while True:  # a CLI sync holding the data directory's lock: wait for it, as for the pools
+            try:
+                with pipeline_lock(workspace.config.data_dir, "sync"):
+                    outcomes = run_sync(workspace, projects, full=config.full, force=config.force,
+                                        instance=context.instance, tags=tags, wait_s=max(deadline - time.monotonic(), 0),
+                                        project_tags={p: {RETRY_TAG: kind} for p, kind in config.retry.items()})
+                break
+            except SyncInProgressError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(2.0)
     interrupted = [o for o in outcomes if is_interrupt(o.error)]
     for outcome in interrupted:  # the project's run stopped with the batch: canceled, not failed
         run = context.instance.get_run_by_id(outcome.run_id)

@@ -78,3 +78,22 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
 
 def scalar_id(sb: SandboxGitLab, project: str) -> int:
     return next(p["id"] for p in sb.state.list_projects() if p["path_with_namespace"] == project)
+
+
+def test_a_batch_waits_for_a_live_run_of_its_project_where_the_cli_refuses():
+    from gitlab_knowledge.defs.runner import wait_until_free
+    from gitlab_knowledge.errors import SyncInProgressError
+
+    with dg.instance_for_test() as instance:
+        job = defs.resolve_job_def("sync_project")
+        other = instance.create_run_for_job(job, tags={"dagster/partition": "acme/a"}, status=dg.DagsterRunStatus.STARTED)
+        with pytest.raises(SyncInProgressError, match="acme/a"):
+            wait_until_free(instance, ["acme/a"], 0.0)  # the CLI: at once
+        slept: list[float] = []
+
+        def sleep(seconds: float) -> None:  # the other run finishes while the batch waits
+            slept.append(seconds)
+            instance.report_run_failed(other)
+
+        wait_until_free(instance, ["acme/a"], 600.0, sleep=sleep)
+        assert slept == [1.0]
