@@ -24,7 +24,7 @@ import dagster as dg
 from gitlab_knowledge.defs.failures import plain_failure, said_plainly, tag_cause
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
-from gitlab_knowledge.errors import SyncInProgressError, is_interrupt
+from gitlab_knowledge.errors import Interrupted, SyncInProgressError, is_interrupt
 from gitlab_knowledge.sync.runs import pipeline_lock
 from gitlab_knowledge.workspace import Workspace
 
@@ -87,6 +87,10 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(2.0)
+            except Interrupted as exc:  # between two project runs: the batch is stopped, not failed
+                from dagster._core.errors import DagsterExecutionInterruptedError
+
+                raise DagsterExecutionInterruptedError(str(exc)) from None
     interrupted = [o for o in outcomes if is_interrupt(o.error)]
     for outcome in interrupted:  # the project's run stopped with the batch: canceled, not failed
         run = context.instance.get_run_by_id(outcome.run_id)
