@@ -17,7 +17,7 @@ fails at the end with one line naming each failed project. An interrupt (the UI'
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -27,6 +27,9 @@ from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
 from gitlab_knowledge.errors import Interrupted, SyncInProgressError, is_interrupt
 from gitlab_knowledge.sync.runs import pipeline_lock
 from gitlab_knowledge.workspace import Workspace
+
+if TYPE_CHECKING:
+    from gitlab_knowledge.defs.runner import ProjectOutcome
 
 BATCH_JOB = "sync_projects"
 BATCH_OP = "sync_each_project"
@@ -70,35 +73,18 @@ def projects_in_flight(instance: dg.DagsterInstance, configured: list[str]) -> s
                                   "projects if none), one after the other in this process: one partition run each.")
 def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
                       workspace: dg.ResourceParam[Workspace]) -> dg.Output[None]:
-    from gitlab_knowledge.defs.runner import run_sync  # the runner loads the definitions: late
+    from dagster._core.errors import DagsterExecutionInterruptedError
 
     projects = config.projects or list(workspace.config.projects)
-    tags = {TRIGGER_TAG: context.run.tags.get(TRIGGER_TAG, "ui"), BATCH_TAG: context.run_id}
-    deadline = time.monotonic() + WAIT_FOR_POOLS_S
-    with said_plainly(context):
-        while True:  # a CLI sync holding the data directory's lock: wait for it, as for the pools
-            try:
-                with pipeline_lock(workspace.config.data_dir, "sync"):
-                    outcomes = run_sync(workspace, projects, full=config.full, force=config.force,
-                                        instance=context.instance, tags=tags, wait_s=max(deadline - time.monotonic(), 0),
-                                        project_tags={p: {RETRY_TAG: kind} for p, kind in config.retry.items()})
-                break
-            except SyncInProgressError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(2.0)
-            except Interrupted as exc:  # between two project runs: the batch is stopped, not failed
-                from dagster._core.errors import DagsterExecutionInterruptedError
-
-                raise DagsterExecutionInterruptedError(str(exc)) from None
+    try:
+        outcomes = _run_all(context, config, workspace, projects)
+    except BaseException as exc:
+        if is_interrupt(exc):  # Dagster's interrupt may also leave the project run in progress as it was
+            _cancel_in_progress(context)
+        raise
     interrupted = [o for o in outcomes if is_interrupt(o.error)]
-    for outcome in interrupted:  # the project's run stopped with the batch: canceled, not failed
-        run = context.instance.get_run_by_id(outcome.run_id)
-        if run is not None:
-            context.instance.report_run_canceled(run, "its batch run was stopped while it was in progress")
-    if interrupted:
-        from dagster._core.errors import DagsterExecutionInterruptedError
-
+    if interrupted:  # the project's run stopped with the batch: canceled, not failed
+        _cancel_in_progress(context, [o.run_id for o in interrupted])
         raise DagsterExecutionInterruptedError(f"stopped during {interrupted[0].project}")
     for outcome in outcomes:
         context.log.info(f"{outcome.project}: {'ok' if outcome.success else outcome.message} "
@@ -115,6 +101,40 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
     return dg.Output(None, metadata={"projects": len(outcomes),
                                      "runs": {o.project: o.run_id for o in outcomes},
                                      "duration_s": round(sum(o.duration_s for o in outcomes), 2)})
+
+
+def _run_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: Workspace,
+             projects: list[str]) -> "list[ProjectOutcome]":
+    from dagster._core.errors import DagsterExecutionInterruptedError
+
+    from gitlab_knowledge.defs.runner import run_sync  # the runner loads the definitions: late
+
+    tags = {TRIGGER_TAG: context.run.tags.get(TRIGGER_TAG, "ui"), BATCH_TAG: context.run_id}
+    retry = {p: {RETRY_TAG: kind} for p, kind in config.retry.items()}
+    deadline = time.monotonic() + WAIT_FOR_POOLS_S
+    with said_plainly(context):
+        while True:  # a CLI sync holding the data directory's lock: wait for it, as for the pools
+            try:
+                with pipeline_lock(workspace.config.data_dir, "sync"):
+                    return run_sync(workspace, projects, full=config.full, force=config.force,
+                                    instance=context.instance, tags=tags, project_tags=retry,
+                                    wait_s=max(deadline - time.monotonic(), 0))
+            except SyncInProgressError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(2.0)
+            except Interrupted as exc:  # between two project runs: the batch is stopped, not failed
+                raise DagsterExecutionInterruptedError(str(exc)) from None
+
+
+def _cancel_in_progress(context: dg.OpExecutionContext, stopped: list[str] | None = None) -> None:
+    """Record as canceled this batch's project runs still in progress, and the `stopped` ones."""
+    runs = context.instance.get_runs(dg.RunsFilter(tags={BATCH_TAG: context.run_id}, statuses=IN_FLIGHT))
+    ids = {r.run_id for r in runs} | set(stopped or [])
+    for run_id in ids:
+        run = context.instance.get_run_by_id(run_id)
+        if run is not None and run.status != dg.DagsterRunStatus.CANCELED:
+            context.instance.report_run_canceled(run, "its batch run was stopped while it was in progress")
 
 
 @dg.job(name=BATCH_JOB, executor_def=dg.in_process_executor, config=batch_run_config([]),
