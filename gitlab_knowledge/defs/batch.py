@@ -128,9 +128,12 @@ def _run_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: Wor
 
 
 def _cancel_in_progress(context: dg.OpExecutionContext, stopped: list[str] | None = None) -> None:
-    """Record as canceled this batch's project runs still in progress, and the `stopped` ones."""
-    runs = context.instance.get_runs(dg.RunsFilter(tags={BATCH_TAG: context.run_id}, statuses=IN_FLIGHT))
-    ids = {r.run_id for r in runs} | set(stopped or [])
+    """Record as canceled this batch's project runs still in progress, and the `stopped` ones. An
+    interrupt that reaches a project run records it failed ("interrupted unexpectedly": only the
+    batch run was asked to terminate), so that one is canceled too."""
+    runs = context.instance.get_runs(dg.RunsFilter(tags={BATCH_TAG: context.run_id}))
+    ids = {r.run_id for r in runs if r.status in IN_FLIGHT
+           or r.tags.get("dagster/failure_reason") == "UNEXPECTED_TERMINATION"} | set(stopped or [])
     for run_id in ids:
         run = context.instance.get_run_by_id(run_id)
         if run is not None and run.status != dg.DagsterRunStatus.CANCELED:
