@@ -16,6 +16,7 @@ fails at the end with one line naming each failed project. An interrupt (the UI'
 """
 
 import time
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,11 @@ from gitlab_knowledge.workspace import Workspace
 
 if TYPE_CHECKING:
     from gitlab_knowledge.defs.runner import ProjectOutcome
+
+# Definitions copy a sensor or schedule whose target is an op job (this one) to bind its
+# resources, and Dagster 1.13 passes the copy an empty `owners`, which warns that the (unused)
+# parameter is in beta: on every command that loads the definitions.
+warnings.filterwarnings("ignore", message="Parameter `owners` of initializer", category=dg.BetaWarning)
 
 BATCH_JOB = "sync_projects"
 BATCH_OP = "sync_each_project"
