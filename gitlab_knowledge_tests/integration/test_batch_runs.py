@@ -97,3 +97,15 @@ def test_a_batch_waits_for_a_live_run_of_its_project_where_the_cli_refuses():
 
         wait_until_free(instance, ["acme/a"], 600.0, sleep=sleep)
         assert slept == [1.0]
+
+
+def test_the_distributed_deployments_sensor_asks_for_a_run_per_project(env):
+    # Its steps belong on the Celery workers: a batch run would execute its projects in-process.
+    from gitlab_knowledge.scaleout.definitions import build_scaleout_defs
+
+    sb, path, instance = env
+    sensor = build_scaleout_defs().resolve_sensor_def("gitlab_change_sensor")
+    with dg.build_sensor_context(instance=instance, resources={"workspace": Workspace.load(path)}) as context:
+        result = sensor(context)
+    assert [r.partition_key for r in result.run_requests] == project_paths(sb)
+    assert sensor.job_name == "sync_project"
