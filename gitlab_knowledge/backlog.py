@@ -78,7 +78,7 @@ def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:
                 if seq > mark:
                     behind.append(f"{layer.name}: {upstream} seq {seq} > watermark {mark}")
             facts[project] = (pending, behind, marks.get(DOCUMENTS.state, 0))
-    status = {p["project"]: p for p in index_status(workspace)["projects"]} if facts else {}
+    status = {p["project"]: p for p in index_status(workspace, projects_only=list(facts))["projects"]} if facts else {}
     for project, (pending, behind, documents_mark) in facts.items():
         entry = status.get(project)
         failed = 0

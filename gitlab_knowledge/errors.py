@@ -302,3 +302,14 @@ def first_error(group: BaseExceptionGroup) -> BaseException:
         if isinstance(exc, KnowledgeError):
             return exc
     return group.exceptions[0]
+
+
+def is_interrupt(exc: BaseException | None) -> bool:
+    """Whether `exc` is, or was caused by, an interrupt: Dagster turns SIGINT and SIGTERM inside a
+    run into its own DagsterExecutionInterruptedError, which may arrive wrapped."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "DagsterExecutionInterruptedError":
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False

@@ -24,7 +24,10 @@ def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def index_status(workspace: Workspace, provider: str | None = None, model: str | None = None) -> dict[str, Any]:
+def index_status(workspace: Workspace, provider: str | None = None, model: str | None = None,
+                 projects_only: list[str] | None = None) -> dict[str, Any]:
+    """Every configured project's index status, or only `projects_only`'s (what a check of one
+    partition asks: all projects' would make a sync of N projects read N×N states)."""
     from gitlab_knowledge.errors import StoreError
 
     config = workspace.config
@@ -34,13 +37,16 @@ def index_status(workspace: Workspace, provider: str | None = None, model: str |
         lexical = workspace.lexical()
     except StoreError:
         lexical = None
+    sql = "SELECT project_path, id, content_hash, meta_hash, builder_version FROM documents"
     with workspace.read() as con:
-        docs = con.execute("SELECT project_path, id, content_hash, meta_hash, builder_version FROM documents").fetchall()
+        docs = (con.execute(sql + " WHERE project_path IN (SELECT unnest($1::VARCHAR[]))", [projects_only])
+                if projects_only is not None else con.execute(sql)).fetchall()
         # A viewer's lens: the projects they read, not the config's list (which names the others).
         viewer = workspace.lens is not None and workspace.lens.viewer
         listed = [r[0] for r in con.execute("SELECT path_with_namespace FROM projects").fetchall()] \
             if viewer else config.projects
-    projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in listed}
+    wanted = listed if projects_only is None else [p for p in projects_only if not viewer or p in listed]
+    projects: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in wanted}
     version = document_version()
     for project, doc_id, content_hash, meta_hash, builder_version in docs:
         projects.setdefault(project, {})[doc_id] = document_hashes(content_hash, meta_hash, builder_version, version)

@@ -121,9 +121,9 @@ def run_checks(config_path: Any, only: set[str] | None = None) -> dict[str, Any]
     from gitlab_knowledge.defs import defs
     from gitlab_knowledge.defs.partitions import PARTITIONS_NAME
 
-    chosen = [c for c in defs.asset_checks if only is None or c.check_key.name in only]
-    partitioned = [c.check_key for c in chosen if c.partitions_def is not None]
-    store_wide = [c.check_key for c in chosen if c.partitions_def is None]
+    chosen = [(c, k) for c in defs.asset_checks for k in c.check_keys if only is None or k.name in only]
+    partitioned = [k for c, k in chosen if c.partitions_def is not None]
+    store_wide = [k for c, k in chosen if c.partitions_def is None]
     jobs = [dg.define_asset_job("project_checks", selection=dg.AssetSelection.checks(*partitioned),
                                 executor_def=dg.in_process_executor),
             dg.define_asset_job("store_checks", selection=dg.AssetSelection.checks(*store_wide),

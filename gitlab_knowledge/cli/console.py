@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.segment import Segment
 from rich.text import Text
 
+from gitlab_knowledge.errors import is_interrupt  # noqa: F401 - the CLI asks console.is_interrupt
 from gitlab_knowledge.terminal import clean
 
 
@@ -67,17 +68,6 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
     if seconds < 86400:
         return f"{seconds // 3600}h ago"
     return f"{seconds // 86400}d ago"
-
-
-def is_interrupt(exc: BaseException | None) -> bool:
-    """Whether `exc` is, or was caused by, an interrupt: Dagster turns SIGINT and SIGTERM inside a
-    run into its own DagsterExecutionInterruptedError, which may arrive wrapped."""
-    seen = 0
-    while exc is not None and seen < 20:
-        if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "DagsterExecutionInterruptedError":
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
 
 
 def environment_failure(exc: BaseException) -> str | None:

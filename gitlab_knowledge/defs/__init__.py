@@ -9,6 +9,7 @@ from gitlab_knowledge.defs.assets.graph import knowledge_graph
 from gitlab_knowledge.defs.assets.index import document_embeddings, lexical_index
 from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
+from gitlab_knowledge.defs.batch import sync_projects_job
 from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.defs.discovery import group_discovery_sensor, purge_removed_projects_job
 from gitlab_knowledge.defs.jobs import embed_project_job, sync_project_job
@@ -25,7 +26,7 @@ def build_defs(workspace: Any = workspace_resource) -> dg.Definitions:
     return dg.Definitions(
         assets=[raw_gitlab_payloads, normalized_gitlab, knowledge_graph, search_documents, document_embeddings, lexical_index],
         asset_checks=ALL_CHECKS,
-        jobs=[sync_project_job, embed_project_job, freshness_job, purge_removed_projects_job],
+        jobs=[sync_project_job, sync_projects_job, embed_project_job, freshness_job, purge_removed_projects_job],
         sensors=[gitlab_change_sensor, dead_run_reaper, group_discovery_sensor],
         schedules=[weekly_full_reconciliation, freshness_schedule],
         resources={WORKSPACE: workspace},

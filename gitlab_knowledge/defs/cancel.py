@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from gitlab_knowledge.defs.batch import BATCH_TAG
 from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
 
 IN_PROGRESS = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
@@ -22,9 +23,10 @@ REASON = "the Dagster UI (`ui`) was stopped while this run was in progress"
 
 
 def server_runs(instance: dg.DagsterInstance) -> list[str]:
-    """The ids of the runs in progress that the daemon or the webserver launched (not a CLI sync's)."""
+    """The ids of the runs in progress that the daemon or the webserver launched (not a CLI sync's,
+    nor a project run a batch run started: it stops with its batch, recorded canceled)."""
     return [run.run_id for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS))
-            if run.tags.get(TRIGGER_TAG) != "cli"]
+            if run.tags.get(TRIGGER_TAG) != "cli" and BATCH_TAG not in run.tags]
 
 
 def cancel_runs(instance: dg.DagsterInstance, run_ids: list[str], *, wait_s: float = 30.0,
@@ -43,7 +45,10 @@ def mark_canceled(instance: dg.DagsterInstance, run_ids: list[str]) -> list[str]
     """Once the server's processes are gone: record as canceled those of `run_ids` that no process
     will finish (else the reaper would later record them as failed)."""
     marked = []
-    for run_id in _unfinished(instance, run_ids):
+    # A batch's project run in progress when its process went: canceled with its batch.
+    inner = [run.run_id for batch in run_ids
+             for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS, tags={BATCH_TAG: batch}))]
+    for run_id in _unfinished(instance, [*run_ids, *inner]):
         run = instance.get_run_by_id(run_id)
         if run is not None:
             instance.report_run_canceled(run, message=REASON)

@@ -8,7 +8,7 @@ nothing syncs.
 """
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -39,56 +39,75 @@ def _project(context: dg.AssetCheckExecutionContext) -> str | None:
 
 
 def _result(outcome: integrity.Outcome, project: str | None,
-            severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR) -> dg.AssetCheckResult:
+            severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+            key: dg.AssetCheckKey | None = None) -> dg.AssetCheckResult:
     metadata = {"scope": project or "all projects", "violations": outcome.violations, "rule": outcome.description,
                 **outcome.metadata}
     if outcome.samples:
         metadata["examples"] = dg.MetadataValue.md("\n".join(f"- `{s}`" for s in outcome.samples))
     return dg.AssetCheckResult(passed=outcome.passed, severity=severity, metadata=metadata,
-                               description=outcome.description)
+                               description=outcome.description, asset_key=key.asset_key if key else None,
+                               check_name=key.name if key else None)
 
 
-def _store_rule(name: str, rule: Callable[..., integrity.Outcome], asset: dg.AssetsDefinition) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=asset, name=name, description=rule.__doc__ or name.replace("_", " "),
-                    partitions_def=project_partitions)
-    def check(context: dg.AssetCheckExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
+def _store_rules(asset: dg.AssetsDefinition, names: list[str]) -> dg.AssetChecksDefinition:
+    """The store rules of one asset, each its own check in the UI, evaluated in one step over one
+    read connection: a step costs Dagster ~0.1-0.3 s of events and bookkeeping, and a project's run
+    paid it for each of 14 checks (docs/ARCHITECTURE.md, "One run per tick")."""
+    specs = [dg.AssetCheckSpec(name, asset=asset, partitions_def=project_partitions,
+                               description=integrity.RULES[name][0].__doc__ or name.replace("_", " "))
+             for name in names]
+
+    @dg.multi_asset_check(specs=specs, name=f"{asset.key.to_python_identifier()}_store_rules", can_subset=True,
+                          description=f"The integrity rules of {asset.key.to_user_string()}: {', '.join(names)}")
+    def check(context: dg.AssetCheckExecutionContext,
+              workspace: dg.ResourceParam[Workspace]) -> Iterator[dg.AssetCheckResult]:
         project = _project(context)
-        with workspace.read(wait=120.0) as con:
+        selected = [key for key in context.selected_asset_check_keys if key.name in names]
+        with workspace.read(wait=120.0) as con:  # results yielded once it is closed
             project_id = project_id_for(con, project) if project else None
-            severity = dg.AssetCheckSeverity.WARN if name in integrity.WARN_ONLY else dg.AssetCheckSeverity.ERROR
-            return _result(rule(con, project_id), project, severity)
+            results = [_result(integrity.RULES[key.name][0](con, project_id), project,
+                               dg.AssetCheckSeverity.WARN if key.name in integrity.WARN_ONLY
+                               else dg.AssetCheckSeverity.ERROR, key)
+                       for key in selected]
+        yield from results
 
     return check
 
 
-STORE_CHECKS = [_store_rule(name, rule, ASSETS[layers.layer(layer).asset]) for name, (rule, layer) in integrity.RULES.items()]
+def _by_asset() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, (_rule, layer) in integrity.RULES.items():
+        out.setdefault(layers.layer(layer).asset, []).append(name)
+    return out
+
+
+STORE_CHECKS = [_store_rules(ASSETS[asset], names) for asset, names in _by_asset().items()]
 
 
 def _index_status(workspace: Workspace, project: str | None) -> dict[str, Any]:
     from gitlab_knowledge.index_status import index_status
 
-    status = index_status(workspace)
-    if project:
-        status["projects"] = [p for p in status["projects"] if p["project"] == project]
-    return status
+    return index_status(workspace, projects_only=[project] if project else None)
 
 
-@dg.asset_check(asset=document_embeddings, partitions_def=project_partitions,
-                description="documents == vectors, every vector current (a failed embedding is a document "
-                            "without a vector)")
-def vectors_match_documents(context: dg.AssetCheckExecutionContext,
-                            workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
+@dg.multi_asset_check(
+    specs=[dg.AssetCheckSpec("vectors_match_documents", asset=document_embeddings, partitions_def=project_partitions,
+                             description="documents == vectors, every vector current (a failed embedding is a "
+                                         "document without a vector)"),
+           dg.AssetCheckSpec("no_failed_embeddings", asset=document_embeddings, partitions_def=project_partitions,
+                             description="no document waits for a failed embedding to be retried")],
+    name="document_embeddings_index_checks", can_subset=True,
+    description="The vector index against the documents, from one reading of the index status.")
+def embeddings_checks(context: dg.AssetCheckExecutionContext,
+                      workspace: dg.ResourceParam[Workspace]) -> Iterator[dg.AssetCheckResult]:
     project = _project(context)
-    return _result(integrity.index_agreement(_index_status(workspace, project), project, "vectors"), project)
-
-
-@dg.asset_check(asset=document_embeddings, partitions_def=project_partitions,
-                description="no document waits for a failed embedding to be retried")
-def no_failed_embeddings(context: dg.AssetCheckExecutionContext,
-                         workspace: dg.ResourceParam[Workspace]) -> dg.AssetCheckResult:
-    project = _project(context)
-    return _result(integrity.no_failed_embeddings(_index_status(workspace, project), project), project,
-                   dg.AssetCheckSeverity.WARN)
+    status = _index_status(workspace, project)
+    for key in context.selected_asset_check_keys:
+        if key.name == "vectors_match_documents":
+            yield _result(integrity.index_agreement(status, project, "vectors"), project, key=key)
+        elif key.name == "no_failed_embeddings":
+            yield _result(integrity.no_failed_embeddings(status, project), project, dg.AssetCheckSeverity.WARN, key)
 
 
 @dg.asset_check(asset=lexical_index, partitions_def=project_partitions,
@@ -133,5 +152,4 @@ def layers_caught_up(context: dg.AssetCheckExecutionContext,
     return _result(outcome, project, dg.AssetCheckSeverity.WARN)
 
 
-ALL_CHECKS = [*STORE_CHECKS, vectors_match_documents, no_failed_embeddings, lexical_matches_documents,
-              layers_caught_up, projects_synced_recently]
+ALL_CHECKS = [*STORE_CHECKS, embeddings_checks, lexical_matches_documents, layers_caught_up, projects_synced_recently]

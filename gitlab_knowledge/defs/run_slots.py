@@ -31,7 +31,9 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     # A run created but never started (its process killed in between: kill -9 where Ctrl-C would
     # have canceled it) holds nothing, yet would show NOT_STARTED for ever: it is canceled.
     statuses = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.NOT_STARTED]
-    for run in instance.get_runs(RunsFilter(statuses=statuses, tags={TRIGGER_TAG: "cli"})):
+    # Runs started in a process of ours carry its PID: the CLI's, and the project runs a batch run
+    # (defs/batch.py) starts inside the daemon's run worker.
+    for run in instance.get_runs(RunsFilter(statuses=statuses)):
         pid = run.tags.get(PID_TAG, "")
         if run.tags.get(HOST_TAG) != HOSTNAME or not pid.isdigit():
             continue
@@ -83,19 +85,27 @@ def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> Non
     pool slot, or runs one of `projects`. Started anyway, this run's first step would wait in the
     pool's queue for as long as the other run takes, and Dagster's in-process executor waits
     there in a busy loop that no Ctrl-C reaches. Call after `reap_dead_runs`: what is left is alive."""
-    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+    from dagster._core.storage.dagster_run import DagsterRunStatus
 
     live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
     for project in projects:
-        for run in instance.get_runs(RunsFilter(statuses=live, tags={"dagster/partition": project}), limit=1):
-            raise SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
-                                      f"{_started_by(run)}): try again when it finishes")
+        refuse_if_project_busy(instance, project)
     for run_id, pool in _pool_run_ids(instance).items():
         holder = instance.get_run_by_id(run_id)
         if holder is not None and holder.status in live:
             raise SyncInProgressError(f"another run is writing the store (Dagster run {run_id}, "
                                       f"{holder.tags.get(PROJECT_TAG) or holder.tags.get('dagster/partition') or holder.job_name}, "
                                       f"{_started_by(holder)}, pool {pool}): try again when it finishes")
+
+
+def refuse_if_project_busy(instance: dg.DagsterInstance, project: str) -> None:
+    """Refuse while another live run syncs `project` (one the UI launched while a batch ran)."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+
+    live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
+    for run in instance.get_runs(RunsFilter(statuses=live, tags={"dagster/partition": project}), limit=1):
+        raise SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
+                                  f"{_started_by(run)}): try again when it finishes")
 
 
 def _started_by(run: Any) -> str:

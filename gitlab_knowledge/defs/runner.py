@@ -30,6 +30,7 @@ from gitlab_knowledge.defs.run_slots import (
     cancel_unstarted,
     reap_dead_runs,
     refuse_if_busy,
+    refuse_if_project_busy,
 )
 from gitlab_knowledge.errors import (
     AuthError,
@@ -37,7 +38,9 @@ from gitlab_knowledge.errors import (
     Interrupted,
     KnowledgeError,
     StoreError,
+    SyncInProgressError,
     disk_failure,
+    is_interrupt,
 )
 from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.layers import EMBEDDINGS, RAW
@@ -130,13 +133,15 @@ def _storage_failure(error: BaseException, where: object) -> BaseException:
 
 
 def run_sync(workspace: Workspace, projects: Sequence[str], *, full: bool = False, force: bool = False,
-             instance: dg.DagsterInstance | None = None,
-             selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
+             instance: dg.DagsterInstance | None = None, selection: Sequence[str] | None = None,
+             tags: Mapping[str, str] | None = None, project_tags: Mapping[str, Mapping[str, str]] | None = None,
+             wait_s: float = 0.0) -> list[ProjectOutcome]:
     """Run the sync job (every layer, or the `selection` of asset keys) once per project."""
     op_config = {RAW.asset: {"full": full, "force": force}}
     if selection is not None and RAW.asset not in selection:
         op_config = {}
-    return run_job(workspace, SYNC_JOB, projects, op_config, instance=instance, selection=selection)
+    return run_job(workspace, SYNC_JOB, projects, op_config, instance=instance, selection=selection, tags=tags,
+                   project_tags=project_tags, wait_s=wait_s)
 
 
 def run_embed(workspace: Workspace, projects: Sequence[str], *, everything: bool = False, provider: str | None = None,
@@ -169,16 +174,21 @@ def _one_pipeline_process(run: Callable[..., list[ProjectOutcome]]) -> Callable[
 
 @_one_pipeline_process
 def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_config: Mapping[str, Any], *,
-            instance: dg.DagsterInstance | None = None,
-            selection: Sequence[str] | None = None) -> list[ProjectOutcome]:
+            instance: dg.DagsterInstance | None = None, selection: Sequence[str] | None = None,
+            tags: Mapping[str, str] | None = None, project_tags: Mapping[str, Mapping[str, str]] | None = None,
+            wait_s: float = 0.0) -> list[ProjectOutcome]:
     """Run a partitioned job once per project, in this process and in the project's Dagster
-    instance; stops early only on failures that are not specific to one project (auth, config,
-    store)."""
+    instance; stops early only on an interrupt and on failures that are not specific to one
+    project (auth, config, store).
+
+    `tags` go on every run (a batch run names itself and its trigger, replacing "cli"),
+    `project_tags` on one project's; `wait_s` waits that long for another live run to leave the
+    pools (the batch run of `defs/batch.py`, which the daemon started) instead of refusing at once."""
     from gitlab_knowledge.defs import build_defs  # import late: loading Dagster definitions costs ~1 s
 
     instance = instance or dagster_instance(workspace.config)
     reap_dead_runs(instance)
-    refuse_if_busy(instance, projects)
+    wait_until_free(instance, projects, wait_s)
     ensure_partitions(instance, projects)
     job = build_defs(workspace).resolve_job_def(job_name)
     asset_selection = [dg.AssetKey(key) for key in selection] if selection is not None else None
@@ -188,15 +198,18 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
         "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
     }
     outcomes: list[ProjectOutcome] = []
-    for project in projects:
+    for index, project in enumerate(projects):
         started = time.monotonic()
         outcome = ProjectOutcome(project=project, run_id=str(uuid.uuid4()))
         try:
+            if index:  # the first was checked above; a run launched since (from the UI) is not doubled
+                refuse_if_project_busy(instance, project)
             result = job.execute_in_process(
                 run_config=run_config, instance=instance, partition_key=project, raise_on_error=True,
                 run_id=outcome.run_id, asset_selection=asset_selection,
                 tags={PROJECT_TAG: project, TRIGGER_TAG: "cli", PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
-                      PROCESS_START_TAG: process_start(os.getpid()) or ""},
+                      PROCESS_START_TAG: process_start(os.getpid()) or "", **(tags or {}),
+                      **(project_tags or {}).get(project, {})},
             )
             if not result.success:  # raise_on_error covers step failures; anything else is said here
                 outcome.error = KnowledgeError("the run failed (see the Dagster event log)")
@@ -212,6 +225,22 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
         outcome.duration_s = round(time.monotonic() - started, 2)
         outcome.metadata = _materializations(instance, outcome.run_id)
         outcomes.append(outcome)
-        if isinstance(outcome.error, STOP_ALL):
+        if isinstance(outcome.error, STOP_ALL) or is_interrupt(outcome.error):
             break
     return outcomes
+
+
+def wait_until_free(instance: dg.DagsterInstance, projects: Sequence[str], wait_s: float,
+                    sleep: Callable[[float], None] = time.sleep) -> None:
+    """`refuse_if_busy`, retried for up to `wait_s` seconds (an interruptible sleep, unlike a step
+    waiting for a pool slot)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            refuse_if_busy(instance, projects)
+            return
+        except SyncInProgressError:
+            if time.monotonic() >= deadline:
+                raise
+        sleep(1.0)
+        reap_dead_runs(instance)

@@ -2,12 +2,12 @@
 
 import dagster as dg
 
+from gitlab_knowledge.defs.batch import batch_run_config, sync_projects_job
 from gitlab_knowledge.defs.checks import projects_synced_recently
-from gitlab_knowledge.defs.jobs import QUIET_LOGS, sync_project_job
+from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.partitions import ensure_partitions
-from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG
+from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
 from gitlab_knowledge.defs.sensors import SCHEDULE_STATUS
-from gitlab_knowledge.layers import RAW
 from gitlab_knowledge.workspace import Workspace
 
 freshness_job = dg.define_asset_job(
@@ -21,12 +21,12 @@ freshness_job = dg.define_asset_job(
 
 @dg.schedule(
     name="weekly_full_reconciliation",
-    job=sync_project_job,
+    job=sync_projects_job,
     cron_schedule="0 3 * * 0",
     execution_timezone="UTC",
     default_status=SCHEDULE_STATUS,
     description="Sundays 03:00 UTC: a full sync of every project, which removes what GitLab no longer lists "
-                "(deletions are invisible to incremental syncs).",
+                "(deletions are invisible to incremental syncs). One batch run: each project its own partition run.",
 )
 def weekly_full_reconciliation(context: dg.ScheduleEvaluationContext,
                                workspace: dg.ResourceParam[Workspace]) -> list[dg.RunRequest]:
@@ -35,10 +35,9 @@ def weekly_full_reconciliation(context: dg.ScheduleEvaluationContext,
     projects = configured_projects(workspace)  # the groups' members too, as their last listing found them
     ensure_partitions(context.instance, projects)
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return [dg.RunRequest(run_key=f"full|{project}|{day}", partition_key=project,
-                          run_config={"ops": {RAW.asset: {"config": {"full": True}}}, **QUIET_LOGS},
-                          tags={TRIGGER_TAG: "weekly-full", PROJECT_TAG: project})
-            for project in projects]
+    # One run for all of them (defs/batch.py): the fixed cost of a run once, not once per project.
+    return [dg.RunRequest(run_key=f"full|{day}", run_config=batch_run_config(list(projects), full=True),
+                          tags={TRIGGER_TAG: "weekly-full"})]
 
 
 freshness_schedule = dg.ScheduleDefinition(

@@ -1,5 +1,9 @@
 """The change sensor: every 10 minutes, probe each project and run the sync for those that changed.
 
+All the projects one tick finds due go into one run of the batch job (defs/batch.py), which syncs
+each as its own partition run in one process: the fixed cost of a run is paid once per tick, not
+once per project, and the projects never queue behind each other for the DuckDB writer.
+
 It asks GitLab two cheap questions per project (sync/probe.py) and the store what work is left
 (defs/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
 of those facts; its run key is built from facts that move whenever a run does work, so work that
@@ -15,6 +19,14 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
+from gitlab_knowledge.backlog import digest
+from gitlab_knowledge.defs.batch import (
+    BATCH_JOB,
+    RETRY_TAG,
+    batch_run_config,
+    projects_in_flight,
+    sync_projects_job,
+)
 from gitlab_knowledge.defs.jobs import sync_project_job
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
 from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG, reap_dead_runs
@@ -35,7 +47,7 @@ SENSOR_STATUS = dg.DefaultSensorStatus.RUNNING if AUTOMATION_ON else dg.DefaultS
 SCHEDULE_STATUS = dg.DefaultScheduleStatus.RUNNING if AUTOMATION_ON else dg.DefaultScheduleStatus.STOPPED
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED]
-RETRY_TAG = "gitlab_knowledge/retry"  # set on a run the sensor launched as a retry on backoff
+__all__ = ["RETRY_TAG", "gitlab_change_sensor", "dead_run_reaper"]
 
 
 def run_history(instance: dg.DagsterInstance, project: str) -> "RunHistory":
@@ -68,9 +80,18 @@ def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
         limit=1))
 
 
+def last_batch(instance: dg.DagsterInstance) -> str:
+    """The id of the newest finished batch run ("" if none): part of the batch's run key, so a
+    batch that failed as a whole (before any project's run recorded a failure) is followed by a
+    new key, while a tick retried before anything finished repeats its key."""
+    done = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+    records = instance.get_run_records(dg.RunsFilter(job_name=BATCH_JOB, statuses=done), limit=1)
+    return records[0].dagster_run.run_id if records else ""
+
+
 @dg.sensor(
     name="gitlab_change_sensor",
-    job=sync_project_job,
+    job=sync_projects_job,
     minimum_interval_seconds=INTERVAL_SECONDS,
     default_status=SENSOR_STATUS,
     description="Probes each configured GitLab project (2 API calls) and syncs those that changed or that "
@@ -99,23 +120,36 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     failed = [p for p in probes if p.error is not None]
     if probes and len(failed) == len(probes):
         raise dg.DagsterError(f"probe failed: {failed[0].error}")  # GitLab down or the token rejected
-    requests = []
+    batched = projects_in_flight(context.instance, list(projects))
+    due: dict[str, str] = {}  # project -> its run key
+    retry: dict[str, str] = {}
     notes = []
     for probe in probes:
         history = run_history(context.instance, probe.project)
-        decision = decide(probe, work.get(probe.project), in_flight=in_flight(context.instance, probe.project),
-                          attempt=history.failed, now=probe.gitlab_now, history=history,
-                          interval_seconds=INTERVAL_SECONDS)
+        busy = probe.project in batched or in_flight(context.instance, probe.project)
+        decision = decide(probe, work.get(probe.project), in_flight=busy, attempt=history.failed,
+                          now=probe.gitlab_now, history=history, interval_seconds=INTERVAL_SECONDS)
         if not decision.run:
             notes.append(decision.skip)
             continue
-        tags = {TRIGGER_TAG: "sensor", PROJECT_TAG: probe.project}
+        due[probe.project] = decision.run_key
         if decision.retry:
-            tags[RETRY_TAG] = decision.retry
-        requests.append(dg.RunRequest(run_key=decision.run_key, partition_key=probe.project, tags=tags))
+            retry[probe.project] = decision.retry
         context.log.info(f"{probe.project}: {'; '.join(decision.reasons)}")
+    requests = []
+    if due:
+        # One run for every project due: its key moves whenever one project's key does.
+        key = f"batch|{len(due)}|{digest(list(due.values()))}|after={last_batch(context.instance)}"
+        tags = {TRIGGER_TAG: "sensor", PROJECT_TAG: _named(list(due))}
+        requests.append(dg.RunRequest(run_key=key, run_config=batch_run_config(list(due), retry=retry), tags=tags))
     return dg.SensorResult(run_requests=requests, dynamic_partitions_requests=partition_requests,
                            skip_reason=None if requests else "; ".join(notes) or "no project changed")
+
+
+def _named(projects: list[str], limit: int = 200) -> str:
+    """The projects of a batch as one tag value the UI's run list shows (cut past `limit` characters)."""
+    text = ", ".join(projects)
+    return text if len(text) <= limit else text[:limit].rsplit(", ", 1)[0] + f", … ({len(projects)} projects)"
 
 
 @dg.sensor(

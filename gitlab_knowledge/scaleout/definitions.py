@@ -18,9 +18,12 @@ import dagster as dg
 from dagster_celery import celery_executor
 
 from gitlab_knowledge.defs import build_defs
+from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP, RETRY_TAG
 from gitlab_knowledge.defs.jobs import EMBED_JOB, QUIET_LOGS, SYNC_JOB
 from gitlab_knowledge.defs.resources import workspace_resource
+from gitlab_knowledge.defs.run_slots import PROJECT_TAG
 from gitlab_knowledge.scaleout.embedding import ASSET_KEY, document_embeddings
+from gitlab_knowledge.workspace import Workspace
 
 BROKER_ENV = "DAGSTER_CELERY_BROKER_URL"
 BACKEND_ENV = "DAGSTER_CELERY_BACKEND_URL"
@@ -48,13 +51,38 @@ def build_scaleout_defs(workspace: Any = workspace_resource) -> dg.Definitions:
     jobs = [replaced.get(j.name, j) for j in base.jobs or ()]
     with warnings.catch_warnings():  # with_updated_job copies the sensor's beta `owners` parameter
         warnings.simplefilter("ignore", dg.BetaWarning)
-        sensors = [s.with_updated_job(replaced[s.job_name]) if s.has_jobs and s.job_name in replaced else s
+        sensors = [per_project_sensor(s, sync_job) if s.has_jobs and s.job_name == BATCH_JOB
+                   else s.with_updated_job(replaced[s.job_name]) if s.has_jobs and s.job_name in replaced else s
                    for s in base.sensors or ()]
     schedules = [s.with_updated_job(replaced[s.job_name])
                  if isinstance(s, dg.ScheduleDefinition) and s.job_name in replaced else s for s in base.schedules or ()]
     return dg.Definitions(assets=[*assets, document_embeddings], asset_checks=base.asset_checks, jobs=jobs,
                           sensors=sensors, schedules=schedules, resources=base.resources,
                           executor=distributed_executor)
+
+
+def per_project_sensor(base: dg.SensorDefinition, job: Any) -> dg.SensorDefinition:
+    """The change sensor asking for one distributed `sync_project` run per project its tick finds
+    due, where the single-machine deployment asks for one batch run (defs/batch.py): a batch's
+    project runs execute in its own process, and here the steps belong on the workers."""
+    @dg.sensor(name=base.name, job=job, minimum_interval_seconds=base.minimum_interval_seconds,
+               default_status=base.default_status, description=base.description)
+    def sensor(context: dg.SensorEvaluationContext, workspace: dg.ResourceParam[Workspace]) -> dg.SensorResult:
+        result = base(context)  # the same decision, from the same context (its workspace resource included)
+        assert isinstance(result, dg.SensorResult)
+        requests = []
+        for request in result.run_requests or []:
+            config = request.run_config["ops"][BATCH_OP]["config"]
+            for project in config["projects"]:
+                tags = {**request.tags, PROJECT_TAG: project}
+                if project in config.get("retry", {}):
+                    tags[RETRY_TAG] = config["retry"][project]
+                requests.append(dg.RunRequest(run_key=f"{request.run_key}|{project}", partition_key=project,
+                                              tags=tags))
+        return dg.SensorResult(run_requests=requests, skip_reason=result.skip_reason,
+                               dynamic_partitions_requests=result.dynamic_partitions_requests, cursor=result.cursor)
+
+    return sensor
 
 
 defs = build_scaleout_defs()

@@ -19,7 +19,7 @@ from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge_tests.conftest import store_config
 from gitlab_knowledge_tests.helpers import run_checks
 
-CHECK_NAMES = {c.check_key.name for c in ALL_CHECKS}
+CHECK_NAMES = {k.name for c in ALL_CHECKS for k in c.check_keys}
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +186,21 @@ def test_vectors_match_documents_counts_the_missing_vectors_and_names_their_proj
     assert not evaluation.passed
     assert evaluation.metadata["violations"].value == 3  # three vectors, not one project
     assert project in evaluation.metadata["rule"].value
+
+
+def test_a_partitions_check_reads_only_its_projects_index_state(consistent, monkeypatch):
+    # A sync of N projects runs the index checks once per project: each reading every project's
+    # state made the first sync of a large group quadratic (issue 24).
+    from gitlab_knowledge.backlog import backlog
+    from gitlab_knowledge.defs.checks import _index_status
+    from gitlab_knowledge.workspace import Workspace
+
+    workspace = Workspace.load(str(consistent / "gitlab_knowledge.toml"))
+    first, second = workspace.config.projects[:2]
+    asked: list[str | None] = []
+    state = LexicalIndex.state
+    monkeypatch.setattr(LexicalIndex, "state", lambda self, project=None: asked.append(project) or state(self, project))
+    status = _index_status(workspace, first)
+    assert [p["project"] for p in status["projects"]] == [first] and status["projects"][0]["documents"]
+    backlog(workspace, [second])
+    assert asked == [first, second]

@@ -3,6 +3,7 @@ step queued for a slot, also once a slot was *assigned* to it (a queued step of 
 is assigned the slot keeps it from everyone for ever). And a run started while another live run
 holds a pool is refused at once (exit 5) instead of waiting in the pool's queue."""
 
+import os
 import subprocess
 import sys
 import uuid
@@ -85,3 +86,15 @@ def test_a_reaper_tick_that_reaped_says_what_and_moves_its_cursor(instance):
     # Dagster keeps a tick without a run SKIPPED: the reason and the cursor say what it did.
     assert f"reaped 1 dead run(s): {dead[:8]}" in result.skip_reason.skip_message
     assert result.cursor.startswith("3 run(s) reaped, last at ") and dead[:8] in result.cursor
+
+
+def test_a_batch_runs_project_run_whose_worker_died_is_reaped(instance):
+    # A batch run (defs/batch.py) starts its projects' runs inside the daemon's run worker: they
+    # carry the worker's PID and the batch's trigger, not "cli", and are reaped all the same.
+    run_id = cli_run(instance, dead_pid(), "acme/batched")
+    instance.add_run_tags(run_id, {TRIGGER_TAG: "sensor", "gitlab_knowledge/batch": str(uuid.uuid4())})
+    live = cli_run(instance, os.getpid(), "acme/alive")
+    instance.add_run_tags(live, {TRIGGER_TAG: "sensor"})
+    assert reap_dead_runs(instance) == [run_id]
+    assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
+    assert instance.get_run_by_id(live).status == DagsterRunStatus.STARTED

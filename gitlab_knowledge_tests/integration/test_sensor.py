@@ -1,6 +1,7 @@
 """The change sensor against the sandbox: no change → no run; a change in one project → one run
-for that partition; the same tick twice → the same run key; projects become partitions; a run in
-flight is not doubled; a failed sync gets a new key; the weekly schedule asks for full syncs."""
+naming that project; the same tick twice → the same run key; projects become partitions; a run in
+flight is not doubled; a failed sync gets a new key; the weekly schedule asks for one full sync of
+every project. (Every tick asks for at most one run, of the batch job: defs/batch.py.)"""
 
 from datetime import UTC, datetime
 
@@ -9,6 +10,7 @@ import pytest
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import defs
+from gitlab_knowledge.defs.batch import BATCH_OP, batch_run_config
 from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import write_config_file
@@ -28,10 +30,17 @@ def tick(instance: dg.DagsterInstance, config_path: str) -> dg.SensorResult:
         return sensor(context)
 
 
+def projects(requests: list[dg.RunRequest]) -> list[str]:
+    """The projects the tick's one run syncs ([] when it asks for none)."""
+    assert len(requests) <= 1
+    return [p for r in requests for p in r.run_config["ops"][BATCH_OP]["config"]["projects"]]
+
+
 def test_never_synced_projects_become_partitions_and_runs(env):
     sb, config, path, instance = env
     result = tick(instance, path)
-    assert {r.partition_key for r in result.run_requests} == set(config.projects)
+    assert projects(result.run_requests) == list(config.projects)
+    assert result.run_requests[0].job_name in (None, "sync_projects") and not result.run_requests[0].partition_key
     assert result.dynamic_partitions_requests[0].partition_keys == list(config.projects)
 
 
@@ -48,7 +57,7 @@ def test_no_change_no_run_then_one_change_one_run(env):
     sb.clock.advance(3600)
     sb.state.add_note(project, "issues", issue["iid"], "a new note only the second project has")
     first = tick(instance, path)
-    assert [r.partition_key for r in first.run_requests] == [project]
+    assert projects(first.run_requests) == [project]
     assert first.run_requests[0].tags["gitlab_knowledge/trigger"] == "sensor"
     again = tick(instance, path)  # a retried tick describes the same change: the same key
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
@@ -66,7 +75,14 @@ def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(env):
     assert tick(instance, path).run_requests == []  # that project's sync is already running
     instance.report_run_failed(run)
     retried = tick(instance, path).run_requests
-    assert [r.partition_key for r in retried] == [project] and retried[0].run_key != key
+    assert projects(retried) == [project] and retried[0].run_key != key
+    batch = defs.resolve_job_def("sync_projects")
+    queued = instance.create_run_for_job(batch, run_config=batch_run_config([project]),
+                                         status=dg.DagsterRunStatus.NOT_STARTED)
+    assert tick(instance, path).run_requests == []  # a batch run naming it is about to start
+    instance.report_run_canceled(queued)
+    again = tick(instance, path).run_requests  # that batch ended: the next one has a new key
+    assert projects(again) == [project] and again[0].run_key != retried[0].run_key
 
 
 def test_a_pending_throttle_recheck_requests_a_run(env):
@@ -77,7 +93,7 @@ def test_a_pending_throttle_recheck_requests_a_run(env):
     sb.state.update_issue(project, issue["iid"], description="touched now: its threads are fetched in the window")
     run_sync(Workspace.load(path), list(config.projects), instance=instance)
     requests = tick(instance, path).run_requests
-    assert [r.partition_key for r in requests] == [project]
+    assert projects(requests) == [project]
     sb.clock.advance(120)
     run_sync(Workspace.load(path), [project], instance=instance)  # fetched after the window: settled
     assert tick(instance, path).run_requests == []
@@ -92,14 +108,14 @@ def test_an_unreachable_gitlab_fails_the_tick_with_one_line(env, tmp_path):
     assert "503" in str(failure.value)
 
 
-def test_weekly_schedule_requests_a_full_sync_per_project(env):
+def test_weekly_schedule_requests_one_full_sync_of_every_project(env):
     sb, config, path, instance = env
     schedule = defs.resolve_schedule_def("weekly_full_reconciliation")
     with dg.build_schedule_context(instance=instance, resources={"workspace": Workspace.load(path)},
                                    scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
                                    repository_def=defs.get_repository_def()) as context:
         requests = schedule.evaluate_tick(context).run_requests
-    assert {r.partition_key for r in requests} == set(config.projects)
-    assert all(r.run_config["ops"]["raw_gitlab_payloads"]["config"]["full"] for r in requests)
+    assert projects(requests) == list(config.projects)
+    assert requests[0].run_config["ops"][BATCH_OP]["config"]["full"]
     assert set(instance.get_dynamic_partitions("gitlab_projects")) == set(config.projects)
-    assert {r.run_key for r in requests} == {f"full|{p}|2026-11-22" for p in config.projects}
+    assert [r.run_key for r in requests] == ["full|2026-11-22"]

@@ -46,12 +46,13 @@ class DagsterDev(DagsterServer):
               __typename ... on PythonError { message } } }""", {"r": REPOSITORY, "k": key})
         assert result["addDynamicPartition"]["__typename"] in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError")
 
-    def launch(self, job: str, partition: str) -> str:
+    def launch(self, job: str, partition: str | None) -> str:
+        tags = [{"key": "dagster/partition", "value": partition}] if partition else []
         result = self.gql("""mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
             __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
             ... on RunConfigValidationInvalid { errors { message } } } }""",
                           {"p": {"selector": {**REPOSITORY, "jobName": job},
-                                 "executionMetadata": {"tags": [{"key": "dagster/partition", "value": partition}]}}})
+                                 "executionMetadata": {"tags": tags}}})
         assert result["launchRun"]["__typename"] == "LaunchRunSuccess", result
         return result["launchRun"]["run"]["runId"]
 

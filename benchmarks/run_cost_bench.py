@@ -1,0 +1,275 @@
+"""Where a sync run's time goes: the fixed cost of a run, next to the work it does.
+
+Against the bundled sample (two projects) on a sandbox GitLab, through the real CLI (`python -m
+gitlab_knowledge sync`, a new process each time, as a user or a cron job runs it):
+
+- a no-op sync of both projects, and a one-note sync (a note added to one project, that project
+  synced), each `--repeat` times; medians are reported, with the load average (the machine may be
+  shared: compare before/after figures taken in the same conditions);
+- each run's breakdown from its Dagster event log: run start to first step, each step (asset or
+  check) as Dagster timed it, the layer's own time inside the asset steps (`*duration_s` metadata),
+  and what is left: Dagster's own overhead;
+- the costs outside any run, measured in fresh processes: interpreter + imports of the definitions,
+  opening the Dagster instance, loading the embedding model, opening each store.
+
+    python -m benchmarks.run_cost_bench [--repeat 3] [--projects N --generated]
+
+`--generated N` syncs a generated dataset of N small projects instead (first sync and no-op sync
+of all of them; the fixed cost per project is what a many-project sync pays N times).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab, generate_dataset
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT = [REPO]  # the checkout whose gitlab_knowledge the CLI processes run (`--product`)
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITLAB", "DAGSTER_HOME"))}
+    env.update({"GITLAB_TOKEN": DEFAULT_TOKEN, "NO_COLOR": "1",
+                "PYTHONPATH": os.pathsep.join([str(PRODUCT[0]), str(PRODUCT[0] / "sandbox")])})
+    return env
+
+
+def cli(config: Path, *args: str) -> tuple[float, dict[str, Any]]:
+    """One CLI sync in a new process (cwd: the config's directory, so the Dagster instance is the
+    data directory's): its wall time and its --json output."""
+    started = time.monotonic()
+    proc = subprocess.run([PY, "-m", "gitlab_knowledge", "sync", "--config", str(config), "--json", *args],
+                          cwd=config.parent, env=_env(), capture_output=True, text=True, timeout=1800)
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"sync failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return wall, json.loads(proc.stdout)
+
+
+def fresh_process(code: str) -> float:
+    """Wall time of a new interpreter running `code`."""
+    started = time.monotonic()
+    subprocess.run([PY, "-c", code], env=_env(), check=True, capture_output=True, timeout=600)
+    return time.monotonic() - started
+
+
+def run_breakdown(instance: Any, run_id: str) -> dict[str, float]:
+    """From a run's event log: seconds before the first step, in each step, after the last, and the
+    layers' own time inside the asset steps."""
+    import dagster as dg
+
+    records = instance.get_records_for_run(run_id, limit=100000).records
+    starts: dict[str, float] = {}
+    ends: dict[str, float] = {}
+    run_start = run_end = None
+    layer = 0.0
+    for record in records:
+        entry = record.event_log_entry
+        event = entry.dagster_event
+        if event is None:
+            continue
+        kind, ts = event.event_type, entry.timestamp
+        if kind == dg.DagsterEventType.RUN_START:
+            run_start = ts
+        elif kind in (dg.DagsterEventType.RUN_SUCCESS, dg.DagsterEventType.RUN_FAILURE):
+            run_end = ts
+        elif kind == dg.DagsterEventType.STEP_START:
+            starts[event.step_key] = ts
+        elif kind in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
+            ends[event.step_key] = ts
+        elif kind == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            mat = entry.asset_materialization
+            for key, value in (mat.metadata if mat else {}).items():
+                if key.endswith("duration_s"):
+                    layer += float(getattr(value, "value", value))
+    if run_start is None or run_end is None or not starts:
+        return {}
+    asset_steps = sum(ends.get(k, run_end) - s for k, s in starts.items() if "check" not in k and "caught_up" not in k
+                      and k in _asset_steps())
+    check_steps = sum(ends.get(k, run_end) - s for k, s in starts.items() if k not in _asset_steps())
+    return {"run_s": run_end - run_start, "before_first_step_s": min(starts.values()) - run_start,
+            "after_last_step_s": run_end - max(ends.values() or [run_end]), "asset_steps_s": asset_steps,
+            "layers_own_s": layer, "check_steps_s": check_steps, "steps": len(starts)}
+
+
+def _asset_steps() -> set[str]:
+    from gitlab_knowledge.layers import LAYERS
+
+    return {layer.asset for layer in LAYERS}
+
+
+def median_dict(rows: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for r in rows for k in r}
+    return {k: round(statistics.median([r[k] for r in rows if k in r]), 2) for k in sorted(keys)}
+
+
+def sum_runs(instance: Any, projects: list[dict[str, Any]]) -> dict[str, float]:
+    total: dict[str, float] = defaultdict(float)
+    runs = {p["dagster_run_id"] for p in projects}
+    for run_id in runs:
+        for k, v in run_breakdown(instance, run_id).items():
+            total[k] += v
+    total["runs"] = len(runs)
+    return dict(total)
+
+
+def outside_costs(config: Path) -> dict[str, float]:
+    """Fixed costs outside any run, each in a new interpreter (medians of 3)."""
+    setup = (f"import os,time; os.environ['GITLAB_TOKEN']={DEFAULT_TOKEN!r}; "
+             "from gitlab_knowledge.config import load_config; from gitlab_knowledge.workspace import Workspace; "
+             f"w=Workspace(load_config({str(config)!r})); t=time.monotonic(); ")
+    codes = {
+        "interpreter_s": "pass",
+        "import_definitions_s": "import gitlab_knowledge.defs",
+        "open_instance_s": setup.replace("t=time.monotonic(); ", "")
+        + "from gitlab_knowledge.defs.runner import dagster_instance; import gitlab_knowledge.defs; "
+          "t=time.monotonic(); dagster_instance(w.config); print(time.monotonic()-t)",
+        "model_load_s": setup + "e=w.embedder(); e.embed_documents(['warm up']); print(time.monotonic()-t)",
+        "duckdb_write_open_s": setup + "c=w.write().__enter__(); print(time.monotonic()-t)",
+        "tantivy_open_s": setup.replace("t=time.monotonic(); ", "") + "import gitlab_knowledge.lexical.index as li; "
+          "t=time.monotonic(); li.LexicalIndex(w.config.tantivy_dir); print(time.monotonic()-t)",
+    }
+    out: dict[str, float] = {}
+    for name, code in codes.items():
+        samples = []
+        for _ in range(3):
+            if "print(" in code:
+                proc = subprocess.run([PY, "-c", code], env=_env(), capture_output=True, text=True, timeout=600)
+                if proc.returncode != 0:
+                    break
+                samples.append(float(proc.stdout.strip().splitlines()[-1]))
+            else:
+                samples.append(fresh_process(code))
+        if samples:
+            out[name] = round(statistics.median(samples), 2)
+    return out
+
+
+def write_config(path: Path, url: str, projects: list[str]) -> Path:
+    import tomli_w
+
+    path.write_text(tomli_w.dumps({"projects": projects, "gitlab": {"url": url, "rate_limit": 0},
+                                   "storage": {"data_dir": str(path.parent / "data")}}), encoding="utf-8")
+    return path
+
+
+def bench(dataset: Path, repeat: int, one_note: bool) -> dict[str, Any]:
+    import dagster as dg
+
+    from gitlab_knowledge.config import load_config
+
+    os.environ["GITLAB_TOKEN"] = DEFAULT_TOKEN
+    result: dict[str, Any] = {"load_average": [round(x, 2) for x in os.getloadavg()], "repeat": repeat}
+    with tempfile.TemporaryDirectory() as tmp, SandboxGitLab(dataset=dataset) as sb:
+        projects = [p["path_with_namespace"] for p in sb.state.list_projects(order_by="id", sort="asc")]
+        config = write_config(Path(tmp) / "gitlab_knowledge.toml", sb.url, projects)
+        wall, first = cli(config)
+        result["projects"] = len(projects)
+        result["first_sync_s"] = round(wall, 2)
+        # The CLI ran in the config's directory (no dagster.yaml there): its instance is the data
+        # directory's, whatever directory this benchmark runs from.
+        instance = dg.DagsterInstance.from_config(str(load_config(str(config)).dagster_home))
+        result["first_sync_runs"] = {k: round(v, 2) for k, v in sum_runs(instance, first["projects"]).items()}
+        noop, noop_runs, note, note_runs = [], [], [], []
+        for i in range(repeat):
+            wall, out = cli(config)
+            noop.append(wall)
+            noop_runs.append(sum_runs(instance, out["projects"]))
+            if one_note:
+                project = projects[0]
+                issue = sb.state.list_items(project, "issues")[0]
+                sb.clock.advance(3600)
+                sb.state.add_note(project, "issues", issue["iid"], f"one more note, number {i}")
+                wall, out = cli(config, "--project", project)
+                note.append(wall)
+                note_runs.append(sum_runs(instance, out["projects"]))
+        result["noop_sync_s"] = round(statistics.median(noop), 2)
+        result["noop_runs"] = median_dict(noop_runs)
+        if one_note:
+            result["one_note_sync_s"] = round(statistics.median(note), 2)
+            result["one_note_run"] = median_dict(note_runs)
+        if not one_note:  # many projects: one process per project against one for all
+            result.update(per_project_vs_one(sb, config, projects, instance))
+        result["outside_runs"] = outside_costs(config)
+        result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    return result
+
+
+def touch_all(sb: SandboxGitLab, projects: list[str], word: str) -> None:
+    sb.clock.advance(3600)
+    for project in projects:
+        issues = sb.state.list_items(project, "issues")
+        if issues:
+            sb.state.add_note(project, "issues", issues[0]["iid"], f"a note in every project: {word}")
+
+
+def per_project_vs_one(sb: SandboxGitLab, config: Path, projects: list[str], instance: Any) -> dict[str, Any]:
+    """A note in every project, synced by one process per project (what one daemon run per project
+    paid), then another note in every project, synced by one process for all of them (the batch)."""
+    touch_all(sb, projects, "separately")
+    started = time.monotonic()
+    outs = [cli(config, "--project", project)[1] for project in projects]
+    separate = time.monotonic() - started
+    touch_all(sb, projects, "together")
+    wall, out = cli(config)
+    return {"one_process_per_project_s": round(separate, 2), "one_process_for_all_s": round(wall, 2),
+            "per_project_runs": {k: round(v, 2) for k, v in
+                                 sum_runs(instance, [p for o in outs for p in o["projects"]]).items()},
+            "one_for_all_runs": {k: round(v, 2) for k, v in sum_runs(instance, out["projects"]).items()}}
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print(f"load average {result['load_average']} → {result['load_average_after']}; medians of {result['repeat']}; "
+          f"{result['projects']} project(s)")
+    print(f"{'first sync (CLI, wall)':44}{result['first_sync_s']:>8.2f} s   runs: {result['first_sync_runs']}")
+    print(f"{'no-op sync (CLI, wall)':44}{result['noop_sync_s']:>8.2f} s")
+    for k, v in result["noop_runs"].items():
+        print(f"  {'no-op runs: ' + k:42}{v:>8.2f}")
+    if "one_note_sync_s" in result:
+        print(f"{'one-note sync of one project (CLI, wall)':44}{result['one_note_sync_s']:>8.2f} s")
+        for k, v in result["one_note_run"].items():
+            print(f"  {'one-note run: ' + k:42}{v:>8.2f}")
+    if "one_process_per_project_s" in result:
+        print(f"{'a note in each project, a process per project':44}{result['one_process_per_project_s']:>8.2f} s"
+              f"   runs: {result['per_project_runs']}")
+        print(f"{'a note in each project, one process for all':44}{result['one_process_for_all_s']:>8.2f} s"
+              f"   runs: {result['one_for_all_runs']}")
+    for k, v in result["outside_runs"].items():
+        print(f"{'new process: ' + k:44}{v:>8.2f} s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--generated", type=int, default=0, metavar="N",
+                        help="a generated dataset of N small projects instead of the bundled sample")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--product", type=Path, default=REPO,
+                        help="the checkout whose code the measured processes run (an older one, to compare)")
+    args = parser.parse_args()
+    PRODUCT[0] = args.product.resolve()
+    dataset = SAMPLE_DATASET
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.generated:
+            dataset = Path(tmp) / "dataset"
+            generate_dataset(dataset, projects=args.generated, issues=4 * args.generated, mrs=2 * args.generated,
+                             seed=24, threads_per_parent_mean=2.0)
+        result = bench(dataset, args.repeat, one_note=not args.generated)
+    print(json.dumps(result) if args.json else "", end="\n" if args.json else "")
+    if not args.json:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

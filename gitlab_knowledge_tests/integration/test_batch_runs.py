@@ -1,0 +1,111 @@
+"""One run for many projects (defs/batch.py): the change sensor asks for one run however many
+projects changed; that run syncs each project as its own partition run (per-partition
+materializations, tagged with the batch), and one project failing leaves the others committed while
+the batch's failure names it."""
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from gitlab_knowledge.config import load_config
+from gitlab_knowledge.defs import build_defs, defs
+from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP, BATCH_TAG, batch_run_config
+from gitlab_knowledge.defs.failures import FAILURE_TAG
+from gitlab_knowledge.layers import LAYERS
+from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
+from gitlab_knowledge_tests.conftest import project_paths, write_config_file
+from gitlab_knowledge_tests.helpers import scalar
+
+
+@pytest.fixture(scope="module")
+def five_projects(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("five-projects")
+    generate_dataset(out, projects=5, issues=5, mrs=2, seed=24, threads_per_parent_mean=1.0)
+    return out
+
+
+@pytest.fixture
+def env(five_projects, tmp_path, token_env):
+    with SandboxGitLab(dataset=five_projects) as sb, dg.instance_for_test() as instance:
+        path = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data", max_retries=0)
+        yield sb, str(path), instance
+
+
+def test_five_changed_projects_are_one_run(env):
+    sb, path, instance = env
+    sensor = defs.resolve_sensor_def("gitlab_change_sensor")
+    with dg.build_sensor_context(instance=instance, resources={"workspace": Workspace.load(path)}) as context:
+        result = sensor(context)
+    assert len(project_paths(sb)) == 5
+    assert len(result.run_requests) == 1  # not 5
+    assert result.run_requests[0].run_config["ops"][BATCH_OP]["config"]["projects"] == project_paths(sb)
+
+
+def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_others(env):
+    sb, path, instance = env
+    projects = project_paths(sb)
+    broken = projects[2]
+    # Every request about the third project fails (a 500 and no retry): the others are untouched.
+    sb.set_faults(f"500:path=/projects/({broken.replace('/', '%2F')}|{scalar_id(sb, broken)})(/|$)")
+    workspace = Workspace.load(path)
+    job = build_defs(workspace).resolve_job_def(BATCH_JOB)
+    result = job.execute_in_process(run_config=batch_run_config(projects), instance=instance, raise_on_error=False,
+                                    tags={"gitlab_knowledge/trigger": "sensor"})
+    assert not result.success
+    batch = instance.get_run_by_id(result.run_id)
+    assert broken in batch.tags[FAILURE_TAG] and batch.tags[FAILURE_TAG].startswith("1 of 5 project(s) failed")
+
+    runs = {r.tags["dagster/partition"]: r for r in instance.get_runs(dg.RunsFilter(tags={BATCH_TAG: result.run_id}))}
+    assert set(runs) == set(projects)  # one partition run per project, each tagged with its batch
+    assert runs[broken].status == dg.DagsterRunStatus.FAILURE
+    for project in projects:
+        for layer in LAYERS:
+            event = instance.get_latest_materialization_event(dg.AssetKey(layer.asset))
+            assert event is not None
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(layer.asset), asset_partitions=[project]), limit=1).records
+            if project == broken:
+                assert not records
+            else:
+                assert runs[project].status == dg.DagsterRunStatus.SUCCESS
+                assert [r.run_id for r in records] == [runs[project].run_id]  # its own run, its own partition
+    synced = scalar(load_config(path), "SELECT list(DISTINCT path_with_namespace ORDER BY path_with_namespace) "
+                                       "FROM projects")
+    assert synced == sorted(set(projects) - {broken})  # the other four projects' layers all committed
+
+
+def scalar_id(sb: SandboxGitLab, project: str) -> int:
+    return next(p["id"] for p in sb.state.list_projects() if p["path_with_namespace"] == project)
+
+
+def test_a_batch_waits_for_a_live_run_of_its_project_where_the_cli_refuses():
+    from gitlab_knowledge.defs.runner import wait_until_free
+    from gitlab_knowledge.errors import SyncInProgressError
+
+    with dg.instance_for_test() as instance:
+        job = defs.resolve_job_def("sync_project")
+        other = instance.create_run_for_job(job, tags={"dagster/partition": "acme/a"}, status=dg.DagsterRunStatus.STARTED)
+        with pytest.raises(SyncInProgressError, match="acme/a"):
+            wait_until_free(instance, ["acme/a"], 0.0)  # the CLI: at once
+        slept: list[float] = []
+
+        def sleep(seconds: float) -> None:  # the other run finishes while the batch waits
+            slept.append(seconds)
+            instance.report_run_failed(other)
+
+        wait_until_free(instance, ["acme/a"], 600.0, sleep=sleep)
+        assert slept == [1.0]
+
+
+def test_the_distributed_deployments_sensor_asks_for_a_run_per_project(env):
+    # Its steps belong on the Celery workers: a batch run would execute its projects in-process.
+    from gitlab_knowledge.scaleout.definitions import build_scaleout_defs
+
+    sb, path, instance = env
+    sensor = build_scaleout_defs().resolve_sensor_def("gitlab_change_sensor")
+    with dg.build_sensor_context(instance=instance, resources={"workspace": Workspace.load(path)}) as context:
+        result = sensor(context)
+    assert [r.partition_key for r in result.run_requests] == project_paths(sb)
+    assert sensor.job_name == "sync_project"
