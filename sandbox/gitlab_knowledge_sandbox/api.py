@@ -13,6 +13,7 @@ from .pagination import DEFAULT_PER_PAGE, page_params, paginate
 from .projects import KINDS
 from .state import ListFilters, SandboxState
 from .todos import list_todos
+from .wikis import wiki_route
 
 API_PREFIX = "/api/v4"
 MUTATING = ("POST", "PUT", "DELETE", "PATCH")
@@ -86,6 +87,8 @@ class Api:
         if n == 2:
             return Route("project", {"GET": lambda r: ApiResponse(200, self.state.project(pid).data)})
         kind = seg[2]
+        if kind == "wikis":
+            return wiki_route(self.state, seg[3:], pid)
         if kind not in KINDS:
             return None
         one = SINGULAR[kind]
