@@ -54,7 +54,8 @@ def headline(r: Result) -> str:
     title = f["title"] or ""
     if f["source_type"] == kinds.DISCUSSION:
         return f"Discussion on {parent_kind(f).display} {ref} - {title}"
-    return f"{kinds.kind(f['source_type']).display} {ref} - {title}"
+    keyed = kinds.keyed(f["source_type"])
+    return f"{keyed.display if keyed else kinds.kind(f['source_type']).display} {ref} - {title}"
 
 
 def _highlight(snippet: str, ranges: list[tuple[int, int]], color: bool) -> str:

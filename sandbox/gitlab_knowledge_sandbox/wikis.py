@@ -26,7 +26,7 @@ def slug_of(title: str) -> str:
 
 def _page(slug: str, title: str, content: str, fmt: str) -> Json:
     if fmt not in FORMATS:
-        raise BadRequest(f"format does not have a valid value", {"error": "format does not have a valid value"})
+        raise BadRequest("format does not have a valid value", {"error": "format does not have a valid value"})
     return {"slug": slug, "title": title, "format": fmt, "content": content, "encoding": "UTF-8"}
 
 
