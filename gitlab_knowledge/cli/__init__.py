@@ -62,7 +62,7 @@ def build_parser() -> OneLineParser:
 
     p = add("list", "list issues or merge requests, narrowed by any of the filters below (all must hold), "
                     "or wiki pages (by project)")
-    p.add_argument("what", choices=[w for k in (*kinds.ITEM_KINDS, *kinds.KEYED_KINDS) for w in k.cli_names])
+    p.add_argument("what", choices=[*(w for k in kinds.ITEM_KINDS for w in k.cli_names), *(w for k in kinds.KEYED_KINDS for w in k.cli_names)])
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--state", metavar="STATE",
                    help=f"{', '.join(kinds.STATES)} or {kinds.ANY_STATE} (GitLab's states; default: all)")
@@ -98,7 +98,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--port", type=int, default=3000)
 
     p = add("show", "an issue or merge request with its discussion threads, or a wiki page (`show wiki SLUG`)")
-    p.add_argument("what", choices=[w for k in (*kinds.ITEM_KINDS, *kinds.KEYED_KINDS) for w in k.cli_names])
+    p.add_argument("what", choices=[*(w for k in kinds.ITEM_KINDS for w in k.cli_names), *(w for k in kinds.KEYED_KINDS for w in k.cli_names)])
     p.add_argument("iid", type=iid_or_key, metavar="IID|SLUG")
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--full", action="store_true",

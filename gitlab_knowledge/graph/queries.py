@@ -92,6 +92,10 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
         # The item is what matters here, not the note: any note of it names it.
         doc_id = resolve(con, missing.kind.ref(missing.iid, missing.project), None)
     name, _, key = doc_id.partition(":")
+    keyed = kinds.keyed(name)
+    if keyed is not None:
+        raise UsageError(f"{command} takes an issue or merge request; the issues and MRs a {keyed.noun} links to "
+                         f"are in `show {keyed.cli_names[0]} <{keyed.key_column}>`")
     if name == kinds.DISCUSSION:
         thread = con.execute(f"SELECT noteable_type, {', '.join(k.thread_column for k in kinds.ITEM_KINDS)} "
                              "FROM discussions WHERE id = ?", [key]).fetchone()
