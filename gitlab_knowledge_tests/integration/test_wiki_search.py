@@ -40,7 +40,7 @@ def test_list_count_and_show_wiki_pages(sample: Any) -> None:
     workspace = Workspace(sample.config)
     listed = keyed_queries.list_keyed(workspace, kinds.WIKI_PAGE, "acme/platform", 100)
     slugs = [r["key"] for r in listed]
-    assert "runbooks/postgresql-failover" in slugs and "operations/on-call-handbook" in slugs
+    assert "runbooks/postgresql-failover" in slugs and "operations/pager-rotation" in slugs
     assert queries.count(workspace, "wiki", "acme/platform") == len(listed)
     assert queries.count(workspace, "wiki", "acme/web-app") == 0  # its wiki is turned off
     adr = keyed_queries.show_keyed(workspace, kinds.WIKI_PAGE, "wiki:adr/ADR-012-jwt-access-tokens", None)
