@@ -14,6 +14,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import AmbiguousReference, BadReference, ItemNotFound, UsageError
+from gitlab_knowledge.explain_keyed import keyed_document, live_keyed
 from gitlab_knowledge.freshness import EntryState, document_hashes, state_of
 from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.store.watermarks import get_watermark
@@ -60,6 +61,9 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None, comma
     """A document id for a reference (#234, group/p!847, a URL, or a document id); `command`: the
     one the reference was typed for, as an unreadable reference's message names it."""
     ref = ref.strip()
+    keyed = keyed_document(con, ref, project)
+    if keyed is not None:
+        return keyed
     if _DOC.match(ref):
         if not con.execute("SELECT 1 FROM documents WHERE id = ?", [ref]).fetchone():
             raise UsageError(f"no document {ref} in the store")
@@ -112,11 +116,16 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
         if doc is None:
             raise UsageError(f"no document {doc_id} in the store")
         kind, parent_id = doc["parent_type"], doc["parent_id"]
-        parent = _row(con, f"SELECT id, iid, updated_at, change_seq, raw_payload_id, user_notes_count "
-                           f"FROM {kinds.kind(kind).table} WHERE id = ?", [parent_id])
+        keyed = kinds.keyed(kind)
+        # A keyed kind (a wiki page) has no iid, timestamps or notes count.
+        columns = "id, iid, updated_at, change_seq, raw_payload_id, user_notes_count" if keyed is None else \
+            "id, NULL::INTEGER AS iid, NULL::TIMESTAMP AS updated_at, change_seq, raw_payload_id, " \
+            "NULL::INTEGER AS user_notes_count"
+        table = keyed.table if keyed is not None else kinds.kind(kind).table
+        parent = _row(con, f"SELECT {columns} FROM {table} WHERE id = ?", [parent_id])
         raws = [_row(con, _RAW_SQL + "WHERE r.id = ?", [rid]) for rid in doc["raw_payload_ids"] or []]
         out.chain["raw_payloads"] = [r for r in raws if r]
-        normalized = {"table": kinds.kind(kind).table, "row": parent}
+        normalized = {"table": table, "row": parent}
         if doc["source_type"] == "discussion":
             thread_id = doc["source_id"]
             normalized["discussion"] = _row(con, "SELECT id, note_count, first_note_at, last_note_at, raw_payload_id "
@@ -148,12 +157,15 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
         raw_parent = _row(con, """
             SELECT updated_at, CAST(json_extract(json, '$.user_notes_count') AS INTEGER) AS user_notes_count
             FROM raw_payloads WHERE resource_type = ? AND gitlab_key = ? AND deleted_at IS NULL""",
-                          [kind, str(parent_id)]) if live else None
+                          [kind, str(parent_id)]) if live and keyed is None else None
         raw_thread = _row(con, "SELECT json FROM raw_payloads WHERE resource_type = 'discussion' AND gitlab_key = ? "
                                "AND deleted_at IS NULL", [doc["source_id"]]) \
             if live and doc["source_type"] == "discussion" else None
     _index_chain(workspace, out, doc, project_path)
-    if live:
+    if live and kinds.keyed(doc["parent_type"]) is not None:
+        out.chain["gitlab"], reasons = live_keyed(workspace, doc, out.chain["raw_payloads"])
+        out.reasons += reasons
+    elif live:
         _live(workspace, out, doc, raw_parent, _user_notes(raw_thread["json"]) if raw_thread else None)
     out.verdict = "stale" if out.reasons else "fresh"
     return out

@@ -312,3 +312,26 @@ def _mentions(con: duckdb.DuckDBPyConnection) -> None:
     """)
     # The graph is rebuilt from the stored text (no GitLab call): every item's mentions are read.
     con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'graph'")
+
+
+@migration(8, "wiki pages")
+def _wiki_pages(con: duckdb.DuckDBPyConnection) -> None:
+    # A project's wiki pages (GET /projects/:id/wikis?with_content=1), keyed by the id of their raw
+    # payload (raw_payloads.gitlab_key '<project id>:<slug>'): GitLab gives a page no id, and a
+    # renamed page is a new slug, so a new row. Their documents use this id as parent_id (and 0 as
+    # parent_iid), their links in item_references source_type 'wiki_page' and this id.
+    con.execute("""
+        CREATE TABLE wiki_pages (
+            id BIGINT PRIMARY KEY,              -- the raw payload's id
+            project_id BIGINT NOT NULL,
+            slug TEXT NOT NULL,                 -- GitLab's key within the project, e.g. runbooks/deploy
+            title TEXT,
+            format TEXT,                        -- markdown | rdoc | asciidoc | org
+            encoding TEXT,                      -- as GitLab says, e.g. UTF-8
+            content TEXT,
+            web_url TEXT,
+            raw_payload_id BIGINT,
+            change_seq BIGINT NOT NULL,
+            UNIQUE (project_id, slug)
+        )
+    """)

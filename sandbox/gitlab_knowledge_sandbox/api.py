@@ -15,6 +15,7 @@ from .projects import KINDS
 from .state import ListFilters, SandboxState
 from .todos import list_todos
 from .users import Principal, check_access, screen_list, screen_one
+from .wikis import wiki_route
 
 API_PREFIX = "/api/v4"
 MUTATING = ("POST", "PUT", "DELETE", "PATCH")
@@ -93,6 +94,8 @@ class Api:
         kind = seg[2]
         if kind == "members" and n in (4, 5) and seg[3] == "all":
             return self._members_route(pid, seg[4] if n == 5 else None)
+        if kind == "wikis":
+            return wiki_route(self.state, seg[3:], pid)
         if kind not in KINDS:
             return None
         one = SINGULAR[kind]
