@@ -181,9 +181,11 @@ def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: f
             if child.poll() is None:
                 os.kill(child.pid, signal.SIGKILL)
                 landed[kind] += 1
+                child.communicate(timeout=60)
+                assert child.returncode in (-signal.SIGKILL, 0), f"attempt {attempt}: exit {child.returncode}"
             else:  # an attempt after a small change is shorter than the first, full sync
                 window = time.monotonic() - started
-            child.communicate(timeout=60)
+                child.communicate(timeout=60)
         finally:
             if child.poll() is None:
                 child.kill()
