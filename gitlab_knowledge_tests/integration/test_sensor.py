@@ -2,6 +2,7 @@
 for that partition; the same tick twice → the same run key; projects become partitions; a run in
 flight is not doubled; a failed sync gets a new key; the weekly schedule asks for full syncs."""
 
+import shutil
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -9,6 +10,7 @@ import pytest
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import defs
+from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import write_config_file
@@ -19,6 +21,18 @@ def env(sandbox, tmp_path, token_env):
     path = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
     with dg.instance_for_test() as instance:
         yield sandbox, load_config(path), str(path), instance
+
+
+@pytest.fixture
+def synced_env(sandbox, small_store, tmp_path, token_env):
+    """`env` after a sync of every project: a copy of the session's synced small store (syncing
+    and embedding it here again costs ~20 s of CPU a test), its projects already partitions."""
+    shutil.copytree(small_store, tmp_path / "data")
+    path = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
+    with dg.instance_for_test() as instance:
+        config = load_config(path)
+        ensure_partitions(instance, list(config.projects))
+        yield sandbox, config, str(path), instance
 
 
 def tick(instance: dg.DagsterInstance, config_path: str) -> dg.SensorResult:
@@ -35,9 +49,8 @@ def test_never_synced_projects_become_partitions_and_runs(env):
     assert result.dynamic_partitions_requests[0].partition_keys == list(config.projects)
 
 
-def test_no_change_no_run_then_one_change_one_run(env):
-    sb, config, path, instance = env
-    assert all(o.success for o in run_sync(Workspace.load(path), list(config.projects), instance=instance))
+def test_no_change_no_run_then_one_change_one_run(synced_env):
+    sb, config, path, instance = synced_env
     sb.reset_stats()
     quiet = tick(instance, path)
     assert quiet.run_requests == [] and "no change" in quiet.skip_reason.skip_message
@@ -54,9 +67,8 @@ def test_no_change_no_run_then_one_change_one_run(env):
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
 
 
-def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(env):
-    sb, config, path, instance = env
-    run_sync(Workspace.load(path), list(config.projects), instance=instance)
+def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(synced_env):
+    sb, config, path, instance = synced_env
     project = config.projects[0]
     sb.clock.advance(3600)
     sb.state.create_issue(project, "something new")
