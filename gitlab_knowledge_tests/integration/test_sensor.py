@@ -24,6 +24,14 @@ def env(sandbox, tmp_path, token_env):
 
 
 @pytest.fixture
+def tiny_env(tiny_sandbox, tmp_path, token_env):
+    """`env` on the tiny dataset: for a test that syncs, but not for the size of what it syncs."""
+    path = write_config_file(tmp_path / "gitlab_knowledge.toml", tiny_sandbox, tmp_path / "data")
+    with dg.instance_for_test() as instance:
+        yield tiny_sandbox, load_config(path), str(path), instance
+
+
+@pytest.fixture
 def synced_env(sandbox, small_store, tmp_path, token_env):
     """`env` after a sync of every project: a copy of the session's synced small store (syncing
     and embedding it here again costs ~20 s of CPU a test), its projects already partitions."""
@@ -81,8 +89,8 @@ def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(synced_env)
     assert [r.partition_key for r in retried] == [project] and retried[0].run_key != key
 
 
-def test_a_pending_throttle_recheck_requests_a_run(env):
-    sb, config, path, instance = env
+def test_a_pending_throttle_recheck_requests_a_run(tiny_env):
+    sb, config, path, instance = tiny_env
     project = config.projects[0]
     sb.clock.set(datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
     issue = sb.state.list_items(project, "issues")[0]
