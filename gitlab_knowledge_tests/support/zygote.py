@@ -27,7 +27,7 @@ import threading
 import warnings
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 # What a sync imports (measured: the modules new in a forked child's sys.modules after a sync).
 # A module missing here is only imported by the child itself, at the old cost.
@@ -57,17 +57,21 @@ PRELOAD = (
 )
 
 
-def _child(request: dict[str, Any], own_fds: list[int]) -> None:
-    """In the forked child: become `python -m MODULE ARGV` with stdout/stderr to files; never return."""
+def _child(request: dict[str, Any], own_fds: list[int], replies: Any) -> NoReturn:
+    """In the forked child: become `python -m MODULE ARGV` with stdout/stderr to files. It ends as
+    that command would (SystemExit through the interpreter's own exit: atexit handlers run,
+    threads are joined, streams flushed), never returning into the zygote's loop."""
     import runpy
     import signal
 
     code = 1
     try:
+        replies.close()
         for fd in own_fds:
             os.close(fd)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -88,11 +92,7 @@ def _child(request: dict[str, Any], own_fds: list[int]) -> None:
         import traceback
 
         traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)
+    raise SystemExit(code)
 
 
 def serve(preload: list[str]) -> None:
@@ -129,7 +129,7 @@ def serve(preload: list[str]) -> None:
                 request = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, [requests, replies.fileno(), *pidfds])
+                    _child(request, [requests, *pidfds], replies)
                 pidfds[os.pidfd_open(pid)] = pid
                 say({"pid": pid})
 
