@@ -160,12 +160,14 @@ def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: f
     import time
 
     landed = {"requests": 0, "time": 0}
+    window = full_run  # how long an attempt runs: then how long the last one that ended on its own ran
     for attempt in range(kills * 3):
         if sum(landed.values()) >= kills:
             break
         change_gitlab(sb, rng, attempt)
         sb.reset_stats()
         child = spawn()
+        started = time.monotonic()
         kind = "requests" if attempt % 2 == 0 else "time"
         try:
             if kind == "requests":
@@ -173,13 +175,17 @@ def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: f
                 while child.poll() is None and sb.stats()["requests"] < threshold and time.monotonic() < deadline:
                     time.sleep(0.001)
             else:
-                end = time.monotonic() + rng.uniform(0.05, full_run)
+                end = time.monotonic() + rng.uniform(0.05, window)
                 while child.poll() is None and time.monotonic() < end:
                     time.sleep(0.001)
             if child.poll() is None:
                 os.kill(child.pid, signal.SIGKILL)
                 landed[kind] += 1
-            child.communicate(timeout=60)
+                child.communicate(timeout=60)
+                assert child.returncode in (-signal.SIGKILL, 0), f"attempt {attempt}: exit {child.returncode}"
+            else:  # an attempt after a small change is shorter than the first, full sync
+                window = time.monotonic() - started
+                child.communicate(timeout=60)
         finally:
             if child.poll() is None:
                 child.kill()

@@ -88,8 +88,12 @@ def test_a_full_disk_fails_cleanly_and_the_next_sync_completes(small_dataset, sm
     assert leftovers(tmpfs) == []
 
 
-def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_dataset, tmpfs, tmp_path):
+def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_dataset, small_store, tmpfs,
+                                                                         tmp_path):
     remount(tmpfs, "size=256m")
+    # A synced store (the session's, copied: a first sync here would embed it all again), then a
+    # sync with nothing new, so the CLI's own Dagster instance exists before the disk turns read-only.
+    shutil.copytree(small_store, tmpfs / "data")
     with SandboxGitLab(dataset=small_dataset) as sb:
         config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmpfs / "data")
         assert sync(config).returncode == 0

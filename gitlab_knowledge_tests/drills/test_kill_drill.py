@@ -5,9 +5,9 @@ pass, and documents == vectors == lexical entries. GK_DRILL_KILLS raises the cou
 
 import os
 import random
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +23,24 @@ from gitlab_knowledge_tests.helpers import (
     scalar,
     snapshot,
 )
+from gitlab_knowledge_tests.support.zygote import Child, Zygote
 
 KILLS = int(os.environ.get("GK_DRILL_KILLS", "20"))
 
 
-def runner(config_path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "gitlab_knowledge_tests.support.pipeline_runner", str(config_path)],
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
+    """Each sync below is a process of its own, forked from one that imported the product once
+    (support/zygote.py): the drill's ~25 processes no longer import Dagster ~25 times."""
+    with Zygote(subprocess_env(), tmp_path_factory.mktemp("zygote")) as parent:
+        yield parent
 
 
-def finish(child: subprocess.Popen) -> None:
+def runner(zygote: Zygote, config_path: Path) -> Child:
+    return zygote.spawn("gitlab_knowledge_tests.support.pipeline_runner", [str(config_path)])
+
+
+def finish(child: Child) -> None:
     _out, err = child.communicate(timeout=300)
     assert child.returncode == 0, err.decode()[-3000:]
 
@@ -44,20 +52,20 @@ def drill_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(drill_dataset, tmp_path):
+def test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(drill_dataset, tmp_path, zygote):
     rng = random.Random(7)
     with SandboxGitLab(dataset=drill_dataset, latency_ms=5) as sb:
         victim_path = write_config_file(tmp_path / "victim.toml", sb, tmp_path / "victim", per_page=3)
         started = time.monotonic()
-        finish(runner(victim_path))
+        finish(runner(zygote, victim_path))
         full = time.monotonic() - started
-        by_kind = kill_at_random_points(lambda: runner(victim_path), sb, rng, KILLS, full)
+        by_kind = kill_at_random_points(lambda: runner(zygote, victim_path), sb, rng, KILLS, full)
         landed = sum(by_kind.values())
         assert landed >= KILLS, f"only {landed} kill points landed"
         assert min(by_kind.values()) >= KILLS // 3, by_kind
-        finish(runner(victim_path))
+        finish(runner(zygote, victim_path))
         reference_path = write_config_file(tmp_path / "ref.toml", sb, tmp_path / "ref", per_page=3)
-        finish(runner(reference_path))
+        finish(runner(zygote, reference_path))
 
     victim, reference = load_config(victim_path), load_config(reference_path)
     assert snapshot(victim) == snapshot(reference)
@@ -71,9 +79,9 @@ def test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(drill_d
 
 
 @pytest.mark.slow
-def test_kill_9_sixty_times_on_a_larger_dataset(tmp_path, tmp_path_factory, monkeypatch):
+def test_kill_9_sixty_times_on_a_larger_dataset(tmp_path, tmp_path_factory, monkeypatch, zygote):
     """The same drill, larger: 60 kill points over a dataset of two projects (--runslow)."""
     dataset = tmp_path_factory.mktemp("drill-large")
     generate_dataset(dataset, projects=2, issues=60, mrs=30, seed=13, threads_per_parent_mean=3.0)
     monkeypatch.setattr(sys.modules[__name__], "KILLS", 60)
-    test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(dataset, tmp_path)
+    test_kill_9_anywhere_twenty_times_then_the_store_equals_a_clean_sync(dataset, tmp_path, zygote)

@@ -1,14 +1,16 @@
 """`python -m gitlab_knowledge` as a user runs it: real subprocesses, a sandbox GitLab over sockets,
-the Dagster job in-process. One sync, then every read command against it."""
+the Dagster job in-process. A first sync and a second one; every read command against a synced
+store."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab
+from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 
 BAD_TOKEN = "glpat-THIS-IS-A-WRONG-TOKEN-123"
@@ -20,17 +22,31 @@ def cli(*args: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.C
 
 
 @pytest.fixture(scope="module")
-def synced(small_dataset, tmp_path_factory):
-    """A sandbox and a project directory (gitlab_knowledge.toml + data/) after one CLI sync."""
-    home = tmp_path_factory.mktemp("cli-home")
-    with SandboxGitLab(dataset=small_dataset) as sb:
+def first_sync(tmp_path_factory):
+    """A sandbox and a project directory (gitlab_knowledge.toml + data/) after a first CLI sync of
+    two projects: small ones, as the sync's size proves nothing here (the read commands below run
+    on the session's synced small store)."""
+    dataset, home = tmp_path_factory.mktemp("two-tiny"), tmp_path_factory.mktemp("cli-first")
+    generate_dataset(dataset, projects=2, issues=4, mrs=2, seed=3, threads_per_parent_mean=2.0)
+    with SandboxGitLab(dataset=dataset) as sb:
         write_config_file(home / "gitlab_knowledge.toml", sb, home / "data")
         first = cli("sync", "--json", cwd=home)
         yield sb, home, first
 
 
-def test_sync_prints_a_summary_and_json(synced):
-    sb, home, first = synced
+@pytest.fixture(scope="module")
+def synced(small_dataset, small_store, tmp_path_factory):
+    """A sandbox and a project directory (gitlab_knowledge.toml + data/, a copy of the session's
+    synced small store) with the sandbox serving the same dataset."""
+    home = tmp_path_factory.mktemp("cli-home")
+    shutil.copytree(small_store, home / "data")
+    with SandboxGitLab(dataset=small_dataset) as sb:
+        write_config_file(home / "gitlab_knowledge.toml", sb, home / "data")
+        yield sb, home, None
+
+
+def test_sync_prints_a_summary_and_json(first_sync):
+    sb, home, first = first_sync
     assert first.returncode == 0, first.stderr
     payload = json.loads(first.stdout)
     assert payload["success"] and len(payload["projects"]) == 2
@@ -117,10 +133,10 @@ def test_a_bad_token_fails_with_one_line_and_leaks_nowhere(small_dataset, tmp_pa
             assert BAD_TOKEN.encode() not in path.read_bytes(), path
 
 
-def test_the_good_token_is_stored_and_logged_nowhere(synced):
-    _, home, first = synced
+def test_the_good_token_is_stored_and_logged_nowhere(first_sync, synced):
+    _, home, first = first_sync
     assert DEFAULT_TOKEN not in first.stdout + first.stderr
-    for path in (home / "data").rglob("*"):
+    for path in [*(home / "data").rglob("*"), *(synced[1] / "data").rglob("*")]:
         if path.is_file():
             assert DEFAULT_TOKEN.encode() not in path.read_bytes(), path
 

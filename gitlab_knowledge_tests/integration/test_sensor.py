@@ -3,6 +3,7 @@ naming that project; the same tick twice → the same run key; projects become p
 flight is not doubled; a failed sync gets a new key; the weekly schedule asks for one full sync of
 every project. (Every tick asks for at most one run, of the batch job: defs/batch.py.)"""
 
+import shutil
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -11,6 +12,7 @@ import pytest
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import defs
 from gitlab_knowledge.defs.batch import BATCH_OP, batch_run_config
+from gitlab_knowledge.defs.partitions import ensure_partitions
 from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import write_config_file
@@ -21,6 +23,26 @@ def env(sandbox, tmp_path, token_env):
     path = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
     with dg.instance_for_test() as instance:
         yield sandbox, load_config(path), str(path), instance
+
+
+@pytest.fixture
+def tiny_env(tiny_sandbox, tmp_path, token_env):
+    """`env` on the tiny dataset: for a test that syncs, but not for the size of what it syncs."""
+    path = write_config_file(tmp_path / "gitlab_knowledge.toml", tiny_sandbox, tmp_path / "data")
+    with dg.instance_for_test() as instance:
+        yield tiny_sandbox, load_config(path), str(path), instance
+
+
+@pytest.fixture
+def synced_env(sandbox, small_store, tmp_path, token_env):
+    """`env` after a sync of every project: a copy of the session's synced small store (syncing
+    and embedding it here again costs ~20 s of CPU a test), its projects already partitions."""
+    shutil.copytree(small_store, tmp_path / "data")
+    path = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data")
+    with dg.instance_for_test() as instance:
+        config = load_config(path)
+        ensure_partitions(instance, list(config.projects))
+        yield sandbox, config, str(path), instance
 
 
 def tick(instance: dg.DagsterInstance, config_path: str) -> dg.SensorResult:
@@ -44,9 +66,8 @@ def test_never_synced_projects_become_partitions_and_runs(env):
     assert result.dynamic_partitions_requests[0].partition_keys == list(config.projects)
 
 
-def test_no_change_no_run_then_one_change_one_run(env):
-    sb, config, path, instance = env
-    assert all(o.success for o in run_sync(Workspace.load(path), list(config.projects), instance=instance))
+def test_no_change_no_run_then_one_change_one_run(synced_env):
+    sb, config, path, instance = synced_env
     sb.reset_stats()
     quiet = tick(instance, path)
     assert quiet.run_requests == [] and "no change" in quiet.skip_reason.skip_message
@@ -63,9 +84,8 @@ def test_no_change_no_run_then_one_change_one_run(env):
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
 
 
-def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(env):
-    sb, config, path, instance = env
-    run_sync(Workspace.load(path), list(config.projects), instance=instance)
+def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(synced_env):
+    sb, config, path, instance = synced_env
     project = config.projects[0]
     sb.clock.advance(3600)
     sb.state.create_issue(project, "something new")
@@ -85,8 +105,8 @@ def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(env):
     assert projects(again) == [project] and again[0].run_key != retried[0].run_key
 
 
-def test_a_pending_throttle_recheck_requests_a_run(env):
-    sb, config, path, instance = env
+def test_a_pending_throttle_recheck_requests_a_run(tiny_env):
+    sb, config, path, instance = tiny_env
     project = config.projects[0]
     sb.clock.set(datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
     issue = sb.state.list_items(project, "issues")[0]
