@@ -12,6 +12,7 @@ import pytest
 import tomli_w
 
 from gitlab_knowledge.defs import build_defs, defs
+from gitlab_knowledge.defs.batch import BATCH_OP
 from gitlab_knowledge.defs.discovery import PURGE_JOB
 from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.store import groups as record_store
@@ -64,6 +65,12 @@ def add_partitions(instance: dg.DagsterInstance, result: dg.SensorResult) -> Non
         instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
 
 
+
+def batch_projects(requests: list[dg.RunRequest]) -> list[str]:
+    """The projects a tick's one batch run syncs (defs/batch.py; [] when it asks for none)."""
+    assert len(requests) <= 1
+    return [p for r in requests for p in r.run_config["ops"][BATCH_OP]["config"]["projects"]]
+
 def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_complete_listing(env) -> None:
     sb, path, instance = env
     members = sorted(p["path_with_namespace"] for p in sb.state.group_projects("acme", include_subgroups=True))
@@ -72,7 +79,7 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
     add_partitions(instance, first)
     assert "less than 60 minutes" in discovery_tick(instance, path, first.cursor).skip_reason.skip_message
     # The change sensor probes the groups' projects like configured ones: all never synced.
-    assert sorted(r.partition_key for r in change_tick(instance, path).run_requests) == members
+    assert sorted(batch_projects(change_tick(instance, path).run_requests)) == members
     workspace = Workspace.load(path)
     archived, kept = members[0], members[1]
     assert all(o.success for o in run_sync(workspace, [archived, kept], instance=instance, selection=SYNC_LAYERS))
@@ -97,9 +104,9 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
     assert purge.job_name == PURGE_JOB and purge.run_config["ops"]["find_removed"]["config"] == {
         "project_ids": [archived_id]}
     add_partitions(instance, found)
-    requests = {r.partition_key: r for r in change_tick(instance, path).run_requests}
-    assert added in requests and archived not in requests  # the new project syncs, the gone one no more
-    [synced] = run_sync(workspace, [requests[added].partition_key], instance=instance, selection=SYNC_LAYERS)
+    due = batch_projects(change_tick(instance, path).run_requests)
+    assert added in due and archived not in due  # the new project syncs, the gone one no more
+    [synced] = run_sync(workspace, [added], instance=instance, selection=SYNC_LAYERS)
     assert synced.success and scalar(workspace.config, "SELECT title FROM issues WHERE project_id = ?",
                                      [sb.state.project(added).data["id"]]) == \
         "The first issue of a project nobody configured"
@@ -154,5 +161,5 @@ def test_the_weekly_reconciliation_covers_the_groups_members(env) -> None:
                                    scheduled_execution_time=datetime(2026, 11, 22, 3, tzinfo=UTC),
                                    repository_def=defs.get_repository_def()) as context:
         requests = schedule.evaluate_tick(context).run_requests
-    assert sorted(r.partition_key for r in requests) == members
+    assert sorted(batch_projects(requests)) == members
     assert sorted(instance.get_dynamic_partitions("gitlab_projects")) == members
