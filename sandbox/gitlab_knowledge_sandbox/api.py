@@ -11,6 +11,7 @@ from .diffs import NO_ROUTE_BODY
 from .errors import BadRequest, SandboxError
 from .pagination import DEFAULT_PER_PAGE, page_params, paginate
 from .projects import KINDS
+from .releases import release_route
 from .state import ListFilters, SandboxState
 from .todos import list_todos
 
@@ -86,6 +87,8 @@ class Api:
         if n == 2:
             return Route("project", {"GET": lambda r: ApiResponse(200, self.state.project(pid).data)})
         kind = seg[2]
+        if kind == "releases":
+            return release_route(self, pid, seg[3:])
         if kind not in KINDS:
             return None
         one = SINGULAR[kind]

@@ -10,6 +10,7 @@ from typing import Any
 
 FORMAT = "gitlab-knowledge-sandbox/1"
 DIFFS_FILE = "merge_request_diffs.jsonl"
+RELEASES_FILE = "releases.jsonl"
 
 ISSUE = "Issue"
 MERGE_REQUEST = "MergeRequest"
@@ -40,9 +41,11 @@ class Dataset:
     path: Path | None = None
     # Old project paths (a rename or transfer) → the project id GitLab's redirect serves there.
     redirects: dict[str, int] = field(default_factory=dict)
+    # Releases (GET /projects/:id/releases elements) by project id; releases.jsonl, optional.
+    releases: dict[int, list[Json]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
-        """Totals for summaries: documents are issues + MRs + threads with a user note."""
+        """Totals for summaries: documents are issues + MRs + threads with a user note + releases."""
         discussions = notes = user_threads = 0
         for entries in self.discussions.values():
             for entry in entries:
@@ -54,13 +57,14 @@ class Dataset:
                         user_threads += 1
         issues = sum(len(v) for v in self.issues.values())
         mrs = sum(len(v) for v in self.merge_requests.values())
+        releases = sum(len(v) for v in self.releases.values())
         return {
             "projects": len(self.projects),
             "issues": issues,
             "merge_requests": mrs,
             "discussions": discussions,
             "notes": notes,
-            "documents": issues + mrs + user_threads,
+            "documents": issues + mrs + user_threads + releases,
         }
 
 
@@ -167,6 +171,9 @@ def _load(root: Path) -> Dataset:
                 )
         data.discussions[pid] = entries
         data.diffs[pid] = _read_diffs(pdir / DIFFS_FILE, data.merge_requests[pid])
+        releases = _read_jsonl(pdir / RELEASES_FILE)
+        if releases:  # optional: a project without the file has none, and no entry
+            data.releases[pid] = releases
     return data
 
 
@@ -235,4 +242,6 @@ def write_dataset(data: Dataset, directory: Path | str) -> Path:
         write_jsonl(pdir / "merge_requests.jsonl", data.merge_requests.get(pid, ()))
         write_jsonl(pdir / "discussions.jsonl", data.discussions.get(pid, ()))
         write_jsonl(pdir / DIFFS_FILE, data.diffs.get(pid, ()))
+        if data.releases.get(pid):
+            write_jsonl(pdir / RELEASES_FILE, data.releases[pid])
     return root

@@ -21,6 +21,7 @@ from .itemcheck import check_item, id_key, source_name
 from .items import ItemsMixin
 from .notes import NotesMixin, user_note_count
 from .projects import Project
+from .releases import ReleasesMixin
 
 NOT_FOUND_NAME = {"issues": "Issue", "merge_requests": "Merge Request"}
 STATES = {"issues": ("opened", "closed", "all"), "merge_requests": ("opened", "closed", "locked", "merged", "all")}
@@ -39,7 +40,7 @@ class ListFilters:
     iids: frozenset[int] | None = None
 
 
-class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
+class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, ReleasesMixin):
     """Thread-safe in-memory GitLab. Methods take a project id, a path or a `Project`."""
 
     def __init__(self, dataset: Dataset, clock: SandboxClock | None = None) -> None:
@@ -90,6 +91,7 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
             # A project that has the path now wins over the redirect, as in GitLab.
             if pid in self._by_id:
                 self._by_path.setdefault(old_path.lower(), self._by_id[pid])
+        self._load_releases(dataset.releases)
         self._next_id = {kind: value + 1 for kind, value in max_ids.items()}
         self._next_note_id = max_note + 1
 
@@ -224,5 +226,8 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin):
                             )
                 data.discussions[pid] = entries
                 data.diffs[pid] = diff_entries(proj.merge_requests)
+                releases = self.release_snapshot(pid)
+                if releases:
+                    data.releases[pid] = releases
             return data
 
