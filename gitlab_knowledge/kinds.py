@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 DISCUSSION = "discussion"
 PROJECT = "project"
@@ -63,11 +63,77 @@ MERGE_REQUEST = Kind(name="merge_request", api_path="merge_requests", table="mer
                      sigil="!", display="MR", noun="merge request", plural_display="Merge requests", column="MRs",
                      cli_names=("mr", "mrs", "merge_request", "merge_requests", "merge-request", "merge-requests"))
 ITEM_KINDS: tuple[Kind, ...] = (ISSUE, MERGE_REQUEST)
-SOURCE_TYPES: tuple[str, ...] = (*(k.name for k in ITEM_KINDS), DISCUSSION)  # what a document can be
+
+
+@dataclass(frozen=True)
+class KeyedKind:
+    """A kind of item that is not shaped like an issue: keyed within its project by a string GitLab
+    gives it (a wiki page's slug, a release's tag) instead of an iid, with no reference sigil, no
+    discussion threads, no labels, and listed by GitLab without `updated_after`. Such a kind has a
+    path of its own through the layers (docs/ARCHITECTURE.md, "Adding a kind of item"): raw rows
+    keyed `<project id>:<key>`, a normalized table whose `id` is that raw row's id, documents whose
+    `parent_iid` is 0 and whose reference is `<prefix>:<key>` (read back from the document's URL)."""
+
+    name: str  # the store's word: raw_payloads.resource_type, documents.source_type and parent_type
+    api_path: str  # GitLab's collection path: /projects/:id/<api_path>
+    table: str  # the normalized table (id = the raw payload's id, project_id, <key_column>)
+    key_column: str  # the column holding GitLab's key: slug, tag_name
+    web_path: str  # the web address under a project: <project web_url>/-/<web_path>/<key>
+    prefix: str  # the reference's prefix: wiki:runbooks/deploy
+    display: str  # Wiki page
+    noun: str  # a wiki page
+    plural_display: str  # Wiki pages
+    column: str  # a table's column heading for a count of them
+    cli_names: tuple[str, ...]  # what a person may type for it
+
+    @property
+    def mid_sentence(self) -> str:
+        return self.display.lower()
+
+    def ref(self, key: str, project: str | None = None) -> str:
+        """How results and answers name one: `wiki:runbooks/deploy`, `acme/platform wiki:home`."""
+        return f"{project + ' ' if project else ''}{self.prefix}:{key}"
+
+    def raw_key(self, project_id: int, key: str) -> str:
+        """Its `raw_payloads.gitlab_key`: GitLab's key is unique within a project only."""
+        return f"{project_id}:{key}"
+
+    def url(self, project_web_url: str, key: str) -> str:
+        return f"{project_web_url.rstrip('/')}/-/{self.web_path}/{quote(key, safe='/')}"
+
+    def key_from_url(self, url: str | None) -> str | None:
+        """The key in a URL `url()` wrote (a section's `#anchor` dropped); None for another URL."""
+        if not url:
+            return None
+        _, found, tail = url.partition(f"/-/{self.web_path}/")
+        return unquote(tail.partition("#")[0]) if found and tail else None
+
+
+RELEASE = KeyedKind(name="release", api_path="releases", table="releases", key_column="tag_name", web_path="releases",
+                     prefix="release", display="Release", noun="release", plural_display="Releases", column="releases",
+                     cli_names=("release", "releases"))
+KEYED_KINDS: tuple[KeyedKind, ...] = (RELEASE,)
+_BY_KEYED_NAME = {k.name: k for k in KEYED_KINDS}
+_BY_KEYED_CLI = {alias: k for k in KEYED_KINDS for alias in k.cli_names}
+
+
+def keyed(name: str | None) -> KeyedKind | None:
+    """The keyed kind by its store name (`wiki_page`), or None for anything else (an issue's kind)."""
+    return _BY_KEYED_NAME.get(name or "")
+
+
+def keyed_from_cli(word: str) -> KeyedKind | None:
+    """What a person typed (`wiki`, `wiki-pages`), or None if it names no keyed kind."""
+    return _BY_KEYED_CLI.get(word.strip().lower())
+
+
+# What a document can be.
+SOURCE_TYPES: tuple[str, ...] = (*(k.name for k in ITEM_KINDS), DISCUSSION, *(k.name for k in KEYED_KINDS))
 
 # Every word an input takes for a document type (a person's `mr`, the JSON's `merge_request`): the
 # MCP search tool's `type` as the search command's --type.
-SOURCE_TYPE_WORDS: tuple[str, ...] = (*(word for k in ITEM_KINDS for word in k.cli_names), DISCUSSION, DISCUSSION + "s")
+SOURCE_TYPE_WORDS: tuple[str, ...] = (*(word for k in ITEM_KINDS for word in k.cli_names), DISCUSSION, DISCUSSION + "s",
+                                      *(word for k in KEYED_KINDS for word in k.cli_names))
 _BY_NAME = {k.name: k for k in ITEM_KINDS}
 _BY_SIGIL = {k.sigil: k for k in ITEM_KINDS}
 _BY_NOTEABLE = {k.noteable_type: k for k in ITEM_KINDS}

@@ -38,7 +38,7 @@ from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.sync import files, listing, redirects, runs, writes
+from gitlab_knowledge.sync import files, listing, redirects, releases, runs, writes
 from gitlab_knowledge.sync.identity import refresh_identity
 from gitlab_knowledge.sync.parents import Parent, fetch_threads
 from gitlab_knowledge.sync.pipeline import PagePipeline
@@ -154,6 +154,9 @@ class ProjectSync:
                 await self._sync_resource(client, resource, kind, stats)
                 if kind == kinds.MERGE_REQUEST.name:
                     await self._backfill_files(stats)
+            await releases.sync_releases(client, self._project_id, self.project_path, self.config.gitlab.per_page,
+                                         self._commit, self.progress,
+                                         self.result.resources.setdefault(kinds.RELEASE.api_path, ResourceStats()))
             self.result.file_calls = self._files.calls
             self._paths.paths.discard(self.project_path.casefold())
             self.result.path_lookups = await redirects.look_up(self.workspace, client, self._paths.paths)
