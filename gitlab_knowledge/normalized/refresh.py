@@ -19,6 +19,7 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import NORMALIZED
+from gitlab_knowledge.normalized.releases import rebuild_releases
 from gitlab_knowledge.normalized.transform import (
     ROW_BUILDERS,
     project_row,
@@ -82,6 +83,8 @@ def _normalize_range(con: duckdb.DuckDBPyConnection, project_id: int, low: int, 
             parents[parent_type].add(int(parent_id))
     for kind, ids in parents.items():
         _rebuild_parents(con, project_id, kind, sorted(ids), stats)
+    if any(resource_type == kinds.RELEASE.name for resource_type, *_ in changed):
+        rebuild_releases(con, project_id, low, high, stats)
 
 
 def _upsert_project(con: duckdb.DuckDBPyConnection, project_id: int) -> None:

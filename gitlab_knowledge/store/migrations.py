@@ -286,3 +286,45 @@ def _typed_links(con: duckdb.DuckDBPyConnection) -> None:
         WHERE resource_type IN ('issue', 'merge_request') AND deleted_at IS NULL
           AND COALESCE(TRY_CAST(json_extract(json, '$.user_notes_count') AS BIGINT), 0) = 0
     """)
+
+
+@migration(7, "reserved (issue 26)")
+def _reserved_7(con: duckdb.DuckDBPyConnection) -> None:
+    # MERGE NOTE: number 7 belongs to another branch of this wave (issue 26); this no-op holds its
+    # place so that 9 can follow. The branch that lands 7 replaces this function.
+    pass
+
+
+@migration(8, "reserved (issue 27, wiki pages)")
+def _reserved_8(con: duckdb.DuckDBPyConnection) -> None:
+    # MERGE NOTE: number 8 is the wiki pages' table (branch wiki27), which replaces this function.
+    pass
+
+
+@migration(9, "releases")
+def _releases(con: duckdb.DuckDBPyConnection) -> None:
+    # A project's releases (GET /projects/:id/releases), keyed by the id of their raw payload
+    # (raw_payloads.gitlab_key '<project id>:<tag_name>'): GitLab gives a release no id, its tag is
+    # its key within the project. Their documents use this id as parent_id (and 0 as parent_iid),
+    # their links in item_references source_type 'release' and this id. The next sync fetches
+    # every project's releases (one call per 100), as for a new project.
+    con.execute("""
+        CREATE TABLE releases (
+            id BIGINT PRIMARY KEY,              -- the raw payload's id
+            project_id BIGINT NOT NULL,
+            tag_name TEXT NOT NULL,             -- GitLab's key within the project, e.g. v2.4.0
+            name TEXT,
+            description TEXT,                   -- the release notes, markdown
+            created_at TIMESTAMP,
+            released_at TIMESTAMP,              -- when it shipped (or will: upcoming_release)
+            upcoming_release BOOLEAN,
+            author_username TEXT,
+            author_name TEXT,
+            commit_sha TEXT,
+            milestones TEXT[],                  -- the milestones' titles
+            web_url TEXT,
+            raw_payload_id BIGINT,
+            change_seq BIGINT NOT NULL,
+            UNIQUE (project_id, tag_name)
+        )
+    """)

@@ -110,3 +110,25 @@ def test_a_project_whose_releases_answer_403_is_skipped_with_one_line(tiny_sandb
     assert said == [f"{project}: releases not readable with this token (403): skipped"]
     assert set(_live(config)) == {"v1.0"}  # a closed door is no evidence of deletion
     assert result.resources["issues"].list_calls >= 1  # the rest of the project synced
+
+
+def test_the_normalized_layer_holds_each_live_release_once(tiny_sandbox, make_config):
+    sb, config = tiny_sandbox, make_config(tiny_sandbox)
+    project = config.projects[0]
+    sb.state.create_release(project, "v1.0", name="One", description="Fixes #1", released_at="2024-01-10T00:00:00Z",
+                            milestones=["M1"])
+    sb.state.create_release(project, "v2.0", description="Later", released_at="2030-01-01T00:00:00Z")
+    sync(config, project)
+    stored = rows(config, "SELECT tag_name, name, description, released_at::VARCHAR, upcoming_release, milestones, "
+                          "author_username, web_url, id = raw_payload_id FROM releases ORDER BY tag_name")
+    user = sb.state.user["username"]
+    assert stored == [
+        ("v1.0", "One", "Fixes #1", "2024-01-10 00:00:00", False, ["M1"], user,
+         f"https://gitlab.example.com/{project}/-/releases/v1.0", True),
+        ("v2.0", "v2.0", "Later", "2030-01-01 00:00:00", True, [], user,
+         f"https://gitlab.example.com/{project}/-/releases/v2.0", True),
+    ]
+    sb.state.delete_release(project, "v2.0")
+    sb.state.update_release(project, "v1.0", name="One, renamed")
+    sync(config, project)
+    assert rows(config, "SELECT tag_name, name FROM releases") == [("v1.0", "One, renamed")]
