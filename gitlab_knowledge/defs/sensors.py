@@ -1,6 +1,6 @@
 """The change sensor: every 10 minutes, probe each project and run the sync for those that changed.
 
-It asks GitLab two cheap questions per project (sync/probe.py) and the store what work is left
+It asks GitLab three cheap questions per project (sync/probe.py) and the store what work is left
 (defs/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
 of those facts; its run key is built from facts that move whenever a run does work, so work that
 remains always gets a new key while a retried tick over the same state repeats its key (Dagster
