@@ -26,6 +26,18 @@ def bounded_int(low: int = 1, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+def iid_or_key(text: str) -> int | str:
+    """An argparse type for `show`'s second argument: an iid (a whole number >= 1), or the key of
+    a kind keyed by a string (a wiki page's slug: `runbooks/deploy`), which `show` checks against
+    the kind typed before it."""
+    stripped = text.strip()
+    if stripped.lstrip("+-").isdigit():
+        return bounded_int(1)(stripped)
+    if not stripped:
+        raise argparse.ArgumentTypeError("expected an iid or a slug, got nothing")
+    return stripped
+
+
 def require_text(args: argparse.Namespace) -> None:
     """Refuse arguments that are not text: bytes that were not UTF-8 reach Python as lone
     surrogates, which no index, store or terminal can encode."""

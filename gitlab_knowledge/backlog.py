@@ -42,7 +42,8 @@ def digest(values: list[str]) -> str:
 
 _ITEM_NAMES = tuple(k.name for k in kinds.ITEM_KINDS)
 _ITEM_SLOTS = ", ".join("?" for _ in kinds.ITEM_KINDS)
-_ITEM_SEQS = " UNION ALL ".join(f"SELECT change_seq FROM {k.table} WHERE project_id = $1" for k in kinds.ITEM_KINDS)
+_ITEM_SEQS = " UNION ALL ".join(f"SELECT change_seq FROM {table} WHERE project_id = $1"
+                                for table in (*(k.table for k in kinds.ITEM_KINDS), *(k.table for k in kinds.KEYED_KINDS)))
 
 
 def backlog(workspace: Workspace, projects: list[str]) -> dict[str, Backlog]:

@@ -60,6 +60,9 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None, comma
     """A document id for a reference (#234, group/p!847, a URL, or a document id); `command`: the
     one the reference was typed for, as an unreadable reference's message names it."""
     ref = ref.strip()
+    keyed = _keyed_document(con, ref, project)
+    if keyed is not None:
+        return keyed
     if _DOC.match(ref):
         if not con.execute("SELECT 1 FROM documents WHERE id = ?", [ref]).fetchone():
             raise UsageError(f"no document {ref} in the store")
@@ -98,6 +101,29 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None, comma
     return f"{kind.name}:{rows[0][0]}"
 
 
+def _keyed_document(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> str | None:
+    """The document a keyed kind's reference names: a section's URL (a search hit's `url`), a
+    page's URL or `wiki:<slug>` (its first document); None when `ref` is neither."""
+    for kind in kinds.KEYED_KINDS:
+        if "://" in ref and kind.key_from_url(ref) is not None:
+            found = con.execute("SELECT id FROM documents WHERE parent_type = ? AND url = ? ORDER BY id",
+                                [kind.name, ref]).fetchall() or con.execute(
+                "SELECT id FROM documents WHERE parent_type = ? AND split_part(url, '#', 1) = ? ORDER BY id",
+                [kind.name, ref.partition("#")[0]]).fetchall()
+        elif ref.startswith(f"{kind.prefix}:"):
+            from gitlab_knowledge.store.keyed_queries import keyed_row
+
+            row = keyed_row(con, kind, ref, project)
+            found = con.execute("SELECT id FROM documents WHERE parent_type = ? AND parent_id = ? ORDER BY id",
+                                [kind.name, row["id"]]).fetchall()
+        else:
+            continue
+        if not found:
+            raise UsageError(f"no document of {ref} in the store")
+        return str(found[0][0])
+    return None
+
+
 def explain(workspace: Workspace, ref: str, project: str | None = None, live: bool = False) -> Explanation:
     with workspace.read() as con:
         try:
@@ -112,11 +138,16 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
         if doc is None:
             raise UsageError(f"no document {doc_id} in the store")
         kind, parent_id = doc["parent_type"], doc["parent_id"]
-        parent = _row(con, f"SELECT id, iid, updated_at, change_seq, raw_payload_id, user_notes_count "
-                           f"FROM {kinds.kind(kind).table} WHERE id = ?", [parent_id])
+        keyed = kinds.keyed(kind)
+        # A keyed kind (a wiki page) has no iid, timestamps or notes count.
+        columns = "id, iid, updated_at, change_seq, raw_payload_id, user_notes_count" if keyed is None else \
+            "id, NULL::INTEGER AS iid, NULL::TIMESTAMP AS updated_at, change_seq, raw_payload_id, " \
+            "NULL::INTEGER AS user_notes_count"
+        table = keyed.table if keyed is not None else kinds.kind(kind).table
+        parent = _row(con, f"SELECT {columns} FROM {table} WHERE id = ?", [parent_id])
         raws = [_row(con, _RAW_SQL + "WHERE r.id = ?", [rid]) for rid in doc["raw_payload_ids"] or []]
         out.chain["raw_payloads"] = [r for r in raws if r]
-        normalized = {"table": kinds.kind(kind).table, "row": parent}
+        normalized = {"table": table, "row": parent}
         if doc["source_type"] == "discussion":
             thread_id = doc["source_id"]
             normalized["discussion"] = _row(con, "SELECT id, note_count, first_note_at, last_note_at, raw_payload_id "
@@ -148,12 +179,14 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
         raw_parent = _row(con, """
             SELECT updated_at, CAST(json_extract(json, '$.user_notes_count') AS INTEGER) AS user_notes_count
             FROM raw_payloads WHERE resource_type = ? AND gitlab_key = ? AND deleted_at IS NULL""",
-                          [kind, str(parent_id)]) if live else None
+                          [kind, str(parent_id)]) if live and keyed is None else None
         raw_thread = _row(con, "SELECT json FROM raw_payloads WHERE resource_type = 'discussion' AND gitlab_key = ? "
                                "AND deleted_at IS NULL", [doc["source_id"]]) \
             if live and doc["source_type"] == "discussion" else None
     _index_chain(workspace, out, doc, project_path)
-    if live:
+    if live and kinds.keyed(doc["parent_type"]) is not None:
+        _live_keyed(workspace, out, doc)
+    elif live:
         _live(workspace, out, doc, raw_parent, _user_notes(raw_thread["json"]) if raw_thread else None)
     out.verdict = "stale" if out.reasons else "fresh"
     return out
@@ -282,6 +315,44 @@ def _user_notes(thread_json: str | dict[str, Any]) -> dict[int, Any]:
     thread = json.loads(thread_json) if isinstance(thread_json, str) else thread_json
     return {int(n["id"]): parse_time(n.get("updated_at")) for n in thread.get("notes") or []
             if isinstance(n, dict) and not n.get("system") and "id" in n}
+
+
+def _live_keyed(workspace: Workspace, out: Explanation, doc: dict[str, Any]) -> None:
+    """What GitLab serves now for a keyed kind's page (GET /projects/:id/wikis/:slug, the slug
+    URL-encoded) against its raw payload: the same text, or a newer one the next sync fetches."""
+    import asyncio
+    import json
+    from urllib.parse import quote
+
+    from gitlab_knowledge.errors import NotFoundError
+    from gitlab_knowledge.gitlab.client import encode_project
+
+    kind = kinds.keyed(doc["parent_type"])
+    assert kind is not None
+    key = kind.key_from_url(doc["url"]) or ""
+    stored = [r for r in out.chain["raw_payloads"] if r["resource_type"] == kind.name]
+
+    async def fetch() -> dict[str, Any] | None:
+        async with workspace.gitlab() as client:
+            try:
+                page: dict[str, Any] = await client.get(
+                    f"/projects/{encode_project(doc['project_path'])}/{kind.api_path}/{quote(key, safe='')}")
+                return page
+            except NotFoundError:
+                return None
+
+    page = asyncio.run(fetch())
+    if page is None:
+        out.chain["gitlab"] = {"exists": False}
+        out.reasons.append(f"GitLab no longer serves {kind.ref(key)} (404): the next sync's complete listing "
+                           "removes it")
+        return
+    out.chain["gitlab"] = {"exists": True, "updated_at": None, "user_notes_count": None}
+    with workspace.read() as con:
+        text = con.execute("SELECT json FROM raw_payloads WHERE id = ?", [stored[0]["id"]]).fetchall() if stored else []
+    before = json.loads(text[0][0]).get(kind.text_column) if text else None
+    if before != page.get(kind.text_column):
+        out.reasons.append(f"GitLab's {kind.noun} has another text than the raw payload: the next sync fetches it")
 
 
 def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], raw_parent: dict[str, Any] | None,

@@ -78,6 +78,7 @@ class KeyedKind:
     api_path: str  # GitLab's collection path: /projects/:id/<api_path>
     table: str  # the normalized table (id = the raw payload's id, project_id, <key_column>)
     key_column: str  # the column holding GitLab's key: slug, tag_name
+    text_column: str  # the column whose text links are read from: a page's content, a release's notes
     web_path: str  # the web address under a project: <project web_url>/-/<web_path>/<key>
     prefix: str  # the reference's prefix: wiki:runbooks/deploy
     display: str  # Wiki page
@@ -109,10 +110,14 @@ class KeyedKind:
         return unquote(tail.partition("#")[0]) if found and tail else None
 
 
-RELEASE = KeyedKind(name="release", api_path="releases", table="releases", key_column="tag_name", web_path="releases",
-                     prefix="release", display="Release", noun="release", plural_display="Releases", column="releases",
-                     cli_names=("release", "releases"))
-KEYED_KINDS: tuple[KeyedKind, ...] = (RELEASE,)
+WIKI_PAGE = KeyedKind(name="wiki_page", api_path="wikis", table="wiki_pages", key_column="slug", text_column="content",
+                      web_path="wikis",
+                      prefix="wiki", display="Wiki page", noun="wiki page", plural_display="Wiki pages", column="wiki",
+                      cli_names=("wiki", "wikis", "wiki_page", "wiki_pages", "wiki-page", "wiki-pages"))
+RELEASE = KeyedKind(name="release", api_path="releases", table="releases", key_column="tag_name",
+                    text_column="description", web_path="releases", prefix="release", display="Release", noun="release",
+                    plural_display="Releases", column="releases", cli_names=("release", "releases"))
+KEYED_KINDS: tuple[KeyedKind, ...] = (WIKI_PAGE, RELEASE)
 _BY_KEYED_NAME = {k.name: k for k in KEYED_KINDS}
 _BY_KEYED_CLI = {alias: k for k in KEYED_KINDS for alias in k.cli_names}
 
@@ -125,6 +130,15 @@ def keyed(name: str | None) -> KeyedKind | None:
 def keyed_from_cli(word: str) -> KeyedKind | None:
     """What a person typed (`wiki`, `wiki-pages`), or None if it names no keyed kind."""
     return _BY_KEYED_CLI.get(word.strip().lower())
+
+
+def document_ref(parent_type: str | None, iid: int | None, url: str | None, project: str | None = None) -> str:
+    """How a document's item is named from the metadata both indexes carry: `#12`, `!34`, or for
+    a keyed kind its key, read back from the document's URL (`wiki:runbooks/deploy`)."""
+    keyed_kind = keyed(parent_type)
+    if keyed_kind is not None:
+        return keyed_kind.ref(keyed_kind.key_from_url(url) or "?", project)
+    return _BY_NAME.get(parent_type or "", ISSUE).ref(iid if iid is not None else "?", project)
 
 
 # What a document can be.

@@ -24,8 +24,7 @@ from gitlab_knowledge.workspace import Workspace
 # label junction is keyed by the item, so it is found through the item's table.
 _BY_PROJECT = ("note_positions", "notes", "system_notes", "item_references", "mr_files", "discussions",
                *(k.labels_table for k in kinds.ITEM_KINDS), "document_labels",
-               "documents", *(k.table for k in kinds.ITEM_KINDS), *(k.table for k in kinds.KEYED_KINDS), "labels",
-               "layer_state", "sync_cursors",
+               "documents", *(k.table for k in kinds.ITEM_KINDS), *(k.table for k in kinds.KEYED_KINDS), "labels", "layer_state", "sync_cursors",
                "raw_payloads", "projects")
 _CHILD_FILTERS = {
     "note_positions": "note_id IN (SELECT id FROM notes WHERE project_id = ?)",

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.argparsing import OneLineParser, bounded_int, require_text
+from gitlab_knowledge.argparsing import OneLineParser, bounded_int, iid_or_key, require_text
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config, load_config
 from gitlab_knowledge.errors import KnowledgeError
@@ -60,8 +60,9 @@ def build_parser() -> OneLineParser:
 
     from gitlab_knowledge.cli.graph_cmd import since_date
 
-    p = add("list", "list issues or merge requests, narrowed by any of the filters below (all must hold)")
-    p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
+    p = add("list", "list issues or merge requests, narrowed by any of the filters below (all must hold), "
+                    "or wiki pages (by project)")
+    p.add_argument("what", choices=[*(w for k in kinds.ITEM_KINDS for w in k.cli_names), *(w for k in kinds.KEYED_KINDS for w in k.cli_names)])
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--state", metavar="STATE",
                    help=f"{', '.join(kinds.STATES)} or {kinds.ANY_STATE} (GitLab's states; default: all)")
@@ -77,8 +78,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--sort", choices=LIST_SORTS, default="updated_desc", help="default: updated_desc (newest first)")
     p.add_argument("--limit", type=bounded_int(1), default=20)
 
-    p = add("count", "count issues, mrs, discussions or notes")
-    p.add_argument("what", choices=[*(w for k in kinds.ITEM_KINDS for w in k.cli_names), "discussions", "notes"])
+    p = add("count", "count issues, mrs, discussions, notes or wiki pages")
+    p.add_argument("what", choices=[*(w for k in kinds.ITEM_KINDS for w in k.cli_names), "discussions", "notes",
+                                    *(w for k in kinds.KEYED_KINDS for w in k.cli_names)])
     p.add_argument("--project", metavar="PATH")
 
     p = add("explain", "the provenance chain of a document (raw payload → … → indexes) and whether it is fresh")
@@ -95,9 +97,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
 
-    p = add("show", "an issue or merge request with its discussion threads")
-    p.add_argument("what", choices=[w for k in kinds.ITEM_KINDS for w in k.cli_names])
-    p.add_argument("iid", type=bounded_int(1))
+    p = add("show", "an issue or merge request with its discussion threads, or a wiki page (`show wiki SLUG`)")
+    p.add_argument("what", choices=[*(w for k in kinds.ITEM_KINDS for w in k.cli_names), *(w for k in kinds.KEYED_KINDS for w in k.cli_names)])
+    p.add_argument("iid", type=iid_or_key, metavar="IID|SLUG")
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--full", action="store_true",
                    help="print every description and note whole (otherwise a long one is cut, saying how "

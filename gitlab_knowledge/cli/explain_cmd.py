@@ -49,7 +49,8 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
                 f"seq {raw['change_seq']}{deleted}")
     norm = chain["normalized"]
     row = norm["row"]
-    o.print(f"  normalized       {norm['table']} " + (f"{row['id']} (iid {row['iid']}), updated {_short(row['updated_at'])}, "
+    iid = f" (iid {row['iid']})" if row and row["iid"] is not None else ""  # a wiki page has none
+    o.print(f"  normalized       {norm['table']} " + (f"{row['id']}{iid}, updated {_short(row['updated_at'])}, "
                                                       f"seq {row['change_seq']}" if row else "[red]missing[/]"))
     if norm.get("discussion"):
         d = norm["discussion"]
@@ -72,7 +73,9 @@ def explain_cmd(args: argparse.Namespace, config: Config) -> int:
         for reason in result.reasons:
             o.print(f"  - {escape(reason)}")
     if result.related:
-        parent = kinds.kind(doc["source_type"]).mid_sentence if doc["source_type"] != kinds.DISCUSSION else "parent"
+        keyed = kinds.keyed(doc["source_type"])
+        parent = keyed.mid_sentence if keyed else kinds.kind(doc["source_type"]).mid_sentence \
+            if doc["source_type"] != kinds.DISCUSSION else "parent"
         o.print(f"\n{len(result.related)} other document(s) of the same {parent}: "
                 + ", ".join(result.related[:5]) + (" …" if len(result.related) > 5 else ""))
     return 0

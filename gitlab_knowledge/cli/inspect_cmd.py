@@ -14,7 +14,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.store import queries
+from gitlab_knowledge.store import keyed_queries, queries
 from gitlab_knowledge.workspace import Workspace
 
 # A few screens: a 50 MB note printed line by line through rich took hours, and nobody reads it there.
@@ -28,7 +28,15 @@ def _item_kind(word: str) -> kinds.Kind:
     return kind
 
 
+# `list`'s filters that only an issue or MR has: a keyed kind (a wiki page) refuses them.
+_ITEM_FILTERS = ("state", "label", "author", "assignee", "reviewer", "milestone", "updated_since", "created_since",
+                 "path", "participant")
+
+
 def list_cmd(args: argparse.Namespace, config: Config) -> int:
+    keyed = kinds.keyed_from_cli(args.what)
+    if keyed is not None:
+        return _list_keyed(args, config, keyed)
     kind = _item_kind(args.what)
     state = kinds.check_state(args.state) if args.state is not None else None  # as search checks its --state
     filters = queries.ListFilters(
@@ -58,9 +66,31 @@ def list_cmd(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
+def _list_keyed(args: argparse.Namespace, config: Config, kind: kinds.KeyedKind) -> int:
+    given = [name for name in _ITEM_FILTERS if getattr(args, name, None) not in (None, [], ())]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise UsageError(f"{flag} narrows issues and merge requests; {kind.plural_display.lower()} are listed by "
+                         "--project alone")
+    rows = keyed_queries.list_keyed(Workspace(config), kind, args.project, args.limit)
+    if args.json:
+        console.print_json(rows)
+        return 0
+    if not rows:
+        console.out.print(f"No {kind.plural_display.lower()} in the store" + (f" for {args.project}" if args.project else "") + ".")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("project", kind.key_column, "title", "format"):
+        table.add_column(column, overflow="ellipsis", no_wrap=column != "title", max_width=60 if column == "title" else None)
+    for r in rows:
+        table.add_row(r["project"], escape(r["key"]), escape(r["title"] or ""), r["format"] or "")
+    console.out.print(table)
+    return 0
+
+
 def count_cmd(args: argparse.Namespace, config: Config) -> int:
     n = queries.count(Workspace(config), args.what, args.project)
-    kind = kinds.from_cli(args.what)
+    kind = kinds.from_cli(args.what) or kinds.keyed_from_cli(args.what)
     label = kind.plural_display if kind else args.what.capitalize()
     if args.json:
         console.print_json({"what": args.what, "project": args.project, "count": n})
@@ -70,7 +100,12 @@ def count_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def show_cmd(args: argparse.Namespace, config: Config) -> int:
+    keyed = kinds.keyed_from_cli(args.what)
+    if keyed is not None:
+        return _show_keyed(args, config, keyed)
     kind = _item_kind(args.what)
+    if not isinstance(args.iid, int):
+        raise UsageError(f"argument iid: expected a whole number, got {args.iid!r}")
     item = queries.show_item(Workspace(config), kind, args.iid, args.project)
     if args.json:
         console.print_json(item)
@@ -111,6 +146,23 @@ def show_cmd(args: argparse.Namespace, config: Config) -> int:
             # One print for the whole body: rich costs ~0.5 ms a call, per line that was minutes.
             o.print("\n".join("    " + text_line for text_line in body.splitlines() or [""]),
                     markup=False, highlight=False)
+    return 0
+
+
+def _show_keyed(args: argparse.Namespace, config: Config, kind: kinds.KeyedKind) -> int:
+    page = keyed_queries.show_keyed(Workspace(config), kind, str(args.iid), args.project)
+    if args.json:
+        console.print_json(page)
+        return 0
+    o = console.out
+    o.print(f"[bold]{kind.display} {escape(page['reference'])}: {escape(page['title'] or '')}[/]")
+    o.print(" · ".join([page["project"], page.get("format") or ""]))
+    o.print(page["web_url"] or "", style="cyan", markup=False)
+    o.print()
+    o.print(_bounded(page[kind.text_column] or "(empty)", bool(getattr(args, "full", False)), args), markup=False)
+    if page["links"]:
+        o.print()
+        o.print("links to: " + ", ".join(link["reference"] for link in page["links"]), markup=False)
     return 0
 
 

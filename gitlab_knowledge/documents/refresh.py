@@ -7,6 +7,7 @@ document. Documents of parents that no longer exist are removed at the end of ev
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
@@ -15,6 +16,8 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.build import Document, document_version, parent_document, thread_document
+from gitlab_knowledge.documents.release import release_documents
+from gitlab_knowledge.documents.wiki import wiki_documents
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import DOCUMENTS
 from gitlab_knowledge.store.bulk import insert_rows
@@ -25,6 +28,11 @@ from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
 BATCH_PARENTS = 1000
+# The kinds not shaped like an issue (kinds.KEYED_KINDS): a row of the kind's table → its documents.
+KEYED_BUILDERS: dict[str, Callable[[dict[str, Any], str, int | None], list[Document]]] = {
+    kinds.WIKI_PAGE.name: wiki_documents,
+    kinds.RELEASE.name: release_documents,
+}
 log = logging.getLogger(__name__)
 
 
@@ -63,7 +71,10 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
         changed = _changed_parents(con, project_id, low, high)
         _requeue_closers(con, changed.get(kinds.ISSUE.name, []))  # before the issues' documents move
         for kind, ids in changed.items():
-            _rebuild(con, project_id, project_path, kind, ids, dagster_run_id, stats)
+            if kind in KEYED_BUILDERS:
+                _rebuild_keyed(con, project_path, kind, ids, dagster_run_id, stats)
+            else:
+                _rebuild(con, project_id, project_path, kind, ids, dagster_run_id, stats)
 
     def finish(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
         stats.deleted += _delete_orphans(con, project_id)
@@ -73,12 +84,14 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
                 rebuild=rebuild, finish=finish, dagster_run_id=dagster_run_id)
 
 
-# Issues and MRs draw their change_seq from one sequence, so a range of it is a batch of parents.
+# Issues, MRs and the keyed kinds draw their change_seq from one sequence, so a range of it is a
+# batch of parents.
+_PARENT_TABLES = (*((k.name, k.table) for k in kinds.ITEM_KINDS), *((k.name, k.table) for k in kinds.KEYED_KINDS))
 _PARENTS_AFTER = """
     SELECT kind, id, change_seq FROM (
-""" + "        UNION ALL\n".join(f"""        SELECT '{k.name}' AS kind, id, change_seq FROM {k.table}
+""" + "        UNION ALL\n".join(f"""        SELECT '{name}' AS kind, id, change_seq FROM {table}
         WHERE project_id = $project AND change_seq > $low
-""" for k in kinds.ITEM_KINDS) + """    )
+""" for name, table in _PARENT_TABLES) + """    )
 """
 
 
@@ -124,6 +137,24 @@ def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str,
     parents = _load(con, project_id, kind, ids)
     docs = _build(kind, parents, project_path)
     stats.parents += len(parents.rows)
+    stats.built += len(docs)
+    changed, gone = _compare(con, kind, ids, docs, stats)
+    _write(con, changed, gone, dagster_run_id)
+
+
+def _rebuild_keyed(con: duckdb.DuckDBPyConnection, project_path: str, kind: str, ids: list[int],
+                   dagster_run_id: str | None, stats: DocumentStats) -> None:
+    """The documents of changed rows of a keyed kind (a wiki page: one, or one per section)."""
+    keyed = kinds.keyed(kind)
+    assert keyed is not None  # KEYED_BUILDERS names keyed kinds only
+    table = keyed.table
+    rows = _rows(con, f"""
+        SELECT t.*, r.sync_run_id AS raw_sync_run_id FROM {table} t
+        LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
+        WHERE t.id IN (SELECT unnest(?::BIGINT[]))
+    """, [ids])
+    docs = [doc for row in rows for doc in KEYED_BUILDERS[kind](row, project_path, row["raw_sync_run_id"])]
+    stats.parents += len(rows)
     stats.built += len(docs)
     changed, gone = _compare(con, kind, ids, docs, stats)
     _write(con, changed, gone, dagster_run_id)
@@ -274,11 +305,11 @@ def _delete(con: duckdb.DuckDBPyConnection, doc_ids: list[str]) -> None:
 
 def _delete_orphans(con: duckdb.DuckDBPyConnection, project_id: int) -> int:
     parents = "\n            UNION ALL\n".join(
-        f"SELECT 1 FROM {k.table} p WHERE d.parent_type = ? AND p.id = d.parent_id" for k in kinds.ITEM_KINDS)
+        f"SELECT 1 FROM {table} p WHERE d.parent_type = ? AND p.id = d.parent_id" for _, table in _PARENT_TABLES)
     orphans = [r[0] for r in con.execute(f"""
         SELECT d.id FROM documents d
         WHERE d.project_id = ? AND NOT EXISTS (
             {parents})
-    """, [project_id, *(k.name for k in kinds.ITEM_KINDS)]).fetchall()]
+    """, [project_id, *(name for name, _ in _PARENT_TABLES)]).fetchall()]
     _delete(con, orphans)
     return len(orphans)

@@ -29,7 +29,7 @@ GROUPS = ("closes", "closed_by", "mentions", "mentioned_in", "related", "duplica
 # A row read from the item it was written in keeps its kind; read from its target, it is the
 # other side of the same link ("#234 closed_by !847" is "!847 closes #234").
 _INCOMING = INVERSE
-VIA = ("title", "description", "note", "system_note")
+VIA = ("title", "description", "note", "system_note", "text")  # text: a wiki page's
 EXCERPT_CHARS = 200
 ITEM_COLUMNS = ("t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.created_at, t.updated_at, t.closed_at, "
                 "t.author_username, t.labels, p.path_with_namespace AS project")
@@ -92,6 +92,10 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
         # The item is what matters here, not the note: any note of it names it.
         doc_id = resolve(con, missing.kind.ref(missing.iid, missing.project), None)
     name, _, key = doc_id.partition(":")
+    keyed = kinds.keyed(name)
+    if keyed is not None:
+        raise UsageError(f"{command} takes an issue or merge request; the issues and MRs a {keyed.noun} links to "
+                         f"are in `show {keyed.cli_names[0]} <{keyed.key_column}>`")
     if name == kinds.DISCUSSION:
         thread = con.execute(f"SELECT noteable_type, {', '.join(k.thread_column for k in kinds.ITEM_KINDS)} "
                              "FROM discussions WHERE id = ?", [key]).fetchone()
@@ -134,6 +138,13 @@ def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
           AND (target_project_id = ? OR (target_project_id IS NULL AND lower(target_path) = lower(?)))""",
                     [kind.name, item["iid"], item["project_id"], item["project"]])
     for r in incoming:
+        keyed = kinds.keyed(r["source_type"])
+        if keyed is not None:
+            # Written in a wiki page: the page is the other side (read through the same lens).
+            page = _keyed_source(con, keyed, r["source_id"])
+            if page is not None:
+                _add(groups[_INCOMING[r["kind"]]], page, r["found_in"])
+            continue
         source_kind = kinds.kind(r["source_type"])
         if source_kind is kind and r["source_id"] == item["id"]:
             continue
@@ -170,7 +181,22 @@ def _add(group: dict[tuple[str, str], dict[str, Any]], link: dict[str, Any], fou
         kept["via"] = sorted([*kept["via"], found_in], key=lambda v: VIA.index(v) if v in VIA else len(VIA))
 
 
+def _keyed_source(con: duckdb.DuckDBPyConnection, kind: kinds.KeyedKind, row_id: int) -> dict[str, Any] | None:
+    """A row of a keyed kind (a wiki page) as a link: named `acme/platform wiki:<slug>`."""
+    found = rows(con, f"SELECT t.{kind.key_column} AS key, t.title, t.web_url, p.path_with_namespace AS project "
+                      f"FROM {kind.table} t JOIN projects p ON p.id = t.project_id WHERE t.id = ?", [row_id])
+    if not found:
+        return None  # gone since, or hidden by the lens
+    page = found[0]
+    return {"reference": kind.ref(page["key"], page["project"]), "type": kind.name, "title": page["title"],
+            "state": None, "url": page["web_url"], "external": False, "in_store": True}
+
+
 def _link_order(link: dict[str, Any]) -> tuple[Any, ...]:
+    keyed = kinds.keyed(link["type"])
+    if keyed is not None:
+        project, _, key = link["reference"].partition(f" {keyed.prefix}:")
+        return (project.lower(), link["type"], 0, key)
     project, _, iid = link["reference"].rpartition(kinds.kind(link["type"]).sigil)
     return (project.lower(), link["type"], int(iid) if iid.isdigit() else 0)
 

@@ -84,17 +84,22 @@ _ITEM_NAMES = frozenset(k.name for k in kinds.ITEM_KINDS)
 def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: str, low: int, high: int,
                    stats: GraphStats) -> None:
     parents: dict[str, set[int]] = defaultdict(set)
-    for resource_type, key, parent_type, parent_id in con.execute("""
-        SELECT resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads
+    keyed: dict[str, set[int]] = defaultdict(set)  # kinds.KEYED_KINDS: raw row id = the row's id
+    for raw_id, resource_type, key, parent_type, parent_id in con.execute("""
+        SELECT id, resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads
         WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
     """, [project_id, low, high]).fetchall():
-        if resource_type in _ITEM_NAMES:
+        if kinds.keyed(resource_type) is not None:
+            keyed[resource_type].add(int(raw_id))
+        elif resource_type in _ITEM_NAMES:
             parents[resource_type].add(int(key))
         elif parent_type in _ITEM_NAMES:
             parents[parent_type].add(int(parent_id))
     path = canonical_path(con, project_id) or ""
     for kind, ids in parents.items():
         _rebuild_references(con, project_id, path, gitlab_url, kinds.kind(kind), sorted(ids), stats)
+    for name, ids in keyed.items():
+        _rebuild_keyed_references(con, project_id, path, gitlab_url, name, sorted(ids), stats)
     # An MR's changed-file list is its own (merge_request_diffs payloads): no other kind has one.
     if parents.get(kinds.MERGE_REQUEST.name):
         _rebuild_files(con, project_id, sorted(parents[kinds.MERGE_REQUEST.name]), stats)
@@ -133,6 +138,29 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
             rows.append({
                 "project_id": project_id, "source_type": kind.name, "source_id": item_id, "note_id": note_id,
                 "found_in": found_in, "kind": ref.kind, "target_type": ref.target_type,
+                "target_path": ref.target_path, "target_iid": ref.target_iid, "target_project_id": None,
+                "external": True, "text": ref.text,
+            })
+    insert_rows(con, "item_references", rows)
+    stats.references += len(rows)
+
+
+def _rebuild_keyed_references(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, gitlab_url: str,
+                              name: str, ids: list[int], stats: GraphStats) -> None:
+    """The links written in rows of a keyed kind (a wiki page's content): `mentions`, found in "text"."""
+    kind = kinds.keyed(name)
+    assert kind is not None
+    con.execute("DELETE FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))",
+                [name, ids])
+    rows: list[dict[str, Any]] = []
+    for item_id, text in con.execute(f"""
+        SELECT id, left({kind.text_column}, {MAX_SCAN}) FROM {kind.table} WHERE id IN (SELECT unnest(?::BIGINT[]))
+    """, [ids]).fetchall():
+        stats.items_rebuilt += 1
+        for ref in extract(text, project_path=project_path, gitlab_url=gitlab_url, source_type=name, found_in="text"):
+            rows.append({
+                "project_id": project_id, "source_type": name, "source_id": int(item_id), "note_id": None,
+                "found_in": "text", "kind": ref.kind, "target_type": ref.target_type,
                 "target_path": ref.target_path, "target_iid": ref.target_iid, "target_project_id": None,
                 "external": True, "text": ref.text,
             })

@@ -39,8 +39,9 @@ INVERSE = {CLOSES: CLOSED_BY, CLOSED_BY: CLOSES, MENTIONS: MENTIONED_IN, MENTION
 # The kinds an "unrelated" note undoes: what GitLab's issue links hold.
 ISSUE_LINK_KINDS = frozenset({RELATED, BLOCKS, BLOCKED_BY})
 
-SOURCE_TYPES = frozenset(k.name for k in kinds.ITEM_KINDS)
-FOUND_IN = frozenset({"title", "description", "note", "system_note"})
+SOURCE_TYPES = frozenset((*(k.name for k in kinds.ITEM_KINDS), *(k.name for k in kinds.KEYED_KINDS)))
+# "text": the text of a keyed kind (a wiki page's content)
+FOUND_IN = frozenset({"title", "description", "note", "system_note", "text"})
 
 
 @dataclass(frozen=True)

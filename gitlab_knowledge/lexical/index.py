@@ -135,6 +135,8 @@ def _open_read_only(schema: tantivy.Schema, directory: Path) -> tantivy.Index:
 
 
 def own_refs(row: dict[str, Any]) -> list[str]:
+    if kinds.keyed(row["parent_type"]) is not None:
+        return []  # no sigil, no iid: a wiki page is found by its words, not a reference
     kind = kinds.kind(row["parent_type"])
     return [kind.ref(row["parent_iid"]), kind.ref(row["parent_iid"], row["project_path"])]
 

@@ -19,7 +19,7 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import NORMALIZED
-from gitlab_knowledge.normalized.releases import rebuild_releases
+from gitlab_knowledge.normalized.keyed import rebuild_keyed
 from gitlab_knowledge.normalized.transform import (
     ROW_BUILDERS,
     project_row,
@@ -74,8 +74,11 @@ def _normalize_range(con: duckdb.DuckDBPyConnection, project_id: int, low: int, 
     """, [project_id, low, high]).fetchall()
     stats.raw_changes += len(changed)
     parents: dict[str, set[int]] = defaultdict(set)
+    keyed: dict[str, list[str]] = defaultdict(list)  # kinds.KEYED_KINDS: rows by gitlab_key
     for resource_type, key, parent_type, parent_id in changed:
-        if resource_type == "project":
+        if kinds.keyed(resource_type) is not None:
+            keyed[resource_type].append(key)
+        elif resource_type == "project":
             _upsert_project(con, int(key))
         elif resource_type in ROW_BUILDERS:
             parents[resource_type].add(int(key))
@@ -83,8 +86,10 @@ def _normalize_range(con: duckdb.DuckDBPyConnection, project_id: int, low: int, 
             parents[parent_type].add(int(parent_id))
     for kind, ids in parents.items():
         _rebuild_parents(con, project_id, kind, sorted(ids), stats)
-    if any(resource_type == kinds.RELEASE.name for resource_type, *_ in changed):
-        rebuild_releases(con, project_id, low, high, stats)
+    for kind, keys in keyed.items():
+        written, gone = rebuild_keyed(con, project_id, kind, keys)
+        stats.parents_rebuilt += written
+        stats.parents_deleted += gone
 
 
 def _upsert_project(con: duckdb.DuckDBPyConnection, project_id: int) -> None:

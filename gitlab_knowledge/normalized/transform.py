@@ -100,25 +100,6 @@ def merge_request_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str,
     }
 
 
-def release_row(payload: dict[str, Any], raw_payload_id: int, project_id: int) -> dict[str, Any]:
-    """A release's row (docs/gitlab-api-releases.md); keyed by its raw payload's id, since GitLab
-    gives a release none (its tag is its key within the project)."""
-    commit = payload.get("commit")
-    links = payload.get("_links")
-    released = parse_time(payload.get("released_at"))
-    upcoming = payload.get("upcoming_release")
-    milestones = [m.get("title") for m in payload.get("milestones") or [] if isinstance(m, dict)]
-    return {
-        "id": raw_payload_id, "project_id": project_id, "tag_name": payload["tag_name"], "name": payload.get("name"),
-        "description": payload.get("description"), "created_at": parse_time(payload.get("created_at")),
-        "released_at": released, "upcoming_release": bool(upcoming),
-        "author_username": _username(payload.get("author")), "author_name": _name(payload.get("author")),
-        "commit_sha": commit.get("id") if isinstance(commit, dict) else None,
-        "milestones": [t for t in milestones if isinstance(t, str) and t],
-        "web_url": links.get("self") if isinstance(links, dict) else None, "raw_payload_id": raw_payload_id,
-    }
-
-
 def project_row(payload: dict[str, Any], raw_payload_id: int) -> dict[str, Any]:
     return {
         "id": int(payload["id"]), "path_with_namespace": payload["path_with_namespace"],

@@ -383,4 +383,4 @@ def parent_kind(fields: relevance.ByName) -> kinds.Kind:
 
 
 def reference_of(fields: relevance.ByName) -> str:
-    return parent_kind(fields).ref(fields.get("iid"))
+    return kinds.document_ref(fields.get("parent_type"), fields.get("iid"), fields.get("url"))

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import BadValue, UsageError
-from gitlab_knowledge.search.engine import Searcher, parent_kind
+from gitlab_knowledge.search.engine import Searcher, parent_kind, reference_of
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.query_text import MODES
 from gitlab_knowledge.search.relevance import ByName
@@ -103,6 +104,8 @@ def load_cases(path: Path | str) -> list[Case]:
 
 def _item_keys(fields: ByName) -> set[str]:
     """The references a document answers to: `#12`, `group/project#12`."""
+    if kinds.keyed(fields["parent_type"]) is not None:
+        return {reference_of(fields), kinds.document_ref(fields["parent_type"], None, fields["url"], fields["project"])}
     kind = parent_kind(fields)
     return {kind.ref(fields["iid"]), kind.ref(fields["iid"], fields["project"])}
 
@@ -178,8 +181,6 @@ def _model_of(searcher: Searcher, mode: str) -> str | None:
 
 
 def _label(r: Any) -> str:
-    from gitlab_knowledge.search.engine import reference_of
-
     f = r.fields
     return f"{f['project']}{reference_of(f)}" + (" (thread)" if f["source_type"] == "discussion" else "")
 

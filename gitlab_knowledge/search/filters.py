@@ -99,6 +99,9 @@ def _source_type(word: str) -> str | None:
     kind = kinds.from_cli(word)
     if kind is not None:
         return kind.name
+    keyed = kinds.keyed_from_cli(word)
+    if keyed is not None:
+        return keyed.name
     return kinds.DISCUSSION if word.strip().lower() in (kinds.DISCUSSION, kinds.DISCUSSION + "s") else None
 
 
@@ -117,7 +120,8 @@ def _label(label: str) -> str | None:
     return label
 
 
-_TYPE_WORDS = ", ".join(k.cli_names[0] for k in kinds.ITEM_KINDS) + f" or {kinds.DISCUSSION}"
+_TYPE_WORDS = ", ".join([*(k.cli_names[0] for k in kinds.ITEM_KINDS), kinds.DISCUSSION]
+                        ) + "".join(f" or {k.cli_names[0]}" for k in kinds.KEYED_KINDS)
 
 
 # In the search command's flag order, which is also the order of describe().
@@ -125,7 +129,7 @@ FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("types", "--type", Match.ANY_OF, "source_type", help=f"{_TYPE_WORDS} (repeatable)", metavar="TYPE",
                describe="type", choose=_source_type, expects=_TYPE_WORDS, choices=kinds.SOURCE_TYPES,
                accepts=kinds.SOURCE_TYPE_WORDS,
-               summary="Only these document types: issue, merge_request (or mr), discussion."),
+               summary="Only these document types: issue, merge_request (or mr), discussion, wiki_page (or wiki)."),
     FilterSpec("author", "--author", Match.EXACT, "author", metavar="USER", describe="author", strip="@",
                summary="Only documents by this username."),
     FilterSpec("labels", "--label", Match.ALL_OF, "labels", help="repeatable: every label must match",

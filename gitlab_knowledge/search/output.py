@@ -28,7 +28,7 @@ def result_json(r: Result) -> dict[str, Any]:
         "ranks": {name: r.ranks.get(name) for name in ("lexical", "semantic")},
         "retriever_scores": {name: r.retriever_scores.get(name) for name in ("lexical", "semantic")},
         "document_id": f["doc_id"], "type": f["source_type"], "parent_type": f["parent_type"],
-        "project": f["project"], "iid": f["iid"], "reference": reference_of(f), "title": f["title"],
+        "project": f["project"], "iid": None if kinds.keyed(f["parent_type"]) else f["iid"], "reference": reference_of(f), "title": f["title"],
         "url": f["url"], "author": f["author"], "labels": list(f["labels"] or []), "state": f["state"],
         "created_at": _iso(f["created_at"]), "updated_at": _iso(f["updated_at"]),
         "confidential": bool(f["confidential"]), "internal": bool(f["internal"]),
@@ -54,7 +54,8 @@ def headline(r: Result) -> str:
     title = f["title"] or ""
     if f["source_type"] == kinds.DISCUSSION:
         return f"Discussion on {parent_kind(f).display} {ref} - {title}"
-    return f"{kinds.kind(f['source_type']).display} {ref} - {title}"
+    keyed = kinds.keyed(f["source_type"])
+    return f"{keyed.display if keyed else kinds.kind(f['source_type']).display} {ref} - {title}"
 
 
 def _highlight(snippet: str, ranges: list[tuple[int, int]], color: bool) -> str:
@@ -118,6 +119,8 @@ def render_human(resp: Response, *, color: bool, explain: bool = False) -> str:
         lines.append(f"{bold}[{r.rank}] {clean(headline(r))}{reset} ({r.score:.2f}){exact}" + (" " + " ".join(flags) if flags else ""))
         day = f["created_at"].strftime("%Y-%m-%d") if f["created_at"] else "?"
         meta = [f"@{f['author']}" if f["author"] else "@?", day, f["project"]]
+        if kinds.keyed(f["source_type"]) is not None:
+            meta = [f["project"]]  # a wiki page has no author or date in GitLab's API
         if f["state"]:
             meta.append(f["state"])
         if f["labels"]:

@@ -33,7 +33,11 @@ class ByName(Protocol):
 
 
 def item_key(fields: ByName) -> tuple[Any, ...]:
-    """The issue/MR a document is (or is a thread on)."""
+    """The issue/MR a document is (or is a thread on); a keyed kind's item by its key (every section
+    of one wiki page is one item)."""
+    keyed = kinds.keyed(fields["parent_type"])
+    if keyed is not None:
+        return fields["project"], fields["parent_type"], keyed.key_from_url(fields["url"])
     return fields["project"], fields["parent_type"], fields["iid"]
 
 

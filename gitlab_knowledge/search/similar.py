@@ -77,7 +77,7 @@ def similar(searcher: Searcher, ref: str, filters: Filters | None = None, mode: 
     response.total = max(len(others), response.total - (len(response.results) - len(others)))
     response.results = kept
     response.limit = limit
-    response.query = f"similar to {source['project']}{kinds.kind(source['parent_type']).ref(source['iid'])}"
+    response.query = f"similar to {source['project']}{kinds.document_ref(source['parent_type'], source['iid'], source['url'])}"
     return response
 
 

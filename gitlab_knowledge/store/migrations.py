@@ -291,14 +291,31 @@ def _typed_links(con: duckdb.DuckDBPyConnection) -> None:
 @migration(7, "reserved (issue 26)")
 def _reserved_7(con: duckdb.DuckDBPyConnection) -> None:
     # MERGE NOTE: number 7 belongs to another branch of this wave (issue 26); this no-op holds its
-    # place so that 9 can follow. The branch that lands 7 replaces this function.
+    # place so that 8 can follow. The branch that lands 7 replaces this function.
     pass
 
 
-@migration(8, "reserved (issue 27, wiki pages)")
-def _reserved_8(con: duckdb.DuckDBPyConnection) -> None:
-    # MERGE NOTE: number 8 is the wiki pages' table (branch wiki27), which replaces this function.
-    pass
+@migration(8, "wiki pages")
+def _wiki_pages(con: duckdb.DuckDBPyConnection) -> None:
+    # A project's wiki pages (GET /projects/:id/wikis?with_content=1), keyed by the id of their raw
+    # payload (raw_payloads.gitlab_key '<project id>:<slug>'): GitLab gives a page no id, and a
+    # renamed page is a new slug, so a new row. Their documents use this id as parent_id (and 0 as
+    # parent_iid), their links in item_references source_type 'wiki_page' and this id.
+    con.execute("""
+        CREATE TABLE wiki_pages (
+            id BIGINT PRIMARY KEY,              -- the raw payload's id
+            project_id BIGINT NOT NULL,
+            slug TEXT NOT NULL,                 -- GitLab's key within the project, e.g. runbooks/deploy
+            title TEXT,
+            format TEXT,                        -- markdown | rdoc | asciidoc | org
+            encoding TEXT,                      -- as GitLab says, e.g. UTF-8
+            content TEXT,
+            web_url TEXT,
+            raw_payload_id BIGINT,
+            change_seq BIGINT NOT NULL,
+            UNIQUE (project_id, slug)
+        )
+    """)
 
 
 @migration(9, "releases")

@@ -171,13 +171,14 @@ def list_items(workspace: "Workspace", kind: kinds.Kind, project: str | None, li
 
 
 def count(workspace: "Workspace", what: str, project: str | None) -> int:
-    """`what` is a kind as a person types it (`issues`, `mrs`, …) or one of THREAD_TABLES."""
+    """`what` is a kind as a person types it (`issues`, `mrs`, `wiki`, …) or one of THREAD_TABLES."""
     kind = kinds.from_cli(what)
-    if kind is None and what not in THREAD_TABLES:
+    keyed = kinds.keyed_from_cli(what)
+    if kind is None and keyed is None and what not in THREAD_TABLES:
         # A kind's column heading, lowered, is also a word `count` takes: issues, mrs.
-        words = [*(k.column.lower() for k in kinds.ITEM_KINDS), *THREAD_TABLES]
+        words = [*(k.column.lower() for k in kinds.ITEM_KINDS), *(k.column for k in kinds.KEYED_KINDS), *THREAD_TABLES]
         raise UsageError(f"cannot count {what!r}: expected {', '.join(words[:-1])} or {words[-1]}")
-    table = kind.table if kind else what
+    table = kind.table if kind else keyed.table if keyed else what
     with workspace.read() as con:
         where, params = _project_filter(con, project)
         return int(one_row(con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params))[0])

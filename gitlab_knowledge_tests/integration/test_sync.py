@@ -79,7 +79,8 @@ def test_second_sync_changes_nothing_and_costs_one_list_call_per_resource(sandbo
     projects = len(config.projects)
     assert by_route.get("issues") == projects and by_route.get("merge_requests") == projects
     assert by_route.get("issue_discussions", 0) + by_route.get("merge_request_discussions", 0) == 0
-    assert sandbox.stats()["requests"] == 3 * projects  # the project itself + two lists
+    assert by_route.get("wikis") == projects  # the wiki listing: one call, change found by content hash
+    assert sandbox.stats()["requests"] == 4 * projects  # the project itself + two lists + the wiki listing
 
 
 def _note_ids(config, body: str) -> list[int]:

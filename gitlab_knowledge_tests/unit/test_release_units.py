@@ -4,7 +4,7 @@ from datetime import datetime
 
 from gitlab_knowledge.documents.build import MAX_CHARS
 from gitlab_knowledge.documents.release import release_documents
-from gitlab_knowledge.normalized.transform import release_row
+from gitlab_knowledge.normalized.keyed import release_row
 from gitlab_knowledge.store.payloads import release_name, release_problem
 
 PAYLOAD = {

@@ -14,6 +14,7 @@ from .projects import KINDS
 from .releases import release_route
 from .state import ListFilters, SandboxState
 from .todos import list_todos
+from .wikis import wiki_route
 
 API_PREFIX = "/api/v4"
 MUTATING = ("POST", "PUT", "DELETE", "PATCH")
@@ -89,6 +90,8 @@ class Api:
         kind = seg[2]
         if kind == "releases":
             return release_route(self, pid, seg[3:])
+        if kind == "wikis":
+            return wiki_route(self.state, seg[3:], pid)
         if kind not in KINDS:
             return None
         one = SINGULAR[kind]

@@ -11,6 +11,7 @@ from typing import Any
 FORMAT = "gitlab-knowledge-sandbox/1"
 DIFFS_FILE = "merge_request_diffs.jsonl"
 RELEASES_FILE = "releases.jsonl"
+WIKI_FILE = "wiki_pages.jsonl"  # optional: a project's wiki pages (wikis.py)
 
 ISSUE = "Issue"
 MERGE_REQUEST = "MergeRequest"
@@ -37,6 +38,7 @@ class Dataset:
     merge_requests: dict[int, list[Json]] = field(default_factory=dict)
     discussions: dict[int, list[Json]] = field(default_factory=dict)
     diffs: dict[int, list[Json]] = field(default_factory=dict)
+    wiki_pages: dict[int, list[Json]] = field(default_factory=dict)  # wikis.py
     description: str = ""
     path: Path | None = None
     # Old project paths (a rename or transfer) → the project id GitLab's redirect serves there.
@@ -174,6 +176,8 @@ def _load(root: Path) -> Dataset:
         releases = _read_jsonl(pdir / RELEASES_FILE)
         if releases:  # optional: a project without the file has none, and no entry
             data.releases[pid] = releases
+        if (pdir / WIKI_FILE).exists():
+            data.wiki_pages[pid] = _read_jsonl(pdir / WIKI_FILE)
     return data
 
 
@@ -244,4 +248,6 @@ def write_dataset(data: Dataset, directory: Path | str) -> Path:
         write_jsonl(pdir / DIFFS_FILE, data.diffs.get(pid, ()))
         if data.releases.get(pid):
             write_jsonl(pdir / RELEASES_FILE, data.releases[pid])
+        if data.wiki_pages.get(pid):
+            write_jsonl(pdir / WIKI_FILE, data.wiki_pages[pid])
     return root

@@ -22,6 +22,7 @@ from .items import ItemsMixin
 from .notes import NotesMixin, user_note_count
 from .projects import Project
 from .releases import ReleasesMixin
+from .wikis import Wikis, WikisMixin
 
 NOT_FOUND_NAME = {"issues": "Issue", "merge_requests": "Merge Request"}
 STATES = {"issues": ("opened", "closed", "all"), "merge_requests": ("opened", "closed", "locked", "merged", "all")}
@@ -40,7 +41,7 @@ class ListFilters:
     iids: frozenset[int] | None = None
 
 
-class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, ReleasesMixin):
+class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, WikisMixin, ReleasesMixin):
     """Thread-safe in-memory GitLab. Methods take a project id, a path or a `Project`."""
 
     def __init__(self, dataset: Dataset, clock: SandboxClock | None = None) -> None:
@@ -55,6 +56,7 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, ReleasesMixin):
         self.projects: list[Project] = []
         self._by_id: dict[int, Project] = {}
         self._by_path: dict[str, Project] = {}
+        self.wikis = Wikis(dataset.wiki_pages, {int(p["id"]) for p in dataset.projects if p.get("wiki_enabled") is False})
         max_ids = {"issues": 0, "merge_requests": 0}
         max_note = 0
         seen_ids: dict[str, set[int]] = {"issues": set(), "merge_requests": set()}  # ids are global
@@ -229,5 +231,6 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, ReleasesMixin):
                 releases = self.release_snapshot(pid)
                 if releases:
                     data.releases[pid] = releases
+                data.wiki_pages[pid] = self.wikis.listing(pid, True) if pid not in self.wikis.disabled else []
             return data
 
