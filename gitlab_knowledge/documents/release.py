@@ -3,13 +3,13 @@
 One document per release, its header naming the tag and the date it shipped, so that "when did X
 ship" finds the release whose notes name X and the answer is in the text itself:
 
-    Release v2025.1.0: token-based authentication
-    Released: 2025-03-04 (acme/platform v2025.1.0)
+    Release v2025.1.0: Token-based authentication
+    Shipped 2025-03-04 as acme/platform v2025.1.0
     Milestones: 2025.1
 
     <the release notes>
 
-An upcoming release (released_at in the future) says `Upcoming release, planned for <date>`.
+An upcoming release (released_at in the future) says `Upcoming: planned to ship <date> as ...`.
 Long notes are cut from the middle, as an issue's description is.
 """
 
@@ -29,8 +29,7 @@ def _day(value: Any) -> str | None:
 
 def release_title(release: dict[str, Any]) -> str:
     """`v2.4.0: the release's name`, or the tag alone when the name is the tag (GitLab's default)."""
-    tag, name = release["tag_name"], (release.get("name") or "").strip()
-    # A name that starts by repeating the version ("2025.1: ..." for v2025.1.0) is kept whole.
+    tag, name = release["tag_name"], (release.get("title") or "").strip()
     return tag if not name or name == tag else f"{tag}: {name}"
 
 
@@ -42,9 +41,9 @@ def release_documents(release: dict[str, Any], project_path: str, sync_run_id: i
     day = _day(when) or "unknown date"
     header = [f"{KIND.display} {title}"]
     if release.get("upcoming_release"):
-        header.append(f"Upcoming release, planned for {day} ({project_path} {tag})")
+        header.append(f"Upcoming: planned to ship {day} as {project_path} {tag}")
     else:
-        header.append(f"Released: {day} ({project_path} {tag})")
+        header.append(f"Shipped {day} as {project_path} {tag}")
     milestones = [m for m in release.get("milestones") or [] if m]
     if milestones:
         header.append("Milestones: " + ", ".join(milestones))

@@ -66,7 +66,8 @@ def release_row(payload: dict[str, Any], raw_payload_id: int, project_id: int,
     upcoming = payload.get("upcoming_release")
     milestones = [m.get("title") for m in payload.get("milestones") or [] if isinstance(m, dict)]
     return {
-        "id": raw_payload_id, "project_id": project_id, "tag_name": payload["tag_name"], "name": payload.get("name"),
+        "id": raw_payload_id, "project_id": project_id, "tag_name": payload["tag_name"],
+        "title": _text(payload.get("name")) or payload["tag_name"], "format": "markdown",
         "description": payload.get("description"), "created_at": parse_time(payload.get("created_at")),
         "released_at": released, "upcoming_release": bool(upcoming),
         "author_username": _user(payload.get("author"), "username"), "author_name": _user(payload.get("author"), "name"),

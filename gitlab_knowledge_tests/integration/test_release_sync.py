@@ -119,7 +119,7 @@ def test_the_normalized_layer_holds_each_live_release_once(tiny_sandbox, make_co
                             milestones=["M1"])
     sb.state.create_release(project, "v2.0", description="Later", released_at="2030-01-01T00:00:00Z")
     sync(config, project)
-    stored = rows(config, "SELECT tag_name, name, description, released_at::VARCHAR, upcoming_release, milestones, "
+    stored = rows(config, "SELECT tag_name, title, description, released_at::VARCHAR, upcoming_release, milestones, "
                           "author_username, web_url, id = raw_payload_id FROM releases ORDER BY tag_name")
     user = sb.state.user["username"]
     assert stored == [
@@ -131,4 +131,4 @@ def test_the_normalized_layer_holds_each_live_release_once(tiny_sandbox, make_co
     sb.state.delete_release(project, "v2.0")
     sb.state.update_release(project, "v1.0", name="One, renamed")
     sync(config, project)
-    assert rows(config, "SELECT tag_name, name FROM releases") == [("v1.0", "One, renamed")]
+    assert rows(config, "SELECT tag_name, title FROM releases") == [("v1.0", "One, renamed")]

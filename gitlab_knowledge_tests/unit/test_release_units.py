@@ -32,8 +32,10 @@ def test_the_row_reads_every_field_defensively() -> None:
     assert row["milestones"] == ["2024.1", "2024.2"] and row["commit_sha"] == "a" * 40
     assert row["released_at"] == datetime(2024, 2, 16, 9, 30) and row["author_username"] == "johndoe"
     assert row["web_url"] == PAYLOAD["_links"]["self"] and row["upcoming_release"] is False
+    assert (row["title"], row["format"]) == ("Faster search", "markdown")
     bare = release_row({"tag_name": "v1"}, 5, 101)  # an old GitLab's minimal release
-    assert (bare["name"], bare["milestones"], bare["commit_sha"], bare["web_url"]) == (None, [], None, None)
+    assert (bare["title"], bare["milestones"], bare["commit_sha"], bare["web_url"]) == ("v1", [], None, None)
+    assert release_row({"tag_name": None}, 6, 101) is None  # refused by the checks, with a line
 
 
 def test_the_document_names_the_tag_the_date_and_the_milestones() -> None:
@@ -41,7 +43,7 @@ def test_the_document_names_the_tag_the_date_and_the_milestones() -> None:
     [doc] = release_documents(row, "acme/platform", 3)
     assert doc.content_text == (
         "Release v2.4.0: Faster search\n"
-        "Released: 2024-02-16 (acme/platform v2.4.0)\n"
+        "Shipped 2024-02-16 as acme/platform v2.4.0\n"
         "Milestones: 2024.1, 2024.2\n\n"
         "- Order search uses an index (!803, #183)")
     assert (doc.id, doc.source_type, doc.parent_type, doc.parent_id, doc.parent_iid) == (
@@ -54,5 +56,5 @@ def test_an_upcoming_release_says_so_and_long_notes_are_cut() -> None:
     row = release_row({**PAYLOAD, "name": "v2.4.0", "upcoming_release": True, "description": "x" * (MAX_CHARS + 10)},
                       77, 101)
     [doc] = release_documents(row, "acme/platform")
-    assert doc.content_text.startswith("Release v2.4.0\nUpcoming release, planned for 2024-02-16 (acme/platform v2.4.0)")
+    assert doc.content_text.startswith("Release v2.4.0\nUpcoming: planned to ship 2024-02-16 as acme/platform v2.4.0")
     assert doc.truncated and len(doc.content_text) <= MAX_CHARS
