@@ -182,7 +182,8 @@ def _model_of(searcher: Searcher, mode: str) -> str | None:
 
 def _label(r: Any) -> str:
     f = r.fields
-    return f"{f['project']}{reference_of(f)}" + (" (thread)" if f["source_type"] == "discussion" else "")
+    return kinds.document_ref(f["parent_type"], f["iid"], f["url"], f["project"]) + (
+        " (thread)" if f["source_type"] == "discussion" else "")
 
 
 def render_table(report: dict[str, Any]) -> str:

@@ -115,6 +115,12 @@ READ_COMMANDS = [
     ("history", "services/auth"),
     ("me", "--user", "janedoe", "--since", "2020-01-01"),
     ("person", "janedoe"),
+    # The sample's wiki: pages are listed, counted, shown, explained by a section's URL.
+    ("list", "wiki"),
+    ("count", "wiki", "--project", "acme/platform"),
+    ("show", "wiki", "adr/ADR-012-jwt-access-tokens"),
+    ("explain", "https://gitlab.example.com/acme/platform/-/wikis/runbooks/postgresql-failover#promote-the-replica"),
+    ("related", "acme/platform#234"),
 ]
 
 
