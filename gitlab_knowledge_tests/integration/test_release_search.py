@@ -58,7 +58,7 @@ def test_list_count_and_show_releases(sample: Any) -> None:
     shown = keyed_queries.show_keyed(workspace, kinds.RELEASE, "release:v2025.1.0", None)
     assert shown["project"] == "acme/platform" and shown["milestones"] == ["2025.1"]
     assert str(shown["released_at"]).startswith("2025-03-04") and not shown["upcoming_release"]
-    assert {"acme/platform#234", "acme/platform!847", "acme/platform!853"} <= {l["reference"] for l in shown["links"]}
+    assert {"acme/platform#234", "acme/platform!847", "acme/platform!853"} <= {link["reference"] for link in shown["links"]}
     with pytest.raises(UsageError, match="no release release:v0.0.1"):
         keyed_queries.show_keyed(workspace, kinds.RELEASE, "v0.0.1", None)
 
