@@ -365,3 +365,39 @@ def test_migration_6_upgrades_a_store_written_before_it(v1_store: Path, make_con
         WHERE r.source_type = 'issue' AND i.project_id = 101 AND i.iid = 259""") == [("blocked_by", 258)]
     assert query(v1_store, "SELECT path, project_id FROM project_aliases ORDER BY path") == [
         ("acme/marketing-site", None), ("acme/webapp", 102)]
+
+
+def test_migration_8_upgrades_a_store_written_before_it(v1_store: Path, make_config: Any,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store at schema 7, written before wiki pages: upgraded, it gains an empty `wiki_pages`,
+    keeps everything it held, and the next sync brings the sample's wiki through the raw,
+    normalized and documents layers (a long page as one document per section)."""
+    from gitlab_knowledge.documents import refresh as documents
+    from gitlab_knowledge.normalized import refresh as normalize
+    from gitlab_knowledge.sync.engine import ProjectSync
+    from gitlab_knowledge.workspace import Workspace
+
+    every = migrations.MIGRATIONS
+    monkeypatch.setattr(migrations, "MIGRATIONS", every[:7])
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) == 7
+    assert not query(v1_store, "SELECT 1 FROM information_schema.tables WHERE table_name = 'wiki_pages'")
+    issues = query(v1_store, "SELECT count(*) FROM issues")
+    monkeypatch.setattr(migrations, "MIGRATIONS", every)
+    forget_schema_cache()
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) == migrations.latest_version() >= 8
+    assert query(v1_store, "SELECT count(*) FROM wiki_pages") == [(0,)]
+    assert query(v1_store, "SELECT count(*) FROM issues") == issues
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        workspace = Workspace(make_config(sb, data_dir=v1_store.parent))
+        served = len(sb.state.wiki_pages("acme/platform"))
+        for project in workspace.config.projects:
+            ProjectSync(workspace, project).run()
+            normalize.refresh(workspace, project)
+            documents.refresh(workspace, project)
+    assert query(v1_store, "SELECT count(*) FROM wiki_pages") == [(served,)]
+    sections = query(v1_store, "SELECT count(*) FROM documents WHERE parent_type = 'wiki_page' AND id LIKE '%#%'")
+    assert sections[0][0] > 0
