@@ -120,8 +120,8 @@ def _label(label: str) -> str | None:
     return label
 
 
-_TYPE_WORDS = ", ".join([*(k.cli_names[0] for k in kinds.ITEM_KINDS), kinds.DISCUSSION]
-                        ) + "".join(f" or {k.cli_names[0]}" for k in kinds.KEYED_KINDS)
+_TYPE_NAMES = [*(k.cli_names[0] for k in kinds.ITEM_KINDS), kinds.DISCUSSION, *(k.cli_names[0] for k in kinds.KEYED_KINDS)]
+_TYPE_WORDS = ", ".join(_TYPE_NAMES[:-1]) + " or " + _TYPE_NAMES[-1]
 
 
 # In the search command's flag order, which is also the order of describe().
