@@ -5,6 +5,8 @@ removal on positive evidence only, and a project whose releases are not readable
 
 from typing import Any
 
+import pytest
+
 from gitlab_knowledge import kinds
 from gitlab_knowledge.progress import NullProgress
 from gitlab_knowledge.sync.engine import ProjectSync
@@ -132,3 +134,50 @@ def test_the_normalized_layer_holds_each_live_release_once(tiny_sandbox, make_co
     sb.state.update_release(project, "v1.0", name="One, renamed")
     sync(config, project)
     assert rows(config, "SELECT tag_name, title FROM releases") == [("v1.0", "One, renamed")]
+
+
+@pytest.fixture(scope="module")
+def provider() -> Any:
+    from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
+
+    return EmbeddedProvider()
+
+
+def test_a_release_added_edited_and_deleted_reaches_every_index(sandbox, synced, provider):
+    """Through documents, vectors and the lexical index: one document per release, re-embedded
+    when its notes change, gone from all three when GitLab no longer lists it."""
+    from gitlab_knowledge.embeddings.vectors import VectorStore
+    from gitlab_knowledge.lexical.index import LexicalIndex
+    from gitlab_knowledge_tests.helpers import index_all
+
+    config = synced
+    project = config.projects[0]
+
+    def entries() -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        stored = {r[0]: r[1] for r in rows(config, "SELECT id, content_hash FROM documents WHERE source_type = 'release'")}
+        vectors = VectorStore(config.lancedb_dir, "embedded", provider.MODEL).document_state()
+        lexical = LexicalIndex(config.tantivy_dir).state()
+        return (stored, {k: v[0] for k, v in vectors.items() if k.startswith("release:")},
+                {k: v[0] for k, v in lexical.items() if k.startswith("release:")})
+
+    sandbox.state.create_release(project, "v7.0.0", name="Quokka", description="Ships the zebrafish exporter (#1)",
+                                 released_at="2024-05-01T00:00:00Z")
+    sync(config, project)
+    result = index_all(config, provider)[project]
+    stored, vectors, lexical = entries()
+    assert len(stored) == 1 and stored == vectors == lexical and result["embeddings"].embedded == 1
+    [text] = [r[0] for r in rows(config, "SELECT content_text FROM documents WHERE source_type = 'release'")]
+    assert text.startswith(f"Release v7.0.0: Quokka\nShipped 2024-05-01 as {project} v7.0.0")
+
+    sandbox.state.update_release(project, "v7.0.0", description="Ships the zebrafish exporter and importer (#1)")
+    sync(config, project)
+    result = index_all(config, provider)[project]
+    after = entries()
+    assert result["documents"].content_changed == 1 and result["embeddings"].embedded == 1
+    assert after[0] == after[1] == after[2] != stored
+
+    sandbox.state.delete_release(project, "v7.0.0")
+    sync(config, project)
+    result = index_all(config, provider)[project]
+    assert entries() == ({}, {}, {})
+    assert result["documents"].deleted == result["embeddings"].deleted == result["lexical"].deleted == 1
