@@ -156,7 +156,8 @@ def test_eval_and_similar_commands(sample, tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     jsonschema.Draft202012Validator(EVAL_SCHEMA).validate(report)
-    assert [r["mode"] for r in report["runs"]] == ["lexical", "hybrid"] and report["queries"] == 32
+    assert [r["mode"] for r in report["runs"]] == ["lexical", "hybrid"]
+    assert report["queries"] == len(json.loads(GOLDEN_FILE.read_text())) >= 32
     human = _cli(["eval", str(GOLDEN_FILE), "--mode", "lexical"], sample.config_path)
     assert human.returncode == 0 and "nDCG@10" in human.stdout and "lexical" in human.stdout
     rows_of = _cli(["eval", str(GOLDEN_FILE), "--mode", "lexical", "--per-query"], sample.config_path)
