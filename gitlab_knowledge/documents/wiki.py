@@ -24,7 +24,7 @@ from gitlab_knowledge.documents.build import MAX_CHARS, Document, _taken, cut_mi
 from gitlab_knowledge.documents.columns import Source
 
 KIND = kinds.WIKI_PAGE
-SECTION_SPLIT_CHARS = 1500  # ~375 tokens: below, a page is one document
+SECTION_SPLIT_CHARS = 2000  # ~500 tokens: up to this, a page is one document
 PATH_SEPARATOR = " › "
 _HEADINGS = {
     "markdown": re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$"),

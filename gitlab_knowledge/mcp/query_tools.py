@@ -25,6 +25,8 @@ _DATE = r"^\d{4}-\d{2}-\d{2}$"
 # GitLab's item states as `list --state` takes them (`all`: any).
 STATES = ("opened", "closed", "merged", "locked", "reopened", "all")
 _KINDS = {**{k.name: k for k in kinds.ITEM_KINDS}, **{w: k for k in kinds.ITEM_KINDS for w in k.cli_names}}
+# The kinds keyed by a string (wiki pages), listed by project alone.
+_KEYED = {**{k.name: k for k in kinds.KEYED_KINDS}, **{w: k for k in kinds.KEYED_KINDS for w in k.cli_names}}
 
 
 def _text(description: str, **extra: Any) -> dict[str, Any]:
@@ -137,7 +139,8 @@ def _visible(ctx: Context, ref: str, project: str | None) -> None:
 LIST_INPUT = {
     "type": "object", "additionalProperties": False, "required": ["kind"],
     "properties": {
-        "kind": {"enum": sorted(_KINDS), "description": "issue or merge_request (mr)."},
+        "kind": {"enum": sorted({**_KINDS, **_KEYED}), "description": "issue or merge_request (mr), or wiki_page "
+                 "(wiki: the synced wiki pages, narrowed by project alone)."},
         "project": _text("Only this project (group/project)."),
         "state": {"enum": list(STATES), "default": "all", "description": "GitLab's state; all (default) is any."},
         "labels": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 20,
@@ -163,7 +166,7 @@ def list_output() -> dict[str, Any]:
 
     rows = schema("cli/schemas/list.json")
     return {"type": "object", "additionalProperties": False, "required": ["kind", "filters", "count", "items"],
-            "properties": {"kind": {"enum": [k.name for k in kinds.ITEM_KINDS]},
+            "properties": {"kind": {"enum": [*(k.name for k in kinds.ITEM_KINDS), *(k.name for k in kinds.KEYED_KINDS)]},
                            "filters": {"type": "object", "description": "The arguments the call narrowed by."},
                            "count": {"type": "integer", "minimum": 0, "description": "Items returned (≤ limit)."},
                            "items": {"type": "array", "items": rows["items"],
@@ -176,6 +179,8 @@ async def list_items(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str,
     from gitlab_knowledge.store.queries import ListFilters
     from gitlab_knowledge.store.queries import list_items as listing
 
+    if str(args["kind"]) in _KEYED:
+        return await _list_keyed(ctx, _KEYED[str(args["kind"])], args)
     kind = _KINDS[str(args["kind"])]
     limit = _limit(args, 20, LIST_LIMIT)
     filters = ListFilters(
@@ -198,6 +203,24 @@ async def list_items(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str,
     return "\n".join(lines) + "\n", {"kind": kind.name, "filters": asked, "count": len(rows), "items": rows}
 
 
+async def _list_keyed(ctx: Context, kind: kinds.KeyedKind, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """`list wiki`: the function the CLI calls, through the same lensed workspace."""
+    from gitlab_knowledge.errors import UsageError
+    from gitlab_knowledge.store.keyed_queries import list_keyed
+
+    other = sorted(k for k in args if k not in ("kind", "project", "limit", "sort", "state") or
+                   (k == "state" and args[k] != "all"))
+    if other:
+        raise UsageError(f"{other[0]} narrows issues and merge requests; {kind.plural_display.lower()} are listed "
+                         "by project alone")
+    rows = await asyncio.to_thread(list_keyed, ctx.workspace(visible_only=True), kind, args.get("project") or None,
+                                   _limit(args, 20, LIST_LIMIT))
+    lines = [f"# {len(rows)} {kind.plural_display.lower()}"] + [
+        f"- {kind.ref(r['key'], r['project'])} {r['title']} ({r['format']})" for r in rows]
+    asked = {k: v for k, v in args.items() if k == "project"}
+    return "\n".join(lines) + "\n", {"kind": kind.name, "filters": asked, "count": len(rows), "items": rows}
+
+
 def tools() -> list[Any]:
     from gitlab_knowledge.mcp.tools import Tool, schema
 
@@ -210,9 +233,10 @@ def tools() -> list[Any]:
              "The issues and merge requests most like a given one (duplicates, prior art), by its title and "
              "description, with search's filters. Returns the search JSON contract.",
              SIMILAR_INPUT, schema("search/schema.json"), similar),
-        Tool("list_items", "List issues or MRs",
+        Tool("list_items", "List issues, MRs or wiki pages",
              "Issues or merge requests narrowed by structured filters, no query needed (\"open MRs labelled "
              "security updated since 2024-11-18\"): state, labels, author, assignee, reviewer, milestone, "
-             "updated/created since, path, participant; sorted, at most `limit`. The `list --json` items.",
+             "updated/created since, path, participant; sorted, at most `limit`. kind wiki_page lists the synced "
+             "wiki pages (by project). The `list --json` items.",
              LIST_INPUT, list_output(), list_items),
     ]

@@ -43,6 +43,7 @@ CALLS = [
                     "sort": "created_desc", "limit": 100}),
     ("similar", {"ref": "acme/platform#219", "limit": 5}),
     ("similar", {"ref": "acme/platform#212", "mode": "lexical", "limit": 50}),
+    ("list_items", {"kind": "wiki", "project": "acme/platform"}),
 ]
 ERRORS = [
     ("similar", {"ref": "acme/platform#215"}),  # confidential
@@ -90,6 +91,9 @@ def test_opted_in_answers_are_the_cli_functions(opted_in: tuple[list[Any], list[
     assert results[4]["items"] == listed(kinds.MERGE_REQUEST, path="services/auth", participant="li.wei")
     assert results[5]["items"] == listed(kinds.ISSUE, assignee="janedoe", author="johndoe",
                                          created_since=datetime(2024, 1, 1), sort="created_desc", limit=100)
+    from gitlab_knowledge.store.keyed_queries import list_keyed
+
+    assert results[8]["items"] == list_keyed(workspace, kinds.WIKI_PAGE, "acme/platform", 20) and results[8]["items"]
     assert answer(opted_in[1][len(CALLS)], OUTPUTS["similar"])["results"]
 
 
@@ -126,7 +130,7 @@ def test_confidential_issues_and_internal_notes_stay_out_by_default(default: tup
     for (name, _), hidden, shown in zip(CALLS, default[1], opted_in[1], strict=False):
         hidden_doc, shown_doc = answer(hidden, OUTPUTS[name]), answer(shown, OUTPUTS[name])
         if name == "list_items":
-            hidden_refs = {f"{r['project']}#{r['iid']}" for r in hidden_doc["items"]}
+            hidden_refs = {f"{r['project']}#{r.get('iid')}" for r in hidden_doc["items"]}
             assert not hidden_refs & CONFIDENTIAL, name
         elif name == "similar":
             assert not any(r.get("confidential") for r in hidden_doc["results"]), name

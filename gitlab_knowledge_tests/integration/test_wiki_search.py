@@ -40,7 +40,7 @@ def test_list_count_and_show_wiki_pages(sample: Any) -> None:
     workspace = Workspace(sample.config)
     listed = keyed_queries.list_keyed(workspace, kinds.WIKI_PAGE, "acme/platform", 100)
     slugs = [r["key"] for r in listed]
-    assert "runbooks/postgresql-failover" in slugs and "operations/on-call-handbook" in slugs
+    assert "runbooks/postgresql-failover" in slugs and "operations/pager-rotation" in slugs
     assert queries.count(workspace, "wiki", "acme/platform") == len(listed)
     assert queries.count(workspace, "wiki", "acme/web-app") == 0  # its wiki is turned off
     adr = keyed_queries.show_keyed(workspace, kinds.WIKI_PAGE, "wiki:adr/ADR-012-jwt-access-tokens", None)
@@ -87,3 +87,11 @@ def test_a_lens_hiding_a_project_hides_its_wiki_pages(sample: Any) -> None:
         assert not [link for link in links if link["type"] == kinds.WIKI_PAGE.name]
     finally:
         reader.close()
+
+
+def test_the_index_checks_hold_with_wiki_documents(sample: Any) -> None:
+    """documents == vectors == lexical entries, the asset checks' rule, counts the wiki sections too."""
+    from gitlab_knowledge_tests.helpers import run_checks
+
+    evaluations = run_checks(sample.config_path, only={"vectors_match_documents", "lexical_matches_documents"})
+    assert len(evaluations) == 2 and {n: e.metadata for n, e in evaluations.items() if not e.passed} == {}
