@@ -14,6 +14,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import AmbiguousReference, BadReference, ItemNotFound, UsageError
+from gitlab_knowledge.explain_keyed import keyed_document, live_keyed
 from gitlab_knowledge.freshness import EntryState, document_hashes, state_of
 from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.store.watermarks import get_watermark
@@ -60,7 +61,7 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None, comma
     """A document id for a reference (#234, group/p!847, a URL, or a document id); `command`: the
     one the reference was typed for, as an unreadable reference's message names it."""
     ref = ref.strip()
-    keyed = _keyed_document(con, ref, project)
+    keyed = keyed_document(con, ref, project)
     if keyed is not None:
         return keyed
     if _DOC.match(ref):
@@ -99,29 +100,6 @@ def resolve(con: duckdb.DuckDBPyConnection, ref: str, project: str | None, comma
     if len(rows) > 1:
         raise AmbiguousReference(label, [r[1] for r in rows], qualified="group/project" + label)
     return f"{kind.name}:{rows[0][0]}"
-
-
-def _keyed_document(con: duckdb.DuckDBPyConnection, ref: str, project: str | None) -> str | None:
-    """The document a keyed kind's reference names: a section's URL (a search hit's `url`), a
-    page's URL or `wiki:<slug>` (its first document); None when `ref` is neither."""
-    for kind in kinds.KEYED_KINDS:
-        if "://" in ref and kind.key_from_url(ref) is not None:
-            found = con.execute("SELECT id FROM documents WHERE parent_type = ? AND url = ? ORDER BY id",
-                                [kind.name, ref]).fetchall() or con.execute(
-                "SELECT id FROM documents WHERE parent_type = ? AND split_part(url, '#', 1) = ? ORDER BY id",
-                [kind.name, ref.partition("#")[0]]).fetchall()
-        elif ref.startswith(f"{kind.prefix}:"):
-            from gitlab_knowledge.store.keyed_queries import keyed_row
-
-            row = keyed_row(con, kind, ref, project)
-            found = con.execute("SELECT id FROM documents WHERE parent_type = ? AND parent_id = ? ORDER BY id",
-                                [kind.name, row["id"]]).fetchall()
-        else:
-            continue
-        if not found:
-            raise UsageError(f"no document of {ref} in the store")
-        return str(found[0][0])
-    return None
 
 
 def explain(workspace: Workspace, ref: str, project: str | None = None, live: bool = False) -> Explanation:
@@ -185,7 +163,8 @@ def explain(workspace: Workspace, ref: str, project: str | None = None, live: bo
             if live and doc["source_type"] == "discussion" else None
     _index_chain(workspace, out, doc, project_path)
     if live and kinds.keyed(doc["parent_type"]) is not None:
-        _live_keyed(workspace, out, doc)
+        out.chain["gitlab"], reasons = live_keyed(workspace, doc, out.chain["raw_payloads"])
+        out.reasons += reasons
     elif live:
         _live(workspace, out, doc, raw_parent, _user_notes(raw_thread["json"]) if raw_thread else None)
     out.verdict = "stale" if out.reasons else "fresh"
@@ -315,44 +294,6 @@ def _user_notes(thread_json: str | dict[str, Any]) -> dict[int, Any]:
     thread = json.loads(thread_json) if isinstance(thread_json, str) else thread_json
     return {int(n["id"]): parse_time(n.get("updated_at")) for n in thread.get("notes") or []
             if isinstance(n, dict) and not n.get("system") and "id" in n}
-
-
-def _live_keyed(workspace: Workspace, out: Explanation, doc: dict[str, Any]) -> None:
-    """What GitLab serves now for a keyed kind's page (GET /projects/:id/wikis/:slug, the slug
-    URL-encoded) against its raw payload: the same text, or a newer one the next sync fetches."""
-    import asyncio
-    import json
-    from urllib.parse import quote
-
-    from gitlab_knowledge.errors import NotFoundError
-    from gitlab_knowledge.gitlab.client import encode_project
-
-    kind = kinds.keyed(doc["parent_type"])
-    assert kind is not None
-    key = kind.key_from_url(doc["url"]) or ""
-    stored = [r for r in out.chain["raw_payloads"] if r["resource_type"] == kind.name]
-
-    async def fetch() -> dict[str, Any] | None:
-        async with workspace.gitlab() as client:
-            try:
-                page: dict[str, Any] = await client.get(
-                    f"/projects/{encode_project(doc['project_path'])}/{kind.api_path}/{quote(key, safe='')}")
-                return page
-            except NotFoundError:
-                return None
-
-    page = asyncio.run(fetch())
-    if page is None:
-        out.chain["gitlab"] = {"exists": False}
-        out.reasons.append(f"GitLab no longer serves {kind.ref(key)} (404): the next sync's complete listing "
-                           "removes it")
-        return
-    out.chain["gitlab"] = {"exists": True, "updated_at": None, "user_notes_count": None}
-    with workspace.read() as con:
-        text = con.execute("SELECT json FROM raw_payloads WHERE id = ?", [stored[0]["id"]]).fetchall() if stored else []
-    before = json.loads(text[0][0]).get(kind.text_column) if text else None
-    if before != page.get(kind.text_column):
-        out.reasons.append(f"GitLab's {kind.noun} has another text than the raw payload: the next sync fetches it")
 
 
 def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], raw_parent: dict[str, Any] | None,

@@ -85,6 +85,9 @@ def test_read_commands(synced):
 @pytest.mark.parametrize("args,message", [
     (("show", "issue", "1"), "exists in several projects"),
     (("show", "issue", "99999"), "no issue #99999"),
+    (("show", "issue", "abc"), "argument iid: expected a whole number, got 'abc'"),
+    (("show", "wiki", "runbooks/nope"), "no wiki page wiki:runbooks/nope in the store"),
+    (("list", "wiki", "--state", "opened"), "--state narrows issues and merge requests"),
     (("list", "issues", "--project", "no/such"), "not in the store"),
     (("list", "epics"), "invalid choice"),
     (("count",), "the following arguments are required"),

@@ -35,7 +35,8 @@ def expected_lists(sb: SandboxGitLab) -> dict[int, list[tuple]]:
 def test_the_sync_stays_within_its_call_bound_with_file_lists(make_config):
     """calls ≤ 1 (project) + 1 (/user, once an hour) + list pages (wiki and releases included) + changed parents (each one's
     threads, commented or not: GitLab writes links as system notes) + changed MRs × their diff
-    pages + one look-up per distinct project path links name that no synced project has; here
+    pages + one look-up per distinct project path links name that no synced project has + 1 (the
+    wiki listing) per project; here
     every call is needed, so the bound is met exactly. The items nobody commented on are the
     extra calls of fetching every parent's threads; the look-ups are cached (none the next time)."""
     with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
@@ -58,7 +59,9 @@ def test_the_sync_stays_within_its_call_bound_with_file_lists(make_config):
     projects = len(config.projects)
     lookups = sum(s.path_lookups for s in results.values())
     assert lookups == 2  # acme/webapp (renamed acme/web-app) and acme/marketing-site (a 404)
-    bound = projects + 1 + list_pages + parents + diff_pages + lookups
+    # The wiki listing: one call per project, turned-off wiki or not (docs/gitlab-api-wikis.md).
+    assert by_route.get("wikis") == projects
+    bound = projects + 1 + list_pages + parents + diff_pages + lookups + projects
     assert calls <= bound, (calls, bound, by_route)
     # What links of uncommented items cost on the sample: one call for each such item.
     assert sum(s.threads_fetched for s in results.values()) == parents

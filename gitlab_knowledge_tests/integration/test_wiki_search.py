@@ -95,3 +95,22 @@ def test_the_index_checks_hold_with_wiki_documents(sample: Any) -> None:
 
     evaluations = run_checks(sample.config_path, only={"vectors_match_documents", "lexical_matches_documents"})
     assert len(evaluations) == 2 and {n: e.metadata for n, e in evaluations.items() if not e.passed} == {}
+
+
+def test_explain_live_compares_a_page_with_what_gitlab_serves(sample: Any, make_config: Any, tmp_path: Any) -> None:
+    """`explain --live` of a wiki document asks GitLab for the page by its URL-encoded slug: the
+    same text is fresh, another text or a 404 is stale, naming what the next sync does."""
+    import shutil
+
+    from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
+
+    shutil.copytree(sample.config.data_dir, tmp_path / "data", ignore=shutil.ignore_patterns("*.sock", "dagster"))
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        workspace = Workspace(make_config(sb, data_dir=tmp_path / "data"))
+        ref = f"{RUNBOOK}#verify"
+        assert explain(workspace, ref, live=True).verdict == "fresh"
+        sb.state.edit_wiki_page("acme/platform", "runbooks/postgresql-failover", content="# Gone quiet")
+        assert "another text than the raw payload" in explain(workspace, ref, live=True).reasons[0]
+        sb.state.delete_wiki_page("acme/platform", "runbooks/postgresql-failover")
+        gone = explain(workspace, ref, live=True)
+        assert gone.chain["gitlab"] == {"exists": False} and "(404)" in gone.reasons[0]
