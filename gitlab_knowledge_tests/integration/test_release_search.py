@@ -99,3 +99,21 @@ def test_a_lens_hiding_a_project_hides_its_releases(sample: Any) -> None:
         assert not [link for link in links if link["type"] == kinds.RELEASE.name]
     finally:
         reader.close()
+
+
+def test_explain_live_compares_a_release_with_what_gitlab_serves(sample: Any, make_config: Any, tmp_path: Any) -> None:
+    """`explain --live` of a release asks GitLab for it by its URL-encoded tag: the same notes are
+    fresh, other notes or a 404 are stale, naming what the next sync does."""
+    import shutil
+
+    from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
+
+    shutil.copytree(sample.config.data_dir, tmp_path / "data", ignore=shutil.ignore_patterns("*.sock", "dagster"))
+    with SandboxGitLab(dataset=SAMPLE_DATASET) as sb:
+        workspace = Workspace(make_config(sb, data_dir=tmp_path / "data"))
+        assert explain(workspace, DARK_MODE, live=True).verdict == "fresh"
+        sb.state.update_release("acme/web-app", "v3.2.0", description="Dark mode, and nothing else")
+        assert "another text than the raw payload" in explain(workspace, DARK_MODE, live=True).reasons[0]
+        sb.state.delete_release("acme/web-app", "v3.2.0")
+        gone = explain(workspace, DARK_MODE, live=True)
+        assert gone.chain["gitlab"] == {"exists": False} and "(404)" in gone.reasons[0]
