@@ -114,7 +114,10 @@ WIKI_PAGE = KeyedKind(name="wiki_page", api_path="wikis", table="wiki_pages", ke
                       web_path="wikis",
                       prefix="wiki", display="Wiki page", noun="wiki page", plural_display="Wiki pages", column="wiki",
                       cli_names=("wiki", "wikis", "wiki_page", "wiki_pages", "wiki-page", "wiki-pages"))
-KEYED_KINDS: tuple[KeyedKind, ...] = (WIKI_PAGE,)
+RELEASE = KeyedKind(name="release", api_path="releases", table="releases", key_column="tag_name",
+                    text_column="description", web_path="releases", prefix="release", display="Release", noun="release",
+                    plural_display="Releases", column="releases", cli_names=("release", "releases"))
+KEYED_KINDS: tuple[KeyedKind, ...] = (WIKI_PAGE, RELEASE)
 _BY_KEYED_NAME = {k.name: k for k in KEYED_KINDS}
 _BY_KEYED_CLI = {alias: k for k in KEYED_KINDS for alias in k.cli_names}
 

@@ -7,6 +7,7 @@ always carries the full text (it is the data, for programs; the bound is for a r
 
 import argparse
 from datetime import datetime
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
@@ -157,7 +158,8 @@ def _show_keyed(args: argparse.Namespace, config: Config, kind: kinds.KeyedKind)
         return 0
     o = console.out
     o.print(f"[bold]{kind.display} {escape(page['reference'])}: {escape(page['title'] or '')}[/]")
-    o.print(" · ".join([page["project"], page.get("format") or ""]))
+    o.print(" · ".join(_release_facts(page) if kind is kinds.RELEASE else [page["project"], page.get("format") or ""]),
+            markup=False)
     o.print(page["web_url"] or "", style="cyan", markup=False)
     o.print()
     o.print(_bounded(page[kind.text_column] or "(empty)", bool(getattr(args, "full", False)), args), markup=False)
@@ -165,6 +167,16 @@ def _show_keyed(args: argparse.Namespace, config: Config, kind: kinds.KeyedKind)
         o.print()
         o.print("links to: " + ", ".join(link["reference"] for link in page["links"]), markup=False)
     return 0
+
+
+def _release_facts(release: dict[str, Any]) -> list[str]:
+    """A release's line under its title: where, when it shipped (or is planned to), by whom, milestones."""
+    shipped = ("upcoming, planned for " if release.get("upcoming_release") else "shipped ") + \
+        console.when(release.get("released_at"))
+    facts = [release["project"], shipped, queries.author_label(release.get("author_username"), release.get("author_name"))]
+    if release.get("milestones"):
+        facts.append("milestones " + ", ".join(release["milestones"]))
+    return facts
 
 
 def _bounded(text: str, full: bool, args: argparse.Namespace) -> str:

@@ -4,7 +4,7 @@ All the projects one tick finds due go into one run of the batch job (defs/batch
 each as its own partition run in one process: the fixed cost of a run is paid once per tick, not
 once per project, and the projects never queue behind each other for the DuckDB writer.
 
-It asks GitLab two cheap questions per project (sync/probe.py) and the store what work is left
+It asks GitLab three cheap questions per project (sync/probe.py) and the store what work is left
 (defs/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
 of those facts; its run key is built from facts that move whenever a run does work, so work that
 remains always gets a new key while a retried tick over the same state repeats its key (Dagster
@@ -94,7 +94,7 @@ def last_batch(instance: dg.DagsterInstance) -> str:
     job=sync_projects_job,
     minimum_interval_seconds=INTERVAL_SECONDS,
     default_status=SENSOR_STATUS,
-    description="Probes each configured GitLab project (2 API calls) and syncs those that changed or that "
+    description="Probes each configured GitLab project (3 API calls) and syncs those that changed or that "
                 "have work left: pending thread rechecks, a layer behind its upstream, failed embeddings.",
 )
 def gitlab_change_sensor(context: dg.SensorEvaluationContext,

@@ -16,6 +16,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.build import Document, document_version, parent_document, thread_document
+from gitlab_knowledge.documents.release import release_documents
 from gitlab_knowledge.documents.wiki import wiki_documents
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import DOCUMENTS
@@ -30,6 +31,7 @@ BATCH_PARENTS = 1000
 # The kinds not shaped like an issue (kinds.KEYED_KINDS): a row of the kind's table → its documents.
 KEYED_BUILDERS: dict[str, Callable[[dict[str, Any], str, int | None], list[Document]]] = {
     kinds.WIKI_PAGE.name: wiki_documents,
+    kinds.RELEASE.name: release_documents,
 }
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ _DATE = r"^\d{4}-\d{2}-\d{2}$"
 # GitLab's item states as `list --state` takes them (`all`: any).
 STATES = ("opened", "closed", "merged", "locked", "reopened", "all")
 _KINDS = {**{k.name: k for k in kinds.ITEM_KINDS}, **{w: k for k in kinds.ITEM_KINDS for w in k.cli_names}}
-# The kinds keyed by a string (wiki pages), listed by project alone.
+# The kinds keyed by a string (wiki pages, releases), listed by project alone.
 _KEYED = {**{k.name: k for k in kinds.KEYED_KINDS}, **{w: k for k in kinds.KEYED_KINDS for w in k.cli_names}}
 
 
@@ -138,7 +138,7 @@ LIST_INPUT = {
     "type": "object", "additionalProperties": False, "required": ["kind"],
     "properties": {
         "kind": {"enum": sorted({**_KINDS, **_KEYED}), "description": "issue or merge_request (mr), or wiki_page "
-                 "(wiki: the synced wiki pages, narrowed by project alone)."},
+                 "(wiki: the synced wiki pages) or release (the synced releases), narrowed by project alone."},
         "project": _text("Only this project (group/project)."),
         "state": {"enum": list(STATES), "default": "all", "description": "GitLab's state; all (default) is any."},
         "labels": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 20,
@@ -231,10 +231,10 @@ def tools() -> list[Any]:
              "The issues and merge requests most like a given one (duplicates, prior art), by its title and "
              "description, with search's filters. Returns the search JSON contract.",
              SIMILAR_INPUT, schema("search/schema.json"), similar),
-        Tool("list_items", "List issues, MRs or wiki pages",
+        Tool("list_items", "List issues, MRs, wiki pages or releases",
              "Issues or merge requests narrowed by structured filters, no query needed (\"open MRs labelled "
              "security updated since 2024-11-18\"): state, labels, author, assignee, reviewer, milestone, "
              "updated/created since, path, participant; sorted, at most `limit`. kind wiki_page lists the synced "
-             "wiki pages (by project). The `list --json` items.",
+             "wiki pages, kind release the releases (by project). The `list --json` items.",
              LIST_INPUT, list_output(), list_items),
     ]

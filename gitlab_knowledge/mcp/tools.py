@@ -280,12 +280,13 @@ async def index_status(ctx: Context, args: dict[str, Any]) -> Result:
 
 def all_tools() -> list[Tool]:
     from gitlab_knowledge.mcp import graph_tools as graph
-    from gitlab_knowledge.mcp import query_tools, wiki
+    from gitlab_knowledge.mcp import query_tools, release, wiki
 
     return [
         Tool("search", "Search GitLab knowledge",
-             "Hybrid keyword + meaning search over the synced issues, merge requests, discussion threads and wiki "
-             "pages (a long page by heading section). "
+             "Hybrid keyword + meaning search over the synced issues, merge requests, discussion threads, wiki "
+             "pages (a long page by heading section) and releases (their notes, tag and date: `type: [release]` "
+             "answers \"when did X ship\"). "
              "Exact references (#234, !847) and code identifiers come first. Returns the search JSON contract.",
              SEARCH_INPUT, schema("search/schema.json"), search),
         *(_item_tool(kind) for kind in kinds.ITEM_KINDS),
@@ -293,6 +294,10 @@ def all_tools() -> list[Tool]:
              "A project wiki page from the local store by its slug (search results name wiki pages `wiki:<slug>`): "
              "its text (long pages are cut with a marker) and the issues and MRs it links to.",
              wiki.WIKI_INPUT, schema("wiki_page.schema.json"), wiki.handler),
+        Tool("get_release", "Get a release",
+             "A project release from the local store by its tag (search results name releases `release:<tag>`): "
+             "when it shipped (or is planned to), its milestones, its notes and the issues and MRs they name.",
+             release.RELEASE_INPUT, schema("release.schema.json"), release.handler),
         Tool("gitlab_get_mr_comments", "Get an MR's review comments",
              "The review feedback on one merge request as one list of comments (diff and overview notes, with "
              "author, file, line, resolution), from the local store or live from GitLab (live: true). "
@@ -309,7 +314,8 @@ def all_tools() -> list[Tool]:
         Tool("related", "Related issues and MRs",
              "An issue or MR and every item it closes, is closed by, mentions, is mentioned in, is related to, "
              "duplicates or is duplicated by, blocks or is blocked by, was moved to or from, "
-             "from its descriptions, notes and GitLab's system notes, and the wiki pages naming it (mentioned_in), "
+             "from its descriptions, notes and GitLab's system notes, and the wiki pages and releases naming it "
+             "(mentioned_in), "
              "each with where the link was written. "
              f"At most {graph.GRAPH_LIST} links per group. The `related --json` document.",
              graph.RELATED_INPUT, schema("cli/schemas/related.json"), graph.related),

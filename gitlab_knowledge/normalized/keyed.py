@@ -15,6 +15,8 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.store.bulk import insert_rows
+from gitlab_knowledge.store.payloads import release_name, release_problem
+from gitlab_knowledge.timeutil import parse_time
 
 log = logging.getLogger(__name__)
 # (payload, raw payload id, project id, project web URL) → the kind's normalized row.
@@ -46,6 +48,45 @@ def wiki_page_row(payload: dict[str, Any], raw_payload_id: int, project_id: int,
         "web_url": kinds.WIKI_PAGE.url(project_web_url, slug) if project_web_url else None,
         "raw_payload_id": raw_payload_id,
     }
+
+
+@keyed_row_builder(kinds.RELEASE)
+def release_row(payload: dict[str, Any], raw_payload_id: int, project_id: int,
+                project_web_url: str | None = None) -> dict[str, Any] | None:
+    """A release's row (docs/gitlab-api-releases.md); keyed by its raw payload's id, since GitLab
+    gives a release none (its tag is its key within the project). A stored payload the checks
+    refuse (written by an older version) is skipped with a line."""
+    problem = release_problem(payload, utf8=False)
+    if problem is not None:
+        log.warning("skipped %s: %s", release_name(payload), problem)
+        return None
+    commit = payload.get("commit")
+    links = payload.get("_links")
+    released = parse_time(payload.get("released_at"))
+    upcoming = payload.get("upcoming_release")
+    milestones = [m.get("title") for m in payload.get("milestones") or [] if isinstance(m, dict)]
+    return {
+        "id": raw_payload_id, "project_id": project_id, "tag_name": payload["tag_name"],
+        "title": _text(payload.get("name")) or payload["tag_name"], "format": "markdown",
+        "description": payload.get("description"), "created_at": parse_time(payload.get("created_at")),
+        "released_at": released, "upcoming_release": bool(upcoming),
+        "author_username": _user(payload.get("author"), "username"), "author_name": _user(payload.get("author"), "name"),
+        "commit_sha": _text(commit.get("id")) if isinstance(commit, dict) else None,
+        "milestones": [t for t in milestones if isinstance(t, str) and t],
+        "web_url": _web_url(links, project_web_url, payload["tag_name"]), "raw_payload_id": raw_payload_id,
+    }
+
+
+def _user(user: Any, field: str) -> str | None:
+    return _text(user.get(field)) if isinstance(user, dict) else None
+
+
+def _web_url(links: Any, project_web_url: str | None, tag: str) -> str | None:
+    """GitLab's own address of the release (`_links.self`), else the one its project's URL makes."""
+    own = links.get("self") if isinstance(links, dict) else None
+    if isinstance(own, str) and own:
+        return own
+    return kinds.RELEASE.url(project_web_url, tag) if project_web_url else None
 
 
 def rebuild_keyed(con: duckdb.DuckDBPyConnection, project_id: int, kind_name: str, keys: list[str]) -> tuple[int, int]:

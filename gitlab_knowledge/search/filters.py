@@ -122,8 +122,8 @@ def _label(label: str) -> str | None:
     return label
 
 
-_TYPE_WORDS = ", ".join([*(k.cli_names[0] for k in kinds.ITEM_KINDS), kinds.DISCUSSION]
-                        ) + "".join(f" or {k.cli_names[0]}" for k in kinds.KEYED_KINDS)
+_TYPE_NAMES = [*(k.cli_names[0] for k in kinds.ITEM_KINDS), kinds.DISCUSSION, *(k.cli_names[0] for k in kinds.KEYED_KINDS)]
+_TYPE_WORDS = ", ".join(_TYPE_NAMES[:-1]) + " or " + _TYPE_NAMES[-1]
 
 
 # In the search command's flag order, which is also the order of describe().
@@ -131,7 +131,7 @@ FILTERS: tuple[FilterSpec, ...] = (
     FilterSpec("types", "--type", Match.ANY_OF, "source_type", help=f"{_TYPE_WORDS} (repeatable)", metavar="TYPE",
                describe="type", choose=_source_type, expects=_TYPE_WORDS, choices=kinds.SOURCE_TYPES,
                accepts=kinds.SOURCE_TYPE_WORDS,
-               summary="Only these document types: issue, merge_request (or mr), discussion, wiki_page (or wiki)."),
+               summary="Only these document types: issue, merge_request (or mr), discussion, wiki_page (or wiki), release."),
     FilterSpec("author", "--author", Match.EXACT, "author", metavar="USER", describe="author", strip="@",
                summary="Only documents by this username."),
     FilterSpec("labels", "--label", Match.ALL_OF, "labels", help="repeatable: every label must match",

@@ -335,3 +335,34 @@ def _wiki_pages(con: duckdb.DuckDBPyConnection) -> None:
             UNIQUE (project_id, slug)
         )
     """)
+
+
+@migration(9, "releases")
+def _releases(con: duckdb.DuckDBPyConnection) -> None:
+    # A project's releases (GET /projects/:id/releases), keyed by the id of their raw payload
+    # (raw_payloads.gitlab_key '<project id>:<tag_name>'): GitLab gives a release no id, its tag is
+    # its key within the project. Their documents use this id as parent_id (and 0 as parent_iid),
+    # their links in item_references source_type 'release' and this id. `title` and `format` are
+    # named as the wiki pages' are, so the keyed kinds' list/show/related read both alike. The
+    # next sync fetches every project's releases (one call per 100), as for a new project.
+    con.execute("""
+        CREATE TABLE releases (
+            id BIGINT PRIMARY KEY,              -- the raw payload's id
+            project_id BIGINT NOT NULL,
+            tag_name TEXT NOT NULL,             -- GitLab's key within the project, e.g. v2.4.0
+            title TEXT,                         -- GitLab's `name` of the release (the tag when unnamed)
+            format TEXT,                        -- of the notes: markdown (what GitLab renders them as)
+            description TEXT,                   -- the release notes
+            created_at TIMESTAMP,
+            released_at TIMESTAMP,              -- when it shipped (or will: upcoming_release)
+            upcoming_release BOOLEAN,
+            author_username TEXT,
+            author_name TEXT,
+            commit_sha TEXT,
+            milestones TEXT[],                  -- the milestones' titles
+            web_url TEXT,
+            raw_payload_id BIGINT,
+            change_seq BIGINT NOT NULL,
+            UNIQUE (project_id, tag_name)
+        )
+    """)

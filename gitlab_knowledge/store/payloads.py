@@ -280,3 +280,32 @@ def screen_threads(parent: str, threads: Iterable[Any], reject: Reject) -> tuple
             rejected.add(key)
         reject(f"{parent}: discussion {key or f'#{i + 1}'} rejected: {problem}")
     return ok, rejected, anonymous
+
+
+_RELEASE_TEXT = ("tag_name", "name", "description")
+
+
+def release_problem(payload: Any, utf8: bool = True) -> str | None:
+    """Why a release payload cannot be stored, or None: its tag is its key (GitLab leaves it out
+    for users without code access), and its text columns must be text."""
+    if not isinstance(payload, dict):
+        return f"the release is {_describe(payload)}, not an object"
+    tag = payload.get("tag_name")
+    if not isinstance(tag, str) or not tag.strip():
+        return f"tag_name is {_describe(tag)} (GitLab sends none to users without code access)"
+    checks: tuple[Callable[[], str | None], ...] = (
+        lambda: _check_text(payload, _RELEASE_TEXT), lambda: _check_time(payload, "created_at", False),
+        lambda: _check_time(payload, "released_at", False), lambda: _check_utf8(payload) if utf8 else None)
+    for check in checks:
+        problem = check()
+        if problem:
+            return problem
+    return None
+
+
+def release_name(payload: Any, index: int | None = None) -> str:
+    """`release v1.2` as far as the payload says; its place on the page otherwise."""
+    tag = payload.get("tag_name") if isinstance(payload, dict) else None
+    if isinstance(tag, str) and tag.strip() and len(tag) <= 200:
+        return f"release {tag}"
+    return f"release #{index + 1} of its page" if index is not None else "a release"

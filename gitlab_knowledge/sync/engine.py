@@ -38,7 +38,7 @@ from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
-from gitlab_knowledge.sync import files, listing, redirects, runs, wikis, writes
+from gitlab_knowledge.sync import files, listing, redirects, releases, runs, wikis, writes
 from gitlab_knowledge.sync.identity import refresh_identity
 from gitlab_knowledge.sync.parents import Parent, fetch_threads
 from gitlab_knowledge.sync.pipeline import PagePipeline
@@ -158,6 +158,9 @@ class ProjectSync:
             await wikis.sync_wiki(client, self._project_id, self.project_path,
                                   self.result.resources.setdefault(wikis.RESOURCE, ResourceStats()),
                                   self._commit, self.progress.message)
+            await releases.sync_releases(client, self._project_id, self.project_path, self.config.gitlab.per_page,
+                                         self._commit, self.progress,
+                                         self.result.resources.setdefault(kinds.RELEASE.api_path, ResourceStats()))
             self.result.file_calls = self._files.calls
             self._paths.paths.discard(self.project_path.casefold())
             self.result.path_lookups = await redirects.look_up(self.workspace, client, self._paths.paths)

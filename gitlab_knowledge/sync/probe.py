@@ -1,8 +1,11 @@
-"""Has a project changed since its last sync? Two cheap API calls per project.
+"""Has a project changed since its last sync? Three cheap API calls per project.
 
 For issues and for MRs: the newest item updated at or after the cursor
 (`order_by=updated_at&sort=desc&per_page=1&updated_after=<cursor>`). It is a change unless that
-item is already stored at exactly that version. What the store itself has left to do (rechecks,
+item is already stored at exactly that version. For releases, which GitLab lists without an update
+time: the newest created one (`order_by=created_at&sort=desc&per_page=1`), a change unless stored
+at that version. That catches a new release, the change that matters ("what shipped?"); an edit of
+an older one is taken by the next sync any other change starts (every sync lists all releases). What the store itself has left to do (rechecks,
 layers behind, failed embeddings) is defs/due.py's `backlog`. Nothing is written: the cursor
 moves only when a sync commits.
 """
@@ -12,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gitlab_knowledge.errors import KnowledgeError
+from gitlab_knowledge import kinds
+from gitlab_knowledge.errors import GitLabError, KnowledgeError
 from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
 from gitlab_knowledge.store.raw import canonical_json, payload_hash
 from gitlab_knowledge.sync.engine import RESOURCES
@@ -76,8 +80,37 @@ async def _probe_project(client: GitLabClient, workspace: Workspace, project: st
         if state is not None and newest is not None and not _is_stored(workspace, kind, newest):
             probe.changed = True
             probe.reasons.append(f"{resource.replace('_', ' ')} updated (newest {newest['updated_at']})")
+    parts.append(await _probe_releases(client, workspace, project, state, probe))
     probe.fingerprint = "|".join(parts)
     return probe
+
+
+async def _probe_releases(client: GitLabClient, workspace: Workspace, project: str, state: dict[str, Any] | None,
+                          probe: Probe) -> str:
+    """The newest release, compared with the stored one; a project whose releases the token
+    cannot read (403/404) has nothing to say."""
+    release = kinds.RELEASE
+    try:
+        page = await client.get_page(f"/projects/{encode_project(project)}/{release.api_path}",
+                                     {"order_by": "created_at", "sort": "desc", "per_page": 1})
+    except GitLabError as exc:
+        if exc.status not in (403, 404):
+            raise
+        probe.api_calls += 1
+        return f"{release.api_path}=unreadable"
+    probe.api_calls += 1
+    newest = page.items[0] if page.items and isinstance(page.items[0], dict) else None
+    tag = newest.get("tag_name") if newest else None
+    if state is not None and isinstance(tag, str):
+        with workspace.read() as con:
+            row = con.execute("SELECT payload_hash FROM raw_payloads WHERE resource_type = ? AND gitlab_key = ? "
+                              "AND deleted_at IS NULL", [release.name, release.raw_key(state["project_id"], tag)]
+                              ).fetchone()
+        assert newest is not None
+        if row is None or row[0] != payload_hash(canonical_json(newest)):
+            probe.changed = True
+            probe.reasons.append(f"release {tag} new or changed")
+    return f"{release.api_path}={tag or '-'}"
 
 
 async def _probe_all(workspace: Workspace, projects: list[str], state: dict[str, dict[str, Any]]) -> list[Probe]:

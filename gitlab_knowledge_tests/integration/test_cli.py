@@ -60,7 +60,8 @@ def test_sync_prints_a_summary_and_json(first_sync):
         if line.startswith("│ acme/"):
             cells = [c.strip() for c in line.strip("│").split("│")]
             assert cells[1:6] == ["0", "0", "0", "0", "0"]  # fetched new updated deleted threads
-            assert cells[6] == "3"  # API calls: the project + one list call per resource
+            # API calls: the project + one list call per resource (issues, MRs, the wiki, releases)
+            assert cells[6] == "5"
 
 
 def test_read_commands(synced):

@@ -134,6 +134,12 @@ READ_COMMANDS = [
     ("count", "wiki", "--project", "acme/platform"),
     ("show", "wiki", "adr/ADR-012-jwt-access-tokens"),
     ("explain", "https://gitlab.example.com/acme/platform/-/wikis/runbooks/postgresql-failover#promote-the-replica"),
+    # The sample's releases: listed, counted, shown, explained by their URL, named by `related`.
+    ("list", "releases"),
+    ("count", "releases", "--project", "acme/web-app"),
+    ("show", "release", "v2025.1.0"),
+    ("explain", "https://gitlab.example.com/acme/web-app/-/releases/v3.2.0"),
+    ("related", "acme/web-app!119"),
     ("related", "acme/platform#234"),
 ]
 

@@ -44,6 +44,7 @@ CALLS = [
     ("similar", {"ref": "acme/platform#219", "limit": 5}),
     ("similar", {"ref": "acme/platform#212", "mode": "lexical", "limit": 50}),
     ("list_items", {"kind": "wiki", "project": "acme/platform"}),
+    ("list_items", {"kind": "releases", "project": "acme/web-app"}),
 ]
 ERRORS = [
     ("similar", {"ref": "acme/platform#215"}),  # confidential
@@ -94,6 +95,7 @@ def test_opted_in_answers_are_the_cli_functions(opted_in: tuple[list[Any], list[
     from gitlab_knowledge.store.keyed_queries import list_keyed
 
     assert results[8]["items"] == list_keyed(workspace, kinds.WIKI_PAGE, "acme/platform", 20) and results[8]["items"]
+    assert results[9]["items"] == list_keyed(workspace, kinds.RELEASE, "acme/web-app", 20) and results[9]["items"]
     assert answer(opted_in[1][len(CALLS)], OUTPUTS["similar"])["results"]
 
 

@@ -31,7 +31,7 @@ from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLa
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
 
 TOOLS = {"search", "get_issue", "get_merge_request", "gitlab_get_mr_comments", "explain", "index_status", "related",
-         "file_history", "me", "person", "similar", "list_items", "get_wiki_page"}
+         "file_history", "me", "person", "similar", "list_items", "get_wiki_page", "get_release"}
 CALLS = [
     ("search", {"query": "why did we choose redis", "limit": 5}),
     ("search", {"query": "session", "mode": "lexical", "type": ["merge_request"], "label": ["auth"], "limit": 3}),
@@ -44,6 +44,8 @@ CALLS = [
     ("related", {"ref": "acme/platform!847"}),
     ("get_wiki_page", {"slug": "adr/ADR-012-jwt-access-tokens"}),
     ("search", {"query": "promote the postgres replica", "type": ["wiki"], "limit": 3}),
+    ("get_release", {"tag": "release:v3.2.0"}),
+    ("search", {"query": "when did dark mode ship", "type": ["release"], "limit": 3}),
     ("file_history", {"path": "services/auth", "project": "acme/platform", "limit": 5}),
     ("me", {"user": "johndoe", "since": "2024-01-01"}),
 ]
@@ -90,6 +92,9 @@ async def check_every_tool(client: Client) -> dict[str, Any]:
         answers[name] = result.structured_content
     # The ADR on the sample's wiki names the MR that implemented it.
     assert "acme/platform!847" in {link["reference"] for link in answers["get_wiki_page"]["links"]}
+    # The release notes of web-app v3.2.0 name the MR that shipped dark mode, and its date.
+    assert "acme/web-app!119" in {link["reference"] for link in answers["get_release"]["links"]}
+    assert answers["get_release"]["released_at"].startswith("2024-04-05") and not answers["get_release"]["upcoming"]
     failed = await client.call_tool("get_issue", {"iid": 0})
     assert failed.is_error and "\n" not in failed.content[0].text
     return answers

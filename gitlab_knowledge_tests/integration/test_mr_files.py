@@ -33,7 +33,7 @@ def expected_lists(sb: SandboxGitLab) -> dict[int, list[tuple]]:
 
 
 def test_the_sync_stays_within_its_call_bound_with_file_lists(make_config):
-    """calls ≤ 1 (project) + 1 (/user, once an hour) + list pages + changed parents (each one's
+    """calls ≤ 1 (project) + 1 (/user, once an hour) + list pages (releases included) + changed parents (each one's
     threads, commented or not: GitLab writes links as system notes) + changed MRs × their diff
     pages + one look-up per distinct project path links name that no synced project has + 1 (the
     wiki listing) per project; here
@@ -54,7 +54,8 @@ def test_the_sync_stays_within_its_call_bound_with_file_lists(make_config):
         expected = expected_lists(sb)
         again = sync_all(config)
     calls = sum(s.api_calls for s in results.values())
-    list_pages = by_route["issues"] + by_route["merge_requests"]
+    # The listings: issues, MRs, and releases (listed whole each sync: one page a project here).
+    list_pages = by_route["issues"] + by_route["merge_requests"] + by_route["releases"]
     projects = len(config.projects)
     lookups = sum(s.path_lookups for s in results.values())
     assert lookups == 2  # acme/webapp (renamed acme/web-app) and acme/marketing-site (a 404)

@@ -296,7 +296,7 @@ IMPOSSIBLE = [
     (["--label", "auth,backend"], "repeat it, --label auth --label backend"),
     (["--label", ",0\n0"], "repeat it, once per label"),  # what the property test found: a newline echoed
     (["--label", " "], "--label expects a label name, got ' '"),
-    (["--type", "epic"], "--type expects issue, mr, discussion or wiki, got 'epic'"),
+    (["--type", "epic"], "--type expects issue, mr, discussion, wiki or release, got 'epic'"),
 ]
 
 

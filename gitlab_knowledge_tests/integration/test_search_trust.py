@@ -156,14 +156,15 @@ def test_eval_and_similar_commands(sample, tmp_path):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     jsonschema.Draft202012Validator(EVAL_SCHEMA).validate(report)
-    assert [r["mode"] for r in report["runs"]] == ["lexical", "hybrid"] and report["queries"] == 32
+    assert [r["mode"] for r in report["runs"]] == ["lexical", "hybrid"]
+    assert report["queries"] == len(json.loads(GOLDEN_FILE.read_text())) >= 32
     human = _cli(["eval", str(GOLDEN_FILE), "--mode", "lexical"], sample.config_path)
     assert human.returncode == 0 and "nDCG@10" in human.stdout and "lexical" in human.stdout
     rows_of = _cli(["eval", str(GOLDEN_FILE), "--mode", "lexical", "--per-query"], sample.config_path)
     assert rows_of.returncode == 0 and rows_of.stdout.startswith(human.stdout.split("\n")[0])
     queries = [case["query"] for case in json.loads(GOLDEN_FILE.read_text())]
     lexical_rows = [line for line in rows_of.stdout.splitlines() if line.startswith("lexical ")]
-    assert len(lexical_rows) == 1 + len(queries) == 1 + 32, rows_of.stdout  # the summary, then one per query
+    assert len(lexical_rows) == 1 + len(queries), rows_of.stdout  # the summary, then one per query
     assert "first result" in rows_of.stdout and queries[0][:40] in rows_of.stdout
     bad = tmp_path / "bad.json"
     bad.write_text("[]")

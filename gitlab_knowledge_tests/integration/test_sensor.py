@@ -71,7 +71,7 @@ def test_no_change_no_run_then_one_change_one_run(synced_env):
     sb.reset_stats()
     quiet = tick(instance, path)
     assert quiet.run_requests == [] and "no change" in quiet.skip_reason.skip_message
-    assert sb.stats()["requests"] == 2 * len(config.projects)  # two probes a project, nothing else
+    assert sb.stats()["requests"] == 3 * len(config.projects)  # three probes a project, nothing else
 
     project = config.projects[1]
     issue = sb.state.list_items(project, "issues")[0]
@@ -82,6 +82,16 @@ def test_no_change_no_run_then_one_change_one_run(synced_env):
     assert first.run_requests[0].tags["gitlab_knowledge/trigger"] == "sensor"
     again = tick(instance, path)  # a retried tick describes the same change: the same key
     assert [r.run_key for r in again.run_requests] == [r.run_key for r in first.run_requests]
+
+
+def test_a_new_release_requests_a_run_for_its_project(synced_env):
+    sb, config, path, instance = synced_env
+    assert tick(instance, path).run_requests == []
+    project = config.projects[0]
+    sb.state.create_release(project, "v9.9.9", description="Shipped: a new thing")
+    assert projects(tick(instance, path).run_requests) == [project]
+    assert all(o.success for o in run_sync(Workspace.load(path), [project], instance=instance))
+    assert tick(instance, path).run_requests == []  # stored at that version: settled
 
 
 def test_a_run_in_flight_is_not_doubled_and_a_failure_gets_a_new_key(synced_env):

@@ -80,7 +80,8 @@ def test_second_sync_changes_nothing_and_costs_one_list_call_per_resource(sandbo
     assert by_route.get("issues") == projects and by_route.get("merge_requests") == projects
     assert by_route.get("issue_discussions", 0) + by_route.get("merge_request_discussions", 0) == 0
     assert by_route.get("wikis") == projects  # the wiki listing: one call, change found by content hash
-    assert sandbox.stats()["requests"] == 4 * projects  # the project itself + two lists + the wiki listing
+    assert by_route.get("releases") == projects  # the releases listing: one call, change found by content hash
+    assert sandbox.stats()["requests"] == 5 * projects  # the project itself + two lists + wiki + releases
 
 
 def _note_ids(config, body: str) -> list[int]:

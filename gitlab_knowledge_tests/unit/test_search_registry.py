@@ -67,7 +67,7 @@ HAND_WRITTEN_SEARCH_INPUT = {
         "query": {"type": "string", "minLength": 1, "description": "What to look for: words, a question, an "
                   "identifier, a path, or a reference such as #234, !847 or group/project#12."},
         "type": {"type": "array", "items": {"enum": list(kinds.SOURCE_TYPE_WORDS)},
-                 "description": "Only these document types: issue, merge_request (or mr), discussion, wiki_page (or wiki)."},
+                 "description": "Only these document types: issue, merge_request (or mr), discussion, wiki_page (or wiki), release."},
         "author": {"type": "string", "description": "Only documents by this username."},
         "label": {"type": "array", "items": {"type": "string"},
                   "description": "Every label must match (one label each; GitLab's label names hold no comma)."},

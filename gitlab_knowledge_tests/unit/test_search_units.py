@@ -122,7 +122,7 @@ def test_the_command_line_builds_the_same_filters():
     assert Filters().is_empty() and not Filters.build(exclude_internal=True).is_empty()
     assert Filters.build(types=["Merge_Requests", "issues", "Discussions"]).types == (
         "merge_request", "issue", "discussion")
-    with pytest.raises(UsageError, match="--type expects issue, mr, discussion or wiki, got 'epic'"):
+    with pytest.raises(UsageError, match="--type expects issue, mr, discussion, wiki or release, got 'epic'"):
         Filters.build(types=["epic"])
     with pytest.raises(UsageError, match="--after 2024-06-01 is not before --before 2024-06-01"):
         Filters.build(after="2024-06-01", before="2024-06-01")

@@ -12,6 +12,7 @@ from .errors import BadRequest, SandboxError
 from .groups import project_subset, query_bool
 from .pagination import DEFAULT_PER_PAGE, page_params, paginate
 from .projects import KINDS
+from .releases import release_route
 from .state import ListFilters, SandboxState
 from .todos import list_todos
 from .users import Principal, check_access, screen_list, screen_one
@@ -94,6 +95,8 @@ class Api:
         kind = seg[2]
         if kind == "members" and n in (4, 5) and seg[3] == "all":
             return self._members_route(pid, seg[4] if n == 5 else None)
+        if kind == "releases":
+            return release_route(self, pid, seg[3:])
         if kind == "wikis":
             return wiki_route(self.state, seg[3:], pid)
         if kind not in KINDS:

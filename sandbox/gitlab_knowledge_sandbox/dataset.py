@@ -11,6 +11,7 @@ from typing import Any
 FORMAT = "gitlab-knowledge-sandbox/1"
 DIFFS_FILE = "merge_request_diffs.jsonl"
 GROUPS_FILE = "groups.json"
+RELEASES_FILE = "releases.jsonl"
 WIKI_FILE = "wiki_pages.jsonl"  # optional: a project's wiki pages (wikis.py)
 
 ISSUE = "Issue"
@@ -48,9 +49,11 @@ class Dataset:
     memberships: list[Json] = field(default_factory=list)
     # GET /groups/:id objects (groups.json, optional): groups.py adds those the projects' namespaces name.
     groups: list[Json] = field(default_factory=list)
+    # Releases (GET /projects/:id/releases elements) by project id; releases.jsonl, optional.
+    releases: dict[int, list[Json]] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
-        """Totals for summaries: documents are issues + MRs + threads with a user note."""
+        """Totals for summaries: documents are issues + MRs + threads with a user note + releases."""
         discussions = notes = user_threads = 0
         for entries in self.discussions.values():
             for entry in entries:
@@ -62,13 +65,14 @@ class Dataset:
                         user_threads += 1
         issues = sum(len(v) for v in self.issues.values())
         mrs = sum(len(v) for v in self.merge_requests.values())
+        releases = sum(len(v) for v in self.releases.values())
         return {
             "projects": len(self.projects),
             "issues": issues,
             "merge_requests": mrs,
             "discussions": discussions,
             "notes": notes,
-            "documents": issues + mrs + user_threads,
+            "documents": issues + mrs + user_threads + releases,
         }
 
 
@@ -180,6 +184,9 @@ def _load(root: Path) -> Dataset:
                 )
         data.discussions[pid] = entries
         data.diffs[pid] = _read_diffs(pdir / DIFFS_FILE, data.merge_requests[pid])
+        releases = _read_jsonl(pdir / RELEASES_FILE)
+        if releases:  # optional: a project without the file has none, and no entry
+            data.releases[pid] = releases
         if (pdir / WIKI_FILE).exists():
             data.wiki_pages[pid] = _read_jsonl(pdir / WIKI_FILE)
     return data
@@ -271,6 +278,8 @@ def write_dataset(data: Dataset, directory: Path | str) -> Path:
         write_jsonl(pdir / "merge_requests.jsonl", data.merge_requests.get(pid, ()))
         write_jsonl(pdir / "discussions.jsonl", data.discussions.get(pid, ()))
         write_jsonl(pdir / DIFFS_FILE, data.diffs.get(pid, ()))
+        if data.releases.get(pid):
+            write_jsonl(pdir / RELEASES_FILE, data.releases[pid])
         if data.wiki_pages.get(pid):
             write_jsonl(pdir / WIKI_FILE, data.wiki_pages[pid])
     return root

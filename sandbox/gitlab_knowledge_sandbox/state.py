@@ -22,6 +22,7 @@ from .itemcheck import check_item, id_key, source_name
 from .items import ItemsMixin
 from .notes import NotesMixin, user_note_count
 from .projects import Project
+from .releases import ReleasesMixin
 from .users import Directory
 from .wikis import Wikis, WikisMixin
 
@@ -42,7 +43,7 @@ class ListFilters:
     iids: frozenset[int] | None = None
 
 
-class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin, WikisMixin):
+class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin, WikisMixin, ReleasesMixin):
     """Thread-safe in-memory GitLab. Methods take a project id, a path or a `Project`."""
 
     def __init__(self, dataset: Dataset, clock: SandboxClock | None = None) -> None:
@@ -95,6 +96,7 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin, WikisMixin):
             # A project that has the path now wins over the redirect, as in GitLab.
             if pid in self._by_id:
                 self._by_path.setdefault(old_path.lower(), self._by_id[pid])
+        self._load_releases(dataset.releases)
         self._next_id = {kind: value + 1 for kind, value in max_ids.items()}
         self._next_note_id = max_note + 1
         self._load_groups(dataset)  # groups.py: groups.json and the projects' namespaces
@@ -232,6 +234,9 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin, WikisMixin):
                             )
                 data.discussions[pid] = entries
                 data.diffs[pid] = diff_entries(proj.merge_requests)
+                releases = self.release_snapshot(pid)
+                if releases:
+                    data.releases[pid] = releases
                 data.wiki_pages[pid] = self.wikis.listing(pid, True) if pid not in self.wikis.disabled else []
             return data
 
