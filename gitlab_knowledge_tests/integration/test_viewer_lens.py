@@ -56,6 +56,7 @@ class Store:
     notes: dict[int, dict[str, Any]]  # user and system notes: discussion_id, body, internal, parent
     docs: dict[str, tuple[str, int, str | None]]  # id → (parent kind, parent id, thread id or None)
     files: list[str]
+    keyed: dict[tuple[str, int], int]  # (keyed kind: wiki page, release; row id) → project id
 
     def ref(self, key: tuple[str, int]) -> str:
         item = self.items[key]
@@ -95,7 +96,9 @@ def read_store(config: Any) -> Store:
         docs = {d: (pt, pid, src if st == kinds.DISCUSSION else None) for d, pt, pid, st, src in con.execute(
             "SELECT id, parent_type, parent_id, source_type, source_id FROM documents").fetchall()}
         files = sorted({r[0] for r in con.execute("SELECT new_path FROM mr_files WHERE new_path IS NOT NULL").fetchall()})
-    return Store(projects, items, notes, docs, files)
+        keyed = {(kind.name, rid): pid for kind in kinds.KEYED_KINDS
+                 for rid, pid in con.execute(f"SELECT id, project_id FROM {kind.table}").fetchall()}
+    return Store(projects, items, notes, docs, files, keyed)
 
 
 def view_of(store: Store, viewer: Viewer) -> View:
@@ -121,6 +124,9 @@ def view_of(store: Store, viewer: Viewer) -> View:
     out.notes = {nid for nid, n in store.notes.items() if n["parent"] in out.items and n["thread"] not in internal_threads}
     out.docs = {d for d, (pt, pid, thread) in store.docs.items()
                 if (pt, pid) in out.items and (thread is None or thread not in internal_threads)}
+    # A wiki page's or a release's documents: whoever reads the project (neither is confidential).
+    out.docs |= {d for d, (pt, pid, _thread) in store.docs.items()
+                 if (pt, pid) in store.keyed and reads(store.keyed[(pt, pid)])}
     seen = " ".join([store.items[k]["title"] for k in out.items] + [store.items[k]["description"] for k in out.items]
                     + [store.notes[n]["body"] for n in out.notes])
     hidden_text = [store.items[k]["title"] for k in store.items if k not in out.items] + \
