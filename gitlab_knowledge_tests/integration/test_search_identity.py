@@ -35,7 +35,7 @@ def shapes(tmp_path_factory: pytest.TempPathFactory) -> Config:
 def _title_ranks(config: Config, mode: str) -> dict[str, int]:
     """Each issue/MR document → the rank of that document when its exact title is the query (99: not in the top 10)."""
     searcher = Workspace(config).searcher(warm=True)
-    items = rows(config, "SELECT id, title FROM documents WHERE source_type <> 'discussion' ORDER BY id")
+    items = rows(config, "SELECT id, title FROM documents WHERE source_type IN ('issue', 'merge_request') ORDER BY id")
     assert items and len(items) == rows(config, "SELECT (SELECT count(*) FROM issues) + "
                                                 "(SELECT count(*) FROM merge_requests)")[0][0]
     ranks = {}
