@@ -258,7 +258,7 @@ def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:
     GitLab's 60 s touch window is the usual reason); if not, the URL names nothing."""
     import asyncio
 
-    from gitlab_knowledge.errors import GitLabError, NotFoundError
+    from gitlab_knowledge.errors import NotFoundError
     from gitlab_knowledge.gitlab.client import encode_project
 
     path = f"/projects/{encode_project(missing.project)}/{missing.kind.api_path}/{missing.iid}/notes/{missing.note}"
@@ -269,9 +269,7 @@ def _missing_note(workspace: Workspace, missing: NoteNotStored) -> Explanation:
                 stored = await client.get(path)
             except NotFoundError:
                 return None
-            if not isinstance(stored, dict):
-                raise GitLabError(f"GitLab answered GET {path} with a {type(stored).__name__} where an object belongs")
-            return stored
+            return _one_object(path, stored)
 
     note = asyncio.run(fetch())
     if note is None or note.get("system"):
@@ -306,30 +304,24 @@ def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], raw_paren
     and for a thread, its notes by id."""
     import asyncio
 
-    from gitlab_knowledge.errors import GitLabError, NotFoundError
+    from gitlab_knowledge.errors import NotFoundError
     from gitlab_knowledge.gitlab.client import encode_project
     from gitlab_knowledge.timeutil import parse_time
 
     base = f"/projects/{encode_project(doc['project_path'])}/{kinds.kind(doc['parent_type']).api_path}/" \
            f"{doc['parent_iid']}"
 
-    def one_object(path: str, data: Any) -> dict[str, Any]:
-        # GitLab's text is untrusted: an answer of the wrong shape is one line, not a traceback.
-        if not isinstance(data, dict):
-            raise GitLabError(f"GitLab answered GET {path} with a {type(data).__name__} where an object belongs")
-        return data
-
     async def fetch() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         async with workspace.gitlab() as client:
             try:
-                item = one_object(base, await client.get(base))
+                item = _one_object(base, await client.get(base))
             except NotFoundError:
                 return None, None
             thread = None
             if raw_notes is not None:
                 path = f"{base}/discussions/{doc['source_id']}"
                 try:
-                    thread = one_object(path, await client.get(path))
+                    thread = _one_object(path, await client.get(path))
                 except NotFoundError:
                     thread = {"notes": []}
             return item, thread
@@ -365,3 +357,13 @@ def _live(workspace: Workspace, out: Explanation, doc: dict[str, Any], raw_paren
             if ids:
                 out.reasons.append(f"GitLab {what} {', '.join(map(str, ids))} in this thread: the next sync "
                                    "refetches its threads")
+
+
+def _one_object(path: str, data: Any) -> dict[str, Any]:
+    """GitLab's answer to a GET of one item, thread or note; its text is untrusted, so an answer of
+    the wrong shape is one line, not a traceback."""
+    from gitlab_knowledge.errors import GitLabError
+
+    if not isinstance(data, dict):
+        raise GitLabError(f"GitLab answered GET {path} with a {type(data).__name__} where an object belongs")
+    return data

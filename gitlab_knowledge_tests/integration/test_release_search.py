@@ -26,13 +26,17 @@ GOLDEN = REPO / "gitlab_knowledge_tests" / "fixtures" / "golden_queries.json"
 DARK_MODE = "https://gitlab.example.com/acme/web-app/-/releases/v3.2.0"
 
 
-def test_when_did_it_ship_queries_find_the_release_in_the_top_3(sample: Any, tmp_path: Any) -> None:
-    cases = [c for c in json.loads(GOLDEN.read_text()) if any("/-/releases/" in u for u in c["expected_urls"])]
-    assert len(cases) >= 3
+def test_golden_queries_answered_by_a_release_or_wiki_page_find_it_in_the_top_3(sample: Any, tmp_path: Any) -> None:
+    """The golden queries the new kinds answer ("when did X ship", the runbook, the ADR): each one's
+    release or wiki page is in the top 3 in hybrid (the whole golden test asks only for the top 10)."""
+    cases = [c for c in json.loads(GOLDEN.read_text())
+             if any("/-/releases/" in u or "/-/wikis/" in u for u in c["expected_urls"])]
+    assert len(cases) >= 9
     path = tmp_path / "releases.json"
     path.write_text(json.dumps(cases))
     report = evaluate(sample.config, load_cases(path), modes=("hybrid",), per_query=True)
-    misses = [(d["query"], d["top"][:3]) for d in report["per_query"] if d["recall_10"] < 1.0 or d["rr"] < 1 / 3]
+    # The report rounds to 4 places: rank 3 is an RR of 0.3333, below 1 / 3 itself.
+    misses = [(d["query"], d["top"][:3]) for d in report["per_query"] if d["recall_10"] < 1.0 or d["rr"] < 0.333]
     assert not misses, misses
 
 
