@@ -155,5 +155,5 @@ def plan(index: LexicalIndex | None, text: str, filters: Filters, gitlab_url: st
         return QueryPlan(text, text, filters)
     text = urls_as_references(index, text, gitlab_url)
     kept, phrases, excluded = _operators(text)
-    keyword, expanded = tolerate(index, kept)
+    keyword, expanded = tolerate(index, kept, filters.scope)
     return QueryPlan(keyword, kept, _resolve(index, filters, phrases, excluded), phrases, excluded, expanded)

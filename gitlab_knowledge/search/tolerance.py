@@ -26,6 +26,10 @@ a document writes it (the first word of a document holding it that stems to it).
 are tolerated: code identifiers, paths, references and numbers are asked exactly, and words shorter
 than MIN_CHARS (too many neighbours) or stopwords are left alone. Both retrievers keep the typed
 words for the embedding: a model reads a typo well enough, and the replacement is a keyword guess.
+
+On a shared server every word is weighed within what the asking user may read (their scope): a word
+only documents hidden from them hold counts as unknown, and is never what they are told their word
+was searched as, nor the spelling shown (a word of a hidden title is part of that title).
 """
 
 import re
@@ -35,11 +39,16 @@ import tantivy
 
 from gitlab_knowledge.lexical.analysis import STOPWORDS, query_words
 from gitlab_knowledge.lexical.index import LexicalIndex
+from gitlab_knowledge.search.lexical_retriever import scope_query
 from gitlab_knowledge.search.relevance import COVERAGE_FLOOR
+from gitlab_knowledge.store.viewer_lens import IndexScope
 
 MIN_CHARS = 4
 MIN_PREFIX_CHARS = 4
 MAX_TOLERATED_WORDS = 32  # a longer query is a pasted document: its unknown words are names, not typos
+# Within a scope, the most frequent prefix words of the whole index are recounted in the scope, at
+# most this many (a search each).
+SCOPED_PREFIX_CANDIDATES = 64
 FIELD = "body"
 # A plain word: letters only, not part of an identifier, path, URL, reference or e-mail address.
 _WORD = re.compile(r"(?<![\w./:#!@$&\\-])[^\W\d_]+(?![\w/:#!@$&-]|\.\w)")
@@ -80,30 +89,68 @@ def edit_distance(a: str, b: str, bound: int) -> int:
     return previous[-1] if previous[-1] <= bound else bound + 1
 
 
-def _replacement(index: LexicalIndex, searcher: tantivy.Searcher, word: str, term: str) -> tuple[str, str] | None:
+class _Vocabulary:
+    """The index's words as one reader sees them: every document's, or (`scope`) only those of the
+    documents a shared server's user may read."""
+
+    def __init__(self, index: LexicalIndex, scope: IndexScope | None) -> None:
+        self.index = index
+        self.searcher = index.searcher()
+        self.scope = scope_query(index, scope) if scope is not None else None
+        self._counts: dict[str, int] = {}
+
+    def within(self, query: tantivy.Query) -> tantivy.Query:
+        if self.scope is None:
+            return query
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, self.scope)])
+
+    def count(self, term: str) -> int:
+        """How many documents the reader may see hold `term`."""
+        if self.scope is None:
+            return int(self.searcher.doc_freq(FIELD, term))
+        if term not in self._counts:
+            found = self.searcher.search(self.within(self.index.term(FIELD, term)), limit=1, count=True)
+            self._counts[term] = int(found.count or 0)  # type: ignore[attr-defined]
+        return self._counts[term]
+
+    def most_frequent(self, prefix: str, limit: int) -> list[str]:
+        """The `limit` words beginning with `prefix` the most documents the reader sees hold."""
+        if self.scope is None:
+            return [t for t, _n in self.searcher.terms_with_prefix(FIELD, prefix, limit=limit)]
+        counted = [(self.count(t), t) for t, _n in
+                   self.searcher.terms_with_prefix(FIELD, prefix, limit=SCOPED_PREFIX_CANDIDATES)]
+        return [t for n, t in sorted(counted, key=lambda c: (-c[0], c[1])) if n][:limit]
+
+
+def _replacement(vocabulary: _Vocabulary, word: str, term: str) -> tuple[str, str] | None:
     """(index term, how) for a word whose term no document holds, or None."""
     if len(word) >= MIN_PREFIX_CHARS:
         for prefix in dict.fromkeys((word, term)):
-            found = [(t, n) for t, n in searcher.terms_with_prefix(FIELD, prefix, limit=2)
-                     if t != term]
+            found = [t for t in vocabulary.most_frequent(prefix, 2) if t != term]
             if found:
-                return found[0][0], "prefix"
+                return found[0], "prefix"
     bound = max_distance(term)
     if not bound:
         return None
     best: tuple[int, int, str] | None = None
-    for candidate, count in searcher.terms_with_prefix(FIELD, term[0]):
+    for candidate, count in vocabulary.searcher.terms_with_prefix(FIELD, term[0]):
         if candidate == term or abs(len(candidate) - len(term)) > bound:
             continue
         distance = edit_distance(term, candidate, bound)
-        if distance <= bound and (best is None or (distance, -count, candidate) < best):
+        if distance > bound:
+            continue
+        if vocabulary.scope is not None:  # counted only for the few within the distance
+            count = vocabulary.count(candidate)
+        if count and (best is None or (distance, -count, candidate) < best):
             best = (distance, -count, candidate)
     return (best[2], "typo") if best else None
 
 
-def _as_written(index: LexicalIndex, searcher: tantivy.Searcher, term: str) -> str:
-    """A word that stems to `term`, as the first document holding it writes it (lowercased)."""
-    hits = searcher.search(index.term(FIELD, term), limit=1, count=False).hits
+def _as_written(vocabulary: _Vocabulary, term: str) -> str:
+    """A word that stems to `term`, as the first document holding it (that the reader sees) writes
+    it (lowercased)."""
+    index, searcher = vocabulary.index, vocabulary.searcher
+    hits = searcher.search(vocabulary.within(index.term(FIELD, term)), limit=1, count=False).hits
     if hits:
         body = searcher.doc(hits[0][1])[FIELD][0]
         for match in re.finditer(r"[^\W_]+", body):
@@ -112,14 +159,15 @@ def _as_written(index: LexicalIndex, searcher: tantivy.Searcher, term: str) -> s
     return term
 
 
-def tolerate(index: LexicalIndex, text: str) -> tuple[str, list[Expansion]]:
+def tolerate(index: LexicalIndex, text: str, scope: IndexScope | None = None) -> tuple[str, list[Expansion]]:
     """`text` with each plain word no document holds replaced by its nearest index word, and
-    what was replaced (empty when every word is known, or the query is a pasted document)."""
+    what was replaced (empty when every word is known, or the query is a pasted document);
+    `scope`: the documents a shared server's user may read are the only ones weighed."""
     if len(text.split()) > MAX_TOLERATED_WORDS:
         return text, []
-    searcher = index.searcher()
+    vocabulary = _Vocabulary(index, scope)
     terms = query_words(index.words, text)
-    known = sum(1 for t in terms if searcher.doc_freq(FIELD, t))
+    known = sum(1 for t in terms if vocabulary.count(t))
     if not terms or known >= COVERAGE_FLOOR * len(terms):
         return text, []
     expansions: dict[str, Expansion] = {}
@@ -128,11 +176,11 @@ def tolerate(index: LexicalIndex, text: str) -> tuple[str, list[Expansion]]:
         if len(word) < MIN_CHARS or word in STOPWORDS or word in expansions:
             continue
         terms = index.words.analyze(word)
-        if len(terms) != 1 or searcher.doc_freq(FIELD, terms[0]):
+        if len(terms) != 1 or vocabulary.count(terms[0]):
             continue
-        found = _replacement(index, searcher, word, terms[0])
+        found = _replacement(vocabulary, word, terms[0])
         if found is not None:
-            expansions[word] = Expansion(word, _as_written(index, searcher, found[0]), found[1])
+            expansions[word] = Expansion(word, _as_written(vocabulary, found[0]), found[1])
     if not expansions:
         return text, []
 

@@ -123,3 +123,32 @@ def test_the_cli_says_what_it_searched_instead(sample):
     lines = run.stdout.splitlines()
     assert lines[0].startswith("Found ")
     assert lines[1] == 'No document has "reddis": searched "redis" instead (the nearest word).'
+
+
+def _text_of(searcher, project: str) -> str:
+    lexical = searcher.lexical()
+    return " ".join(lexical.bodies(list(lexical.state(project))).values()).lower()
+
+
+def test_a_shared_servers_user_is_never_told_a_word_only_hidden_documents_hold(searcher):
+    """Tolerance weighs words within what the asking user may read. Before, a reader of acme/web-app
+    alone was told their word was searched as a word only acme/platform's documents hold (the same
+    answer a reader of everything gets, which `leaked` below counts)."""
+    from gitlab_knowledge.search.filters import Filters
+    from gitlab_knowledge.store.viewer_lens import IndexScope
+
+    scope = IndexScope(projects=frozenset({"acme/web-app"}), guarded=frozenset(), allowed=frozenset())
+    visible = set(re.findall(r"[a-z]+", _text_of(searcher, "acme/web-app")))
+    hidden_only = sorted({w for w in re.findall(r"[a-z]+", _text_of(searcher, "acme/platform"))
+                          if len(w) >= 8} - visible)
+    told, leaked = [], []
+    for word in hidden_only[::max(1, len(hidden_only) // 40)]:
+        for typed in (word[:3] + word[4:], word[:5]):  # a typo (a letter lost) and a prefix
+            everyone = searcher.search(typed, mode="lexical", limit=5)
+            leaked += [(typed, e.matched) for e in everyone.expanded if e.matched not in visible]
+            for mode in ("lexical", "hybrid"):
+                response = searcher.search(typed, Filters().scoped(scope), mode=mode, limit=5)
+                told += [(typed, e.matched) for e in response.expanded if e.matched not in visible]
+                assert all(r.fields["project"] == "acme/web-app" for r in response.results)
+    assert len(leaked) >= 10, leaked  # what the scope would have been told before
+    assert told == []
