@@ -1,7 +1,7 @@
 """A BEIR retrieval set through the whole pipeline: its corpus served as one project's issues by the
 sandbox GitLab, synced by the Dagster job, then measured with `eval`.
 
-    python -m benchmarks.beir DIR --work WORKDIR [--mode M]... [--limit-queries N] [--json]
+    python -m benchmarks.beir DIR --work WORKDIR [--mode M]... [--limit-queries N] [--similar] [--json]
 
 BEIR layout: `corpus.jsonl` ({"_id", "title", "text"}), `queries.jsonl` ({"_id", "text"}),
 `qrels/test.tsv` (query-id, corpus-id, score; score > 0 is relevant). Corpus line N becomes issue
@@ -9,6 +9,10 @@ BEIR layout: `corpus.jsonl` ({"_id", "title", "text"}), `queries.jsonl` ({"_id",
 its relevant corpus ids and excluding its own issue when the query is in the corpus too. The
 dataset and the store under WORKDIR are kept, so a second run only re-measures (the sync is an
 incremental no-op; a changed index or document format rebuilds what it must).
+
+`--similar` measures `similar` instead of search: each query that is in the corpus too is asked by
+its issue's reference (`similar #N`: the items most like that report, its own left out), judged on
+the same relevant issues. Queries not in the corpus are left out of that run.
 """
 
 import csv
@@ -77,7 +81,7 @@ def to_dataset(beir_dir: Path, out: Path, project: str) -> list[dict[str, Any]]:
 
 
 def run(beir_dir: Path, work: Path, modes: Sequence[str], models: Sequence[str | None] = (None,),
-        limit_queries: int | None = None, per_query: bool = False) -> dict[str, Any]:
+        limit_queries: int | None = None, per_query: bool = False, by_reference: bool = False) -> dict[str, Any]:
     """Dataset → sandbox GitLab → the sync job (every layer) → eval. Returns the eval report."""
     import os
 
@@ -92,6 +96,8 @@ def run(beir_dir: Path, work: Path, modes: Sequence[str], models: Sequence[str |
     project = f"eval/{beir_dir.name}"
     dataset = work / "dataset"
     cases = to_dataset(beir_dir, dataset, project)[:limit_queries]
+    if by_reference:  # the query's own issue asked by reference (it is also its exclusion)
+        cases = [{**case, "query": case["exclude"][0]} for case in cases if case["exclude"]]
     cases_path = work / "cases.json"
     cases_path.write_text(json.dumps(cases, ensure_ascii=False, indent=1), encoding="utf-8")
     os.environ.setdefault("GITLAB_TOKEN", DEFAULT_TOKEN)
@@ -101,7 +107,7 @@ def run(beir_dir: Path, work: Path, modes: Sequence[str], models: Sequence[str |
         for outcome in run_sync(Workspace(config), [project], instance=dg.DagsterInstance.ephemeral()):
             if outcome.error is not None:
                 raise outcome.error
-    return evaluate(config, load_cases(cases_path), modes, models, per_query=per_query)
+    return evaluate(config, load_cases(cases_path), modes, models, per_query=per_query, by_reference=by_reference)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,10 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--model", action="append", metavar="PROVIDER[:MODEL]")
     p.add_argument("--limit-queries", type=bounded_int(1), metavar="N")
     p.add_argument("--per-query", action="store_true")
+    p.add_argument("--similar", action="store_true", help="measure `similar REF` from each query's own issue")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     report = run(args.dir, args.work, args.mode or ("lexical", "semantic", "hybrid"), args.model or (None,),
-                 args.limit_queries, args.per_query)
+                 args.limit_queries, args.per_query, args.similar)
     sys.stdout.write(json.dumps(report, indent=1) + "\n" if args.json else render_table(report))
     return 0
 

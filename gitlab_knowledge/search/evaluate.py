@@ -13,6 +13,9 @@ reference target (`#12`, `!3`, `group/project#12`) by the first document of that
 its type. Each target counts once (binary gains), so a thread after its item adds nothing: the
 ranking is judged on items found, not on documents repeated. Excluded items and URLs are taken
 out of the ranking before the cut, as BEIR does with a query's own document.
+
+`by_reference`: each case's query is an item's reference, answered by `similar` (the items most
+like it: how well duplicates and prior art are found from an item, not from a typed question).
 """
 
 import json
@@ -30,6 +33,7 @@ from gitlab_knowledge.search.engine import Searcher, parent_kind, reference_of
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.query_text import MODES
 from gitlab_knowledge.search.relevance import ByName
+from gitlab_knowledge.search.similar import similar
 from gitlab_knowledge.workspace import Workspace
 
 DEPTH = 100  # results asked per query: recall@50 after exclusions still has 50 to look at
@@ -137,8 +141,10 @@ def score_case(gains: Sequence[int], targets: int) -> dict[str, float]:
 
 
 def evaluate(config: Config, cases: Sequence[Case], modes: Sequence[str] = MODES,
-             models: Sequence[str | None] = (None,), per_query: bool = False) -> dict[str, Any]:
-    """Every case in every (model, mode); lexical does not depend on the model and runs once."""
+             models: Sequence[str | None] = (None,), per_query: bool = False,
+             by_reference: bool = False) -> dict[str, Any]:
+    """Every case in every (model, mode); lexical does not depend on the model and runs once.
+    `by_reference`: each query is an item's reference, asked with `similar`."""
     for mode in modes:
         if mode not in MODES:
             raise BadValue("mode", mode, MODES)
@@ -151,7 +157,9 @@ def evaluate(config: Config, cases: Sequence[Case], modes: Sequence[str] = MODES
         searcher = Workspace(config).searcher(provider=provider or None, model=name or None)
         run = Run(mode, model)
         for case in cases:
-            response = searcher.search(case.query, Filters.build(**case.filters), mode, DEPTH)
+            filters = Filters.build(**case.filters)
+            response = similar(searcher, case.query, filters, mode, DEPTH) if by_reference else \
+                searcher.search(case.query, filters, mode, DEPTH)
             gains = judge([r.fields for r in response.results], case)
             scored = score_case(gains, len(case.expected))
             run.ndcg_10.append(scored["ndcg_10"])

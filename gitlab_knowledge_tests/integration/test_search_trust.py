@@ -188,6 +188,12 @@ def test_a_beir_subset_through_the_whole_pipeline(tmp_path):
     runs = {r["mode"]: r for r in report["runs"]}
     assert runs["hybrid"]["recall_10"] == 1.0 and runs["hybrid"]["ndcg_10"] >= 0.8, runs
     assert runs["lexical"]["effective_modes"] == ["lexical"] and runs["semantic"]["model"]
+    # `similar` from each query's own report (the same store: the second sync is a no-op).
+    by_ref = run(REPO / "gitlab_knowledge_tests" / "fixtures" / "seamonkey-mini", tmp_path, ("hybrid",),
+                 per_query=True, by_reference=True)
+    jsonschema.Draft202012Validator(EVAL_SCHEMA).validate(by_ref)
+    assert by_ref["queries"] == 4 and all(q["query"].startswith("eval/") for q in by_ref["per_query"])
+    assert by_ref["runs"][0]["recall_10"] == 1.0, by_ref["per_query"]
 
 
 def test_an_issue_made_confidential_after_its_mr_was_built_leaves_the_mrs_closes_line(sample, make_config, tmp_path):
