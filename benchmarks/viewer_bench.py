@@ -6,8 +6,9 @@ In-process, through the MCP `search` tool's own handler on the server's resident
 so the numbers hold what a viewer adds per call: the scope look-up (mcp/context.py: cached per store
 version, read from the viewer's DuckDB lens the first time), the scope pushed into both retrievers
 (search/filters.py `Filters.scope`) and the fused ranking. Two viewers: a guest of the first
-project who also reads the second as a public project (every project in the scope, both guarded:
-confidential documents and internal threads out) and a reporter of the first project only (a
+project, a private one, who also reads the second as a public project (every project in the scope,
+both guarded: confidential documents and internal threads out; the first project's merge requests
+out too) and a reporter of the first project only (a
 project clause in every retriever). The three runs (no viewer, each viewer) are back to back per
 query, their order rotating, so a loaded machine loads them alike; the load average is reported
 at the start and the end. The DIR is a benchmark store
@@ -52,7 +53,8 @@ def main() -> int:
     viewers: dict[str, Viewer | None] = {
         "lens_off": None,
         "guest_of_all": Viewer(990001, "bench.guest",
-                               access={projects[0][0]: GUEST, **{pid: NO_ACCESS for pid, _ in projects[1:]}}),
+                               access={projects[0][0]: GUEST, **{pid: NO_ACCESS for pid, _ in projects[1:]}},
+                               visibility={projects[0][0]: "private", **{pid: "public" for pid, _ in projects[1:]}}),
         "reporter_of_one": Viewer(990002, "bench.reporter", access={projects[0][0]: REPORTER}),
     }
     resident = Resident(config, local_socket=False)
@@ -80,7 +82,7 @@ def main() -> int:
         out["first_scope_ms"][name] = round((time.perf_counter() - t0) * 1000, 1)  # the lens built, the scope read
         assert scope is not None
         out["scope"][name] = {"projects": len(scope.projects), "guarded": len(scope.guarded),
-                              "allowed": len(scope.allowed)}
+                              "allowed": len(scope.allowed), "no_merge_requests": len(scope.no_merge_requests)}
     names = list(viewers)
     for mode in ("hybrid", "lexical"):
         for q in titles[:5]:

@@ -81,44 +81,50 @@ async def _ask(quick: GitLabSettings, projects: tuple[str, ...], token: str,
                     raise TokenRefused() from None
                 raise
             admin = bool(user.get("is_admin"))
-            access = {} if admin else await _access(gl, projects)
+            access, visibility = ({}, {}) if admin else await _access(gl, projects)
     except AuthError:
         raise TokenRefused() from None
     except GitLabError as exc:
         raise GitLabUnreachable(redact(str(exc))) from None
     return Viewer(user_id=int(user["id"]), username=str(user.get("username") or ""), is_admin=admin,
-                  external=bool(user.get("external")), access=access)
+                  external=bool(user.get("external")), access=access, visibility=visibility)
 
 
-async def _access(gl: GitLabClient, projects: tuple[str, ...]) -> dict[int, int]:
-    """Synced project id → the user's level, for the synced projects the user reads.
+async def _access(gl: GitLabClient, projects: tuple[str, ...]) -> tuple[dict[int, int], dict[int, str]]:
+    """(synced project id → the user's level, → its visibility), for the synced projects the user reads.
 
     The membership lists say the levels (GitLab counts inherited and shared-group membership in
     them); a synced project in none of them is asked for by path, which GitLab answers for a
-    public project, an internal one (unless the user is external), or 404."""
-    async def member_of(level: int) -> dict[int, str]:
-        rows, _ = await gl.get_all("/projects", {"membership": "true", "min_access_level": level, "simple": "true"})
-        return {int(r["id"]): str(r.get("path_with_namespace") or "").lower() for r in rows}
+    public project, an internal one (unless the user is external), or 404. The Guest list is
+    asked in full (not `simple`), whose projects carry their `visibility`: a Guest of a private
+    project does not see its merge requests."""
+    async def member_of(level: int, simple: bool = True) -> dict[int, dict[str, Any]]:
+        rows, _ = await gl.get_all("/projects", {"membership": "true", "min_access_level": level,
+                                                 **({"simple": "true"} if simple else {})})
+        return {int(r["id"]): r for r in rows}
 
     wanted = {p.lower() for p in projects}
-    guest = await member_of(GUEST)
-    paths = {path: pid for pid, path in guest.items()}
+    guest = await member_of(GUEST, simple=False)
+    paths = {str(r.get("path_with_namespace") or "").lower(): pid for pid, r in guest.items()}
 
-    async def readable(path: str) -> int | None:
+    async def readable(path: str) -> dict[str, Any] | None:
         try:
-            return int((await gl.project(path))["id"])
+            return await gl.project(path)
         except NotFoundError:
             return None
 
     # A synced project is found by its path in the list, else asked for (an old path still answers).
-    synced = {paths[p] for p in wanted if p in paths}
-    synced |= {pid for pid in await asyncio.gather(*(readable(p) for p in wanted if p not in paths)) if pid is not None}
+    found = {paths[p]: guest[paths[p]] for p in wanted if p in paths}
+    found |= {int(r["id"]): r for r in await asyncio.gather(*(readable(p) for p in wanted if p not in paths))
+              if r is not None}
+    synced = set(found)
     levels = {pid: GUEST for pid in guest}
     if synced & set(guest):  # the higher levels matter only where a synced project is a membership
         for level, listed in zip(LEVELS[1:], await asyncio.gather(*(member_of(lv) for lv in LEVELS[1:])), strict=True):
             for pid in listed:
                 levels[pid] = max(levels.get(pid, NO_ACCESS), level)
-    return {pid: levels.get(pid, NO_ACCESS) for pid in sorted(synced)}
+    visibility = {pid: str(r["visibility"]) for pid, r in found.items() if isinstance(r.get("visibility"), str)}
+    return {pid: levels.get(pid, NO_ACCESS) for pid in sorted(synced)}, visibility
 
 
 class ViewerCache:

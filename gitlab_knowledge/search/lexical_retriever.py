@@ -47,6 +47,12 @@ def _any_project(index: LexicalIndex, paths: frozenset[str]) -> tantivy.Query:
     return tantivy.Query.boolean_query([(tantivy.Occur.Should, index.term("project", p)) for p in sorted(paths)])
 
 
+def _merge_requests_of(index: LexicalIndex, paths: frozenset[str]) -> tantivy.Query:
+    """The merge request documents (the MR's own and its threads') of these projects."""
+    return tantivy.Query.boolean_query([(tantivy.Occur.Must, index.term("parent_type", kinds.MERGE_REQUEST.name)),
+                                        (tantivy.Occur.Must, _any_project(index, paths))])
+
+
 def scope_query(index: LexicalIndex, scope: IndexScope) -> tantivy.Query:
     """A viewer's scope as one clause: a readable project's document, unless, in a project where
     they do not see confidential things, it is an internal thread or a confidential document
@@ -67,6 +73,8 @@ def scope_query(index: LexicalIndex, scope: IndexScope) -> tantivy.Query:
             unseen = tantivy.Query.boolean_query([(tantivy.Occur.Must, unseen),
                                                   (tantivy.Occur.Must, _any_project(index, scope.guarded))])
         clauses.append((tantivy.Occur.MustNot, unseen))
+    if scope.no_merge_requests:
+        clauses.append((tantivy.Occur.MustNot, _merge_requests_of(index, scope.no_merge_requests)))
     # Scored 0: a filter, not evidence (a term's BM25 would differ by project and reorder results).
     return tantivy.Query.const_score_query(tantivy.Query.boolean_query(clauses), 0.0)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.columns import COLUMNS, DocFields
 from gitlab_knowledge.embeddings.vectors import VectorStore, sql_in, sql_str
 from gitlab_knowledge.search.filters import DATES, FILTERS, Filters, Match, start_of
@@ -66,6 +67,9 @@ def _scope_sql(_column: str, scope: IndexScope) -> str:
         if not scope.all_guarded:
             unseen = f"(project IN ({_values(tuple(sorted(scope.guarded)))}) AND {unseen})"
         parts.append(f"NOT {unseen}")
+    if scope.no_merge_requests:
+        parts.append(f"NOT (parent_type = {sql_str(kinds.MERGE_REQUEST.name)} "
+                     f"AND project IN ({_values(tuple(sorted(scope.no_merge_requests)))}))")
     return "(" + " AND ".join(parts or ["true"]) + ")"
 
 
@@ -224,6 +228,10 @@ class MemoryVectors:
                 if not scope.all_guarded:
                     unseen &= self._equals("project", tuple(scope.guarded))
                 keep &= ~unseen
+            if scope.no_merge_requests:
+                parent = pc.equal(self.meta.column("parent_type"), kinds.MERGE_REQUEST.name)
+                keep &= ~(parent.fill_null(False).to_numpy(zero_copy_only=False)
+                          & self._equals("project", tuple(scope.no_merge_requests)))
             while len(self._scope_masks) >= SCOPE_MASKS:
                 self._scope_masks.pop(next(iter(self._scope_masks)))
             self._scope_masks[scope] = keep

@@ -13,6 +13,10 @@ the CLI's own SQL reads only what GitLab lets that user read:
 - internal notes (and so their whole thread, as GitLab makes a thread internal) exist only where
   the user sees confidential things: an issue's author or assignee below Planner does not see them
   (GitLab 15.5 restricted them to Reporter+, a Planner-level permission since 17.7);
+- a private project's merge requests exist only for members with at least Planner access
+  (`Viewer.sees_merge_requests`): for its Guests they go with everything of them (threads, notes,
+  changed files, labels, mentions, documents, payloads, the links written in them and to them,
+  and the system notes elsewhere that reference one, which GitLab hides as it hides the MR);
 - the config's opt-outs (`[mcp] include_confidential/include_internal = false`) still apply on top:
   the operator may keep them from every agent.
 
@@ -50,7 +54,8 @@ def _quote(text: str) -> str:
 def lens_key(viewer: Viewer, include_confidential: bool, include_internal: bool) -> str:
     """The lens's schema name: one per viewer identity, access map and config opt-outs."""
     text = repr((viewer.user_id, viewer.username, viewer.is_admin, viewer.external,
-                 sorted(viewer.access.items()), include_confidential, include_internal))
+                 sorted(viewer.access.items()), include_confidential, include_internal,
+                 _no_merge_requests(viewer)))
     return "gk_viewer_" + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -69,11 +74,14 @@ def viewer_lens(viewer: Viewer, gitlab_url: str, *, include_confidential: bool, 
 
     def build(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"CREATE OR REPLACE TABLE {at}.readable AS {readable}")
+        for statement in _hidden_merge_requests(at, viewer):
+            con.execute(statement)
         # Every stored project readable (an admin, a public GitLab's guest): no project predicate
         # in the views, which then cost what the config's lens costs.
         every = not con.execute(f"SELECT 1 FROM {_STORE}.projects WHERE id NOT IN "
                                 f"(SELECT project_id FROM {at}.readable) LIMIT 1").fetchone()
-        for statement in _statements(at, viewer, gitlab_url, every, include_confidential, include_internal):
+        mrs = bool(_no_merge_requests(viewer))
+        for statement in _statements(at, viewer, gitlab_url, every, include_confidential, include_internal, mrs):
             con.execute(statement)
         _shadow_the_rest(at, "true" if every else f"project_id IN (SELECT project_id FROM {at}.readable)")(con)
 
@@ -81,13 +89,17 @@ def viewer_lens(viewer: Viewer, gitlab_url: str, *, include_confidential: bool, 
 
 
 def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_confidential: bool,
-                include_internal: bool) -> list[str]:
+                include_internal: bool, mrs: bool = False) -> list[str]:
     def reads(alias: str = "") -> str:
         return "true" if every else f"{alias}project_id IN (SELECT project_id FROM {at}.readable)"
 
     def within(column: str, table: str) -> str:
         """A row keyed by `column` to a `table` row of a readable project."""
         return "true" if every else f"{column} IN (SELECT id FROM {_STORE}.{table} WHERE {reads()})"
+
+    def mr_shown(column: str) -> str:
+        """`column` (a merge request's id) is not one of the merge requests hidden from the viewer."""
+        return f"{column} NOT IN (SELECT id FROM {at}.hidden_merge_requests)" if mrs else "true"
 
     user = _quote(viewer.username.lower())
     # A confidential issue hidden from this viewer (within a project they read).
@@ -111,18 +123,20 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
         f"SELECT id, discussion_id, noteable_type, noteable_id, false AS system FROM {_STORE}.notes WHERE {hidden_note} "
         f"UNION ALL SELECT id, discussion_id, noteable_type, noteable_id, true FROM {_STORE}.system_notes "
         f"WHERE {hidden_note}",
+        *(_merge_request_notes(at) if mrs else []),
         f"CREATE OR REPLACE VIEW {at}.projects AS SELECT * FROM {_STORE}.projects "
         f"WHERE id IN (SELECT project_id FROM {at}.readable)",
         f"CREATE OR REPLACE VIEW {at}.issues AS SELECT * FROM {_STORE}.issues "
         f"WHERE {reads()} AND id NOT IN (SELECT id FROM {at}.hidden_issues)",
-        f"CREATE OR REPLACE VIEW {at}.merge_requests AS SELECT * FROM {_STORE}.merge_requests WHERE {reads()}",
+        f"CREATE OR REPLACE VIEW {at}.merge_requests AS SELECT * FROM {_STORE}.merge_requests WHERE {reads()} "
+        f"AND {mr_shown('id')}",
         f"CREATE OR REPLACE VIEW {at}.labels AS SELECT * FROM {_STORE}.labels WHERE {reads()}",
         # The junctions and positions by the hidden lists (small), the project only when some
         # project is not read: a view over the item views would scan every item per query.
         f"CREATE OR REPLACE VIEW {at}.issue_labels AS SELECT * FROM {_STORE}.issue_labels "
         f"WHERE issue_id NOT IN (SELECT id FROM {at}.hidden_issues) AND {within('issue_id', 'issues')}",
         f"CREATE OR REPLACE VIEW {at}.mr_labels AS SELECT * FROM {_STORE}.mr_labels "
-        f"WHERE {within('merge_request_id', 'merge_requests')}",
+        f"WHERE {within('merge_request_id', 'merge_requests')} AND {mr_shown('merge_request_id')}",
         f"CREATE OR REPLACE VIEW {at}.notes AS SELECT * FROM {_STORE}.notes "
         f"WHERE {reads()} AND id NOT IN (SELECT id FROM {at}.hidden_notes)",
         f"CREATE OR REPLACE VIEW {at}.system_notes AS SELECT * FROM {_STORE}.system_notes "
@@ -142,21 +156,26 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
         f"OR (r.target_project_id IS NULL AND lower(r.target_path) IN ({unread_paths})) "
         f"OR (r.target_type = '{issue.name}' AND EXISTS (SELECT 1 FROM {at}.hidden_issues h WHERE h.iid = r.target_iid "
         "AND (h.project_id = r.target_project_id OR (r.target_project_id IS NULL AND h.path = lower(r.target_path))))))",
+        *(_merge_request_references(at) if mrs else []),
         f"CREATE OR REPLACE VIEW {at}.item_references AS SELECT * FROM {_STORE}.item_references "
         f"WHERE {reads()} AND rowid NOT IN (SELECT row FROM {at}.hidden_references)",
-        f"CREATE OR REPLACE VIEW {at}.mr_files AS SELECT * FROM {_STORE}.mr_files WHERE {reads()}",
+        f"CREATE OR REPLACE VIEW {at}.mr_files AS SELECT * FROM {_STORE}.mr_files WHERE {reads()} "
+        f"AND {mr_shown('merge_request_id')}",
         # Who is mentioned where (graph/refresh.py): not in a hidden note, nor in a hidden issue.
         f"CREATE OR REPLACE VIEW {at}.mentions AS SELECT * FROM {_STORE}.mentions "
         f"WHERE {reads()} AND (note_id IS NULL OR note_id NOT IN (SELECT id FROM {at}.hidden_notes)) "
-        f"AND NOT (item_type = '{issue.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))",
+        f"AND NOT (item_type = '{issue.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues)) "
+        f"AND (item_type <> '{kinds.MERGE_REQUEST.name}' OR {mr_shown('item_id')})",
         f"CREATE OR REPLACE TABLE {at}.hidden_documents AS SELECT id FROM {_STORE}.documents "
         f"WHERE (parent_type = '{issue.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues)) "
         f"OR (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes))",
+        *([f"INSERT INTO {at}.hidden_documents SELECT id FROM {_STORE}.documents WHERE parent_type = "
+           f"'{kinds.MERGE_REQUEST.name}' AND parent_id IN (SELECT id FROM {at}.hidden_merge_requests)"] if mrs else []),
         f"CREATE OR REPLACE VIEW {at}.documents AS SELECT * FROM {_STORE}.documents "
         f"WHERE {reads()} AND id NOT IN (SELECT id FROM {at}.hidden_documents)",
         f"CREATE OR REPLACE VIEW {at}.document_labels AS SELECT * FROM {_STORE}.document_labels "
         f"WHERE document_id NOT IN (SELECT id FROM {at}.hidden_documents) AND {within('document_id', 'documents')}",
-        _raw_payloads(at, reads(), internal_hidden),
+        _raw_payloads(at, reads(), internal_hidden, mrs),
         # `me` without a user is the viewer, not the token the sync used.
         f"CREATE OR REPLACE VIEW {at}.gitlab_identity AS SELECT {_quote(gitlab_url)} AS gitlab_url, "
         f"{int(viewer.user_id)}::BIGINT AS user_id, {_quote(viewer.username)} AS username, NULL::TEXT AS name, "
@@ -167,7 +186,51 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
     return statements
 
 
-def _raw_payloads(at: str, reads: str, internal_hidden: str) -> str:
+def _no_merge_requests(viewer: Viewer) -> tuple[int, ...]:
+    """The readable projects whose merge requests the viewer does not see (a private project's Guest)."""
+    return tuple(sorted(pid for pid in viewer.access if not viewer.sees_merge_requests(int(pid))))
+
+
+def _hidden_merge_requests(at: str, viewer: Viewer) -> list[str]:
+    """The projects whose merge requests are hidden from the viewer, and those merge requests (by
+    id, and by iid and path for the links that name one)."""
+    ids = _no_merge_requests(viewer)
+    projects = (f"SELECT * FROM (VALUES {', '.join(f'({int(p)})' for p in ids)}) v(project_id)" if ids
+                else "SELECT NULL::BIGINT AS project_id WHERE false")
+    return [f"CREATE OR REPLACE TABLE {at}.merge_requests_hidden_in AS {projects}",
+            f"CREATE OR REPLACE TABLE {at}.hidden_merge_requests AS SELECT m.id, m.iid, m.project_id, "
+            f"lower(p.path_with_namespace) AS path FROM {_STORE}.merge_requests m JOIN {_STORE}.projects p "
+            f"ON p.id = m.project_id WHERE m.project_id IN (SELECT project_id FROM {at}.merge_requests_hidden_in)"]
+
+
+def _to_hidden_merge_request(at: str, r: str = "r") -> str:
+    """The link `r` names a merge request hidden from the viewer (by project id, or by path)."""
+    return (f"({r}.target_type = '{kinds.MERGE_REQUEST.name}' AND EXISTS (SELECT 1 FROM {at}.hidden_merge_requests h "
+            f"WHERE h.iid = {r}.target_iid AND (h.project_id = {r}.target_project_id "
+            f"OR ({r}.target_project_id IS NULL AND h.path = lower({r}.target_path)))))")
+
+
+def _merge_request_notes(at: str) -> list[str]:
+    """Into the hidden notes: every note and system note of a hidden merge request, and every system
+    note elsewhere that links to one ("mentioned in merge request !12", "closed via merge request
+    !12"): GitLab shows a system note with references only when the reader sees all of them."""
+    mr = kinds.MERGE_REQUEST
+    of_hidden = f"noteable_type = '{mr.noteable_type}' AND noteable_id IN (SELECT id FROM {at}.hidden_merge_requests)"
+    return [f"INSERT INTO {at}.hidden_notes SELECT id, discussion_id, noteable_type, noteable_id, false "
+            f"FROM {_STORE}.notes WHERE {of_hidden}",
+            f"INSERT INTO {at}.hidden_notes SELECT id, discussion_id, noteable_type, noteable_id, true "
+            f"FROM {_STORE}.system_notes WHERE ({of_hidden}) OR id IN (SELECT r.note_id FROM {_STORE}.item_references r "
+            f"WHERE r.found_in = 'system_note' AND r.note_id IS NOT NULL AND {_to_hidden_merge_request(at)})"]
+
+
+def _merge_request_references(at: str) -> list[str]:
+    """Into the hidden links: those written in a hidden merge request, and those naming one."""
+    return [f"INSERT INTO {at}.hidden_references SELECT r.rowid FROM {_STORE}.item_references r "
+            f"WHERE (r.source_type = '{kinds.MERGE_REQUEST.name}' AND r.source_id IN "
+            f"(SELECT id FROM {at}.hidden_merge_requests)) OR {_to_hidden_merge_request(at)}"]
+
+
+def _raw_payloads(at: str, reads: str, internal_hidden: str, mrs: bool = False) -> str:
     """GitLab's payloads of the readable projects, less a hidden issue's and its threads', with
     the internal notes the viewer may not read cut from each thread's JSON by the payload's own
     flag (GitLab's `internal`, or `confidential` before 15.x); how many: HIDDEN_NOTES."""
@@ -178,6 +241,12 @@ def _raw_payloads(at: str, reads: str, internal_hidden: str) -> str:
     hidden = (f"(resource_type = '{kinds.ISSUE.name}' AND gitlab_key IN (SELECT id::TEXT FROM {at}.hidden_issues)) OR "
               f"(resource_type = '{kinds.DISCUSSION}' AND parent_type = '{kinds.ISSUE.name}' "
               f"AND parent_id IN (SELECT id FROM {at}.hidden_issues))")
+    if mrs:  # a hidden MR's own payload, its threads' and file list's; a hidden system note's thread
+        hidden += (f" OR (resource_type = '{kinds.MERGE_REQUEST.name}' AND gitlab_key IN "
+                   f"(SELECT id::TEXT FROM {at}.hidden_merge_requests)) OR coalesce(parent_type = '{kinds.MERGE_REQUEST.name}' "
+                   f"AND parent_id IN (SELECT id FROM {at}.hidden_merge_requests), false) OR (resource_type = "
+                   f"'{kinds.DISCUSSION}' AND gitlab_key IN (SELECT discussion_id FROM {at}.hidden_notes WHERE system "
+                   f"AND noteable_type <> '{kinds.MERGE_REQUEST.noteable_type}'))")
     return (f"CREATE OR REPLACE VIEW {at}.raw_payloads AS SELECT * REPLACE (CASE WHEN {cuts} THEN "
             f"json_merge_patch(json, json_object('notes', to_json({kept}))) ELSE json END AS json), "
             f"CASE WHEN {cuts} THEN coalesce(len({notes}) - len({kept}), 0) ELSE 0 END AS {HIDDEN_NOTES} "
@@ -209,6 +278,9 @@ class IndexScope:
     allowed: frozenset[str]
     every_project: bool = False
     all_guarded: bool = False
+    # Projects (paths) whose merge requests the viewer does not see: their MR documents (the MR's
+    # own and its threads') are out.
+    no_merge_requests: frozenset[str] = frozenset()
 
 
 def index_scope(con: duckdb.DuckDBPyConnection, lens: Lens) -> IndexScope:
@@ -229,4 +301,11 @@ def index_scope(con: duckdb.DuckDBPyConnection, lens: Lens) -> IndexScope:
         f"WHERE coalesce(i.confidential, false) AND i.project_id NOT IN (SELECT project_id FROM {at}.readable "
         "WHERE trusted)").fetchall())
     return IndexScope(projects, guarded, allowed, every_project=len(projects) == len(paths),
-                      all_guarded=guarded == projects)
+                      all_guarded=guarded == projects, no_merge_requests=_paths_without_merge_requests(con, at, paths))
+
+
+def _paths_without_merge_requests(con: duckdb.DuckDBPyConnection, at: str, paths: dict[str, set[int]]) -> frozenset[str]:
+    """The document paths of the projects whose merge requests the viewer does not see (a path
+    one of them ever had: over-filter rather than leak)."""
+    hidden = {r[0] for r in con.execute(f"SELECT project_id FROM {at}.merge_requests_hidden_in").fetchall()}
+    return frozenset(p for p, ids in paths.items() if ids & hidden)

@@ -294,7 +294,8 @@ def test_a_mention_in_an_internal_note_stays_behind_the_lens(home, lens):
         if lens == "config":
             chosen = hidden_lens(include_confidential=False, include_internal=False)
         else:
-            guest = Viewer(7001, "a.guest", access={pid: GUEST for (pid,) in sql(home, "SELECT id FROM projects")})
+            pids = [pid for (pid,) in sql(home, "SELECT id FROM projects")]  # internal: the guest reads their MRs
+            guest = Viewer(7001, "a.guest", access=dict.fromkeys(pids, GUEST), visibility=dict.fromkeys(pids, "internal"))
             chosen = viewer_lens(guest, plain.config.gitlab.url, include_confidential=True, include_internal=True)
         lensed = plain.with_(lens=chosen, reader=reader)
         since = datetime(2000, 1, 1)

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import http.server
 import json
+import re
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -40,7 +41,11 @@ PLATFORM, WEB_APP = 101, 102  # the sample's projects: acme/platform, acme/web-a
 VIEWERS = {
     "reporter_of_platform": Viewer(11, "reporter.a", access={PLATFORM: REPORTER}),
     # A guest of acme/platform reading the public acme/web-app; assignee of one confidential issue.
-    "guest": Viewer(12, "johndoe", access={PLATFORM: GUEST, WEB_APP: NO_ACCESS}),
+    "guest": Viewer(12, "johndoe", access={PLATFORM: GUEST, WEB_APP: NO_ACCESS},
+                    visibility={PLATFORM: "internal", WEB_APP: "public"}),
+    # The same guest when acme/platform is private: its merge requests, and everything of them, go.
+    "guest_of_private": Viewer(16, "johndoe", access={PLATFORM: GUEST, WEB_APP: NO_ACCESS},
+                               visibility={PLATFORM: "private", WEB_APP: "public"}),
     "admin": Viewer(13, "root", is_admin=True),
     "stranger": Viewer(14, "nobody.at.all"),
 }
@@ -57,6 +62,7 @@ class Store:
     docs: dict[str, tuple[str, int, str | None]]  # id → (parent kind, parent id, thread id or None)
     files: list[str]
     keyed: dict[tuple[str, int], int]  # (keyed kind: wiki page, release; row id) → project id
+    keyed_text: dict[tuple[str, int], str] = field(default_factory=dict)  # a release's notes, a page's content
 
     def ref(self, key: tuple[str, int]) -> str:
         item = self.items[key]
@@ -87,48 +93,71 @@ def read_store(config: Any) -> Store:
                                               "description": row[4] or "", "author": row[5], "assignees": row[6],
                                               "confidential": row[7]}
         notes = {}
-        for table in ("notes", "system_notes"):
+        for table, system in (("notes", False), ("system_notes", True)):
             for nid, thread, pid, ntype, parent, body, internal in con.execute(
                     f"SELECT id, discussion_id, project_id, noteable_type, noteable_id, body, "
                     f"coalesce(internal, false) FROM {table}").fetchall():
                 notes[nid] = {"thread": thread, "project_id": pid, "parent": (kinds.by_noteable_type(ntype).name, parent),
-                              "body": body or "", "internal": internal}
+                              "body": body or "", "internal": internal, "system": system}
         docs = {d: (pt, pid, src if st == kinds.DISCUSSION else None) for d, pt, pid, st, src in con.execute(
             "SELECT id, parent_type, parent_id, source_type, source_id FROM documents").fetchall()}
         files = sorted({r[0] for r in con.execute("SELECT new_path FROM mr_files WHERE new_path IS NOT NULL").fetchall()})
-        keyed = {(kind.name, rid): pid for kind in kinds.KEYED_KINDS
-                 for rid, pid in con.execute(f"SELECT id, project_id FROM {kind.table}").fetchall()}
-    return Store(projects, items, notes, docs, files, keyed)
+        keyed, keyed_text = {}, {}
+        for kind in kinds.KEYED_KINDS:
+            for rid, pid, text in con.execute(f"SELECT id, project_id, {kind.text_column} FROM {kind.table}").fetchall():
+                keyed[(kind.name, rid)], keyed_text[(kind.name, rid)] = pid, text or ""
+    return Store(projects, items, notes, docs, files, keyed, keyed_text)
 
 
 def view_of(store: Store, viewer: Viewer) -> View:
     """GitLab's rules, from the rows: a project is read by its members at any level, by anyone when
     public, by non-external users when internal (the access map holds all three) and by admins; a
     confidential issue by its author, assignees, Planner+ members and admins; an internal note
-    (and so its whole thread) by Planner+ members and admins only."""
+    (and so its whole thread) by Planner+ members and admins only; a private project's merge
+    requests by Planner+ members and admins only (a Guest reads an internal or public project's),
+    and with them every system note that names one ("mentioned in merge request !12")."""
     def reads(pid: int) -> bool:
         return viewer.is_admin or pid in viewer.access
 
     def trusted(pid: int) -> bool:
         return viewer.is_admin or viewer.access.get(pid, -1) >= PLANNER
 
+    def sees_mrs(pid: int) -> bool:
+        level = viewer.access.get(pid, -1)
+        return viewer.is_admin or level == NO_ACCESS or level >= PLANNER or \
+            viewer.visibility.get(pid) == "public" or (viewer.visibility.get(pid) == "internal" and not viewer.external)
+
     out = View(projects={path for pid, path in store.projects.items() if reads(pid)})
     for key, item in store.items.items():
         pid = item["project_id"]
-        if reads(pid) and (not item["confidential"] or trusted(pid) or item["author"] == viewer.username
+        if key[0] == kinds.MERGE_REQUEST.name and not sees_mrs(pid):
+            out.hidden_refs.add(store.ref(key))
+        elif reads(pid) and (not item["confidential"] or trusted(pid) or item["author"] == viewer.username
                            or viewer.username in item["assignees"]):
             out.items.add(key)
         else:
             out.hidden_refs.add(store.ref(key))
     internal_threads = {n["thread"] for n in store.notes.values() if n["internal"] and not trusted(n["project_id"])}
-    out.notes = {nid for nid, n in store.notes.items() if n["parent"] in out.items and n["thread"] not in internal_threads}
+    paths = {path: pid for pid, path in store.projects.items()}
+
+    def names_hidden_mr(note: dict[str, Any]) -> bool:
+        """A system note naming a merge request the viewer does not see."""
+        return note["system"] and any(
+            (paths.get(path) if path else note["project_id"]) in store.projects and
+            not sees_mrs(paths.get(path) if path else note["project_id"])
+            for path, _iid in re.findall(r"((?:[\w.-]+/)+[\w.-]+)?!(\d+)", note["body"]))
+
+    out.notes = {nid for nid, n in store.notes.items() if n["parent"] in out.items and n["thread"] not in internal_threads
+                 and not names_hidden_mr(n)}
     out.docs = {d for d, (pt, pid, thread) in store.docs.items()
                 if (pt, pid) in out.items and (thread is None or thread not in internal_threads)}
     # A wiki page's or a release's documents: whoever reads the project (neither is confidential).
     out.docs |= {d for d, (pt, pid, _thread) in store.docs.items()
                  if (pt, pid) in store.keyed and reads(store.keyed[(pt, pid)])}
     seen = " ".join([store.items[k]["title"] for k in out.items] + [store.items[k]["description"] for k in out.items]
-                    + [store.notes[n]["body"] for n in out.notes])
+                    + [store.notes[n]["body"] for n in out.notes]
+                    # A release's notes as written (they may name a hidden MR's title: GitLab shows them).
+                    + [t for k, t in store.keyed_text.items() if reads(store.keyed[k])])
     hidden_text = [store.items[k]["title"] for k in store.items if k not in out.items] + \
         [n["body"].strip()[:60] for nid, n in store.notes.items() if nid not in out.notes]
     out.forbidden = {t for t in hidden_text if len(t) >= 12 and t not in seen}
@@ -271,8 +300,9 @@ def test_an_exact_title_finds_the_visible_item_first(served: Any, name: str) -> 
 MIXED = Viewer(15, "mixed", access={PLATFORM: REPORTER, WEB_APP: GUEST})
 
 
-@pytest.mark.parametrize("viewer", [VIEWERS["guest"], VIEWERS["reporter_of_platform"], MIXED],
-                         ids=["all guarded", "one project", "one guarded"])
+@pytest.mark.parametrize("viewer", [VIEWERS["guest"], VIEWERS["reporter_of_platform"], MIXED,
+                                    VIEWERS["guest_of_private"]],
+                         ids=["all guarded", "one project", "one guarded", "merge requests hidden"])
 def test_top_k_stays_full_and_every_retriever_agrees(served: Any, viewer: Viewer) -> None:
     """The scope is applied inside the retrievers before their cut: a viewer's top-k is the
     unrestricted ranking with the hidden documents taken out (not fewer results), in BM25 and in
@@ -289,8 +319,11 @@ def test_top_k_stays_full_and_every_retriever_agrees(served: Any, viewer: Viewer
     assert index is not None
     vectors = workspace.vectors(provider.provider, provider.model)
     memory = MemoryVectors(vectors)
-    # The hidden issues' own titles: their documents rank first when nothing hides them.
+    # The hidden issues' (and merge requests') own titles: their documents rank first when nothing hides them.
     queries = [store.items[k]["title"] for k in store.items if store.items[k]["confidential"] and k not in view.items]
+    queries += [store.items[k]["title"] for k in sorted(store.items)
+                if k[0] == kinds.MERGE_REQUEST.name and k not in view.items
+                and store.items[k]["project_id"] in viewer.access][::6]  # hidden in a project they read
     assert queries
     for query in queries:
         ranked = [h.doc_id for h in search_lexical(index, query, Filters(), 1000)]
@@ -394,7 +427,8 @@ def test_a_reader_keeps_a_bounded_number_of_viewers_lenses(sample: Any, monkeypa
     monkeypatch.setattr(reader_module, "MAX_LENSES", 2)
     reader = reader_module.StoreReader(sample.config.duckdb_path)
     workspace = Workspace(sample.config)
-    lenses = [viewer_lens(Viewer(n, f"user{n}", access={PLATFORM: GUEST}), "http://x", include_confidential=True,
+    lenses = [viewer_lens(Viewer(n, f"user{n}", access={PLATFORM: GUEST}, visibility={PLATFORM: "internal"}), "http://x",
+                          include_confidential=True,
                           include_internal=True) for n in range(3)]
     try:
         counts = []

@@ -48,7 +48,8 @@ def internal_notes(sb: SandboxGitLab, token: str) -> int:
     for iid in issue_iids(sb, token):
         threads = get(sb, token, f"/projects/{PLATFORM}/issues/{iid}/discussions", per_page=100).json()
         seen += sum(1 for t in threads for n in t["notes"] if n.get("internal") or n.get("confidential"))
-    for mr in get(sb, token, f"/projects/{PLATFORM}/merge_requests", per_page=100).json():
+    listed = get(sb, token, f"/projects/{PLATFORM}/merge_requests", per_page=100)
+    for mr in listed.json() if listed.status_code == 200 else ():  # a private project's Guest: 403
         threads = get(sb, token, f"/projects/{PLATFORM}/merge_requests/{mr['iid']}/discussions", per_page=100).json()
         seen += sum(1 for t in threads for n in t["notes"] if n.get("internal") or n.get("confidential"))
     return seen
@@ -141,6 +142,38 @@ def test_internal_notes_from_planner_up(sb: SandboxGitLab) -> None:
     assert internal_notes(sb, "tok-sam") == 0  # the author, a guest: the issues, not their internal notes
     for row in get(sb, "tok-sam", f"/projects/{PLATFORM}/issues/215/notes", per_page=100).json():
         assert not row.get("internal")
+
+
+def system_notes(sb: SandboxGitLab, token: str, iid: int, what: str = "notes") -> list[str]:
+    rows = get(sb, token, f"/projects/{PLATFORM}/issues/{iid}/{what}", per_page=100).json()
+    notes = [n for t in rows for n in t["notes"]] if what == "discussions" else rows
+    return [n["body"] for n in notes if n.get("system")]
+
+
+def test_a_private_projects_merge_requests_from_planner_up(sb: SandboxGitLab) -> None:
+    """A Guest of a private project gets 403 for its MR list and each MR's endpoints, 404 for an
+    MR's notes and threads, and no system note naming one of its MRs; Planner and up, an admin,
+    and a Guest once the project is internal or public read them all."""
+    iids = [m["iid"] for m in get(sb, DEFAULT_TOKEN, f"/projects/{PLATFORM}/merge_requests", per_page=100).json()]
+    assert iids
+    mr = f"/projects/{PLATFORM}/merge_requests/{iids[0]}"
+    refused = {"": 403, "/diffs": 403, "/changes": 403, "/notes": 404, "/discussions": 404}
+    for suffix, status in refused.items():
+        assert get(sb, "tok-gus", mr + suffix).status_code == status, suffix
+        assert get(sb, "tok-paula", mr + suffix).status_code == 200, suffix
+    assert get(sb, "tok-gus", f"/projects/{PLATFORM}/merge_requests").status_code == 403
+    for token in ("tok-paula", "tok-rita", "tok-ada"):
+        assert [m["iid"] for m in get(sb, token, f"/projects/{PLATFORM}/merge_requests", per_page=100).json()] == iids
+    # An issue's "mentioned in merge request !N" / "closed via merge request !N" system notes.
+    issue = next(i for i in sorted(issue_iids(sb, DEFAULT_TOKEN) - CONFIDENTIAL)
+                 if any("merge request !" in b for b in system_notes(sb, DEFAULT_TOKEN, i)))
+    for what in ("notes", "discussions"):
+        everything = system_notes(sb, DEFAULT_TOKEN, issue, what)
+        assert system_notes(sb, "tok-rita", issue, what) == everything
+        assert system_notes(sb, "tok-gus", issue, what) == [b for b in everything if "merge request !" not in b]
+    set_visibility(sb.state, PLATFORM, "internal")
+    assert get(sb, "tok-gus", mr).status_code == 200
+    assert system_notes(sb, "tok-gus", issue) == system_notes(sb, DEFAULT_TOKEN, issue)
 
 
 def test_changes_take_effect_on_the_next_request(sb: SandboxGitLab) -> None:

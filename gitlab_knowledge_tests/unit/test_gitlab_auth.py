@@ -24,6 +24,7 @@ from gitlab_knowledge.viewer import DEVELOPER, GUEST, NO_ACCESS, PLANNER, REPORT
 TOKEN = "glpat-unit-0123456789"
 PROJECTS = [{"id": 1, "path_with_namespace": "g/one"}, {"id": 2, "path_with_namespace": "g/two"},
             {"id": 9, "path_with_namespace": "other/nine"}]
+VISIBILITY = {1: "private", 2: "public", 9: "internal"}
 
 
 def gitlab(levels: dict[int, int], readable: set[int], user: dict[str, Any] | None = None,
@@ -41,12 +42,15 @@ def gitlab(levels: dict[int, int], readable: set[int], user: dict[str, Any] | No
         if path == "/projects":
             level = int(parse_qs(request.url.query.decode())["min_access_level"][0])
             rows = [p for p in PROJECTS if levels.get(p["id"], 0) >= level]
+            # `simple` projects carry no visibility (GitLab's BasicProjectDetails); the full ones do
+            rows = [{**p, **({} if "simple" in request.url.params else {"visibility": VISIBILITY[p["id"]]})}
+                    for p in rows]
             return httpx.Response(200, json=rows, headers={"x-page": "1", "x-total-pages": "1", "x-next-page": ""})
         wanted = path.split("/", 2)[2].replace("%2F", "/").replace("g/old", "g/one")  # a rename's redirect
         found = next((p for p in PROJECTS if p["path_with_namespace"] == wanted), None)
         if found is None or found["id"] not in readable:
             return httpx.Response(404, json={"message": "404 Project Not Found"})
-        return httpx.Response(200, json=found)
+        return httpx.Response(200, json={**found, "visibility": VISIBILITY[found["id"]]})
 
     return httpx.MockTransport(answer), asked
 
@@ -59,8 +63,19 @@ def settings() -> Any:
 def test_levels_from_the_membership_lists_and_readable_non_member_projects() -> None:
     transport, asked = gitlab({1: PLANNER, 9: DEVELOPER}, readable={1, 2})
     viewer = asyncio.run(ask_gitlab(settings(), ("g/one", "G/Two"), TOKEN, transport))
-    assert viewer == Viewer(user_id=7, username="u", access={1: PLANNER, 2: NO_ACCESS})
+    assert viewer == Viewer(user_id=7, username="u", access={1: PLANNER, 2: NO_ACCESS},
+                            visibility={1: "private", 2: "public"})
     # /user, six membership lists, and the one synced project not among the memberships
+    assert asked == Counter({"/user": 1, "/projects": 6, "/projects/g/two": 1})
+
+
+def test_a_guest_of_a_private_project_is_told_from_the_guest_list_without_another_call() -> None:
+    """The Guest membership list is asked in full (its projects carry `visibility`): a Guest of a
+    private synced project does not see its merge requests, at no extra call."""
+    transport, asked = gitlab({1: GUEST, 9: GUEST}, readable={1, 2})
+    viewer = asyncio.run(ask_gitlab(settings(), ("g/one", "g/two"), TOKEN, transport))
+    assert viewer.access == {1: GUEST, 2: NO_ACCESS} and viewer.visibility == {1: "private", 2: "public"}
+    assert not viewer.sees_merge_requests(1) and viewer.sees_merge_requests(2)
     assert asked == Counter({"/user": 1, "/projects": 6, "/projects/g/two": 1})
 
 

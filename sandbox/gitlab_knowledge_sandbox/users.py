@@ -11,17 +11,24 @@ it as GitLab answers that user (docs/gitlab-api-permissions.md in the product re
   and admins; to anyone else it is `404 Issue Not Found` and absent from lists;
 - internal notes (`internal` or the older `confidential` flag) are shown to members with Planner
   or above and admins only;
+- a private project's merge requests are readable to members with Planner or above and admins
+  only (a Guest reads them in public and internal projects, unless external): to anyone else the
+  project's MR list and each MR (its diffs, changes, ...) are `403 Forbidden`, its notes and
+  threads `404`, and a system note elsewhere that references one ("mentioned in merge request
+  !12") is left out of notes and threads, as GitLab leaves out a system note whose references the
+  reader cannot all see;
 - `/projects?membership=true&min_access_level=N` lists the projects the user is a member of at N
   or above; `/projects/:id` carries the user's own `permissions`.
 """
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from .dataset import Json
-from .errors import BadRequest, NotFound
+from .errors import BadRequest, Forbidden, NotFound
 from .shapes import author_of
 
 if TYPE_CHECKING:
@@ -140,6 +147,14 @@ class Directory:
             assignees.append(issue["assignee"].get("id"))
         return author.get("id") == who.id or who.id in assignees
 
+    def reads_merge_requests(self, who: Principal, project: Json) -> bool:
+        """GitLab's `read_merge_request` on a project the user reads."""
+        level = self.level(who, int(project["id"]))
+        if who.admin or level >= PLANNER:
+            return True
+        visibility = project.get("visibility") or "private"
+        return visibility == "public" or (visibility == "internal" and not who.external)
+
     def reads_internal(self, who: Principal, project_id: int) -> bool:
         return who.admin or self.level(who, project_id) >= SEES_CONFIDENTIAL
 
@@ -199,6 +214,10 @@ def check_access(state: "SandboxState", who: Principal | None, path: str) -> Non
         issue = state.get(project, "issues", int(seg[3]))
         if not state.users.reads_issue(who, int(project.data["id"]), issue):
             raise NotFound("404 Issue Not Found")
+    if len(seg) >= 3 and seg[2] == "merge_requests" and not state.users.reads_merge_requests(who, project.data):
+        if len(seg) >= 5 and seg[4] in ("notes", "discussions"):
+            raise NotFound("404 Not found")  # the notes API finds the MR through a finder that skips it
+        raise Forbidden("403 Forbidden")  # the list and each MR's endpoints `authorize!` read_merge_request
 
 
 def screen_list(state: "SandboxState", who: Principal | None, path: str, query: dict[str, list[str]],
@@ -216,6 +235,8 @@ def screen_list(state: "SandboxState", who: Principal | None, path: str, query: 
         return items
     pid = int(state.project(seg[1]).data["id"])
     users = state.users
+    if seg[-1] in ("notes", "discussions"):
+        items = _without_hidden_mr_references(state, who, seg[1], items, threads=seg[-1] == "discussions")
     if len(seg) == 3 and seg[2] == "issues":
         return [i for i in items if users.reads_issue(who, pid, i)]
     if users.reads_internal(who, pid):
@@ -278,6 +299,36 @@ def _saved_level(project: Json) -> int:
     levels = [int(a.get("access_level") or 0) for a in (permissions.get("project_access"),
                                                           permissions.get("group_access")) if isinstance(a, dict)]
     return max(levels, default=0)
+
+
+# A reference to a merge request in a system note: `!12`, `group/project!12`.
+_MR_REFERENCE = re.compile(r"(?<![\w!])((?:[\w.-]+/)+[\w.-]+)?!(\d+)\b")
+
+
+def _names_hidden_mr(state: "SandboxState", who: Principal, here: str, note: Json) -> bool:
+    if not note.get("system"):
+        return False
+    for path, _iid in _MR_REFERENCE.findall(str(note.get("body") or "")):
+        try:
+            project = state.project(path or here)
+        except NotFound:
+            continue  # a project this GitLab does not hold
+        if not state.users.reads_merge_requests(who, project.data):
+            return True
+    return False
+
+
+def _without_hidden_mr_references(state: "SandboxState", who: Principal, here: str, items: list[Json],
+                                  threads: bool) -> list[Json]:
+    """Notes (or threads' notes) less the system notes naming a merge request `who` may not read."""
+    if not threads:
+        return [n for n in items if not _names_hidden_mr(state, who, here, n)]
+    out = []
+    for thread in items:
+        notes = [n for n in thread.get("notes") or () if not _names_hidden_mr(state, who, here, n)]
+        if notes or not thread.get("notes"):
+            out.append(thread if len(notes) == len(thread.get("notes") or ()) else {**thread, "notes": notes})
+    return out
 
 
 def _internal(note: Json) -> bool:
