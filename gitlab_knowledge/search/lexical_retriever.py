@@ -67,6 +67,8 @@ def scope_query(index: LexicalIndex, scope: IndexScope) -> tantivy.Query:
             unseen = tantivy.Query.boolean_query([(tantivy.Occur.Must, unseen),
                                                   (tantivy.Occur.Must, _any_project(index, scope.guarded))])
         clauses.append((tantivy.Occur.MustNot, unseen))
+    if scope.denied:  # hidden by what GitLab said since the sync (store/overlay.py), not by a flag
+        clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(index.schema, DOC_ID, sorted(scope.denied))))
     # Scored 0: a filter, not evidence (a term's BM25 would differ by project and reorder results).
     return tantivy.Query.const_score_query(tantivy.Query.boolean_query(clauses), 0.0)
 

@@ -66,6 +66,8 @@ def _scope_sql(_column: str, scope: IndexScope) -> str:
         if not scope.all_guarded:
             unseen = f"(project IN ({_values(tuple(sorted(scope.guarded)))}) AND {unseen})"
         parts.append(f"NOT {unseen}")
+    if scope.denied:
+        parts.append(f"NOT {sql_in('doc_id', sorted(scope.denied))}")
     return "(" + " AND ".join(parts or ["true"]) + ")"
 
 
@@ -224,6 +226,8 @@ class MemoryVectors:
                 if not scope.all_guarded:
                     unseen &= self._equals("project", tuple(scope.guarded))
                 keep &= ~unseen
+            if scope.denied:
+                keep &= ~self._ids(scope.denied)
             while len(self._scope_masks) >= SCOPE_MASKS:
                 self._scope_masks.pop(next(iter(self._scope_masks)))
             self._scope_masks[scope] = keep
