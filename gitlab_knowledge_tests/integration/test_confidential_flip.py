@@ -12,7 +12,6 @@ import json
 import shutil
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -191,3 +190,31 @@ def test_the_check_costs_a_call_per_project_whatever_the_issues(server: tuple[st
     clock.now += BOUND
     ask(url, "gus", CALLS[:1])
     assert gitlab.stats()["by_route"].get("issues", 0) == 2
+
+
+def platform_issues(url: str, user: str) -> int:
+    [(error, out, text)] = ask(url, user, [("list_items", {"kind": "issue", "limit": 100})])
+    assert not error, text
+    return sum(1 for item in out["items"] if item["project"] == "acme/platform")
+
+
+def test_a_project_gitlab_does_not_check_is_out_of_sight_below_planner(server: tuple[str, Clock], gitlab: SandboxGitLab,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Fail closed: while the check of acme/platform fails, a flip there cannot be seen, so its
+    Guest does not see the project; its Reporter (who sees every confidential issue) still does.
+    The next period asks again; one line is logged per failed check, without the token."""
+    url, clock = server
+    clock.now += BOUND
+    assert platform_issues(url, "gus") > 0
+    rita = platform_issues(url, "rita")
+    gitlab.set_faults(f"503:path=^/api/v4/projects/{PLATFORM}/issues$")
+    clock.now += BOUND
+    with caplog.at_level("WARNING", logger="gitlab_knowledge.mcp.confidential_watch"):
+        assert platform_issues(url, "gus") == 0
+        assert platform_issues(url, "rita") == rita
+    [line] = [r.getMessage() for r in caplog.records if r.name.endswith("confidential_watch")]
+    assert "1 of 2 projects not checked" in line and "glpat" not in line and "\n" not in line
+    gitlab.set_faults(None)
+    assert platform_issues(url, "gus") == 0  # not asked again before the next period
+    clock.now += BOUND
+    assert platform_issues(url, "gus") > 0
