@@ -29,6 +29,7 @@ from gitlab_knowledge_sandbox.users import GUEST, REPORTER, set_visibility
 
 PLATFORM, WEB = 101, 102
 FLIPPED_IID, FLIPPED_ID, CLOSER = 196, 48446, 812  # "Users are logged out on every deploy", closed by !812
+CLOSER_DOC = "merge_request:91549"  # !812's document: its `Closes:` line was written with #196's title
 TITLE = "Users are logged out on every deploy"
 REF = f"acme/platform#{FLIPPED_IID}"
 TOKENS = {"gus": "glpat-flip-gus-0123456", "janedoe": "glpat-flip-jane-012345", "rita": "glpat-flip-rita-012345"}
@@ -143,6 +144,10 @@ def shows(answers: list[tuple[bool, Any, str]]) -> dict[str, bool]:
     return seen
 
 
+def found(answer: tuple[bool, Any, str]) -> set[str]:
+    return {r["document_id"] for r in answer[1]["results"]}
+
+
 def documents(answers: list[tuple[bool, Any, str]]) -> int:
     [(_, status, _)] = [a for (name, _), a in zip(CALLS, answers, strict=True) if name == "index_status"]
     return sum(p["documents"] for p in status["projects"])
@@ -174,6 +179,9 @@ def test_a_confidential_flip_hides_the_issue_within_the_bound(server: tuple[str,
     error, out, text = after["gus"][2]
     assert error and "confidential" not in text  # as GitLab: it does not exist for them (404)
     assert len(after["gus"][1][1]["results"]) == full  # top-k stays full
+    # The title's words no longer find the MR whose text was built with it (until the sync rebuilds it).
+    assert CLOSER_DOC in found(before["gus"][0]) and CLOSER_DOC not in found(after["gus"][0])
+    assert CLOSER_DOC in found(after["rita"][0])
     assert documents(after["gus"]) < documents(before["gus"])  # its documents and the closing MR's left
     for user in ("janedoe", "rita"):  # its author and a Reporter still see it
         seen = shows(after[user])
