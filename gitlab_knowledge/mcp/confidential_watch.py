@@ -9,7 +9,9 @@ for the confidential issues updated since the project's stored issue cursor:
     GET /projects/:id/issues?confidential=true&updated_after=<cursor>&order_by=updated_at&sort=asc&per_page=100
 
 A flip bumps the issue's `updated_at`, so one made since the sync is in that list; one made before
-it is in the store already. The cost per interval is one call per synced project (plus one per
+it is in the store already. The cursor is taken a day early (CURSOR_MARGIN): after the sync that
+stores the flag, the issue stays in the overlay while the documents and indexes catch up (they are
+built after the sync), which the lens and the index scope would otherwise read as public. The cost per interval is one call per synced project (plus one per
 further 100 confidential issues updated since its last sync), whatever the number of issues
 (docs/gitlab-api-confidential.md). The answer goes to the reader's overlay (store/overlay.py),
 which every viewer's lens and index scope read at once; nothing is written to the store.
@@ -27,6 +29,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import httpx
 
@@ -40,6 +43,7 @@ from gitlab_knowledge.store.reader import StoreReader
 PER_PAGE = 100
 CHECK_RETRIES = 1  # requests wait on a due check: one retry, then the project counts as unchecked
 STORE_WAIT_SECONDS = 0.5
+CURSOR_MARGIN = timedelta(days=1)
 log = logging.getLogger(__name__)
 
 
@@ -60,12 +64,21 @@ def watched_projects(reader: StoreReader, wait: float = STORE_WAIT_SECONDS) -> l
     return [Watched(int(pid), cursor) for pid, cursor in rows]
 
 
+def since(cursor: str) -> str:
+    """`cursor` less CURSOR_MARGIN, in GitLab's form (the cursor as is if it is not a time)."""
+    try:
+        moment = datetime.fromisoformat(cursor.replace("Z", "+00:00"))
+    except ValueError:
+        return cursor
+    return (moment - CURSOR_MARGIN).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def check_params(project: Watched) -> dict[str, object]:
     """The list query of one project's check (GitLab's `updated_after` is inclusive)."""
     params: dict[str, object] = {"confidential": "true", "order_by": "updated_at", "sort": "asc",
                                  "per_page": PER_PAGE}
     if project.updated_after:
-        params["updated_after"] = project.updated_after
+        params["updated_after"] = since(project.updated_after)
     return params
 
 

@@ -184,13 +184,17 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
 
 
 def _closers_of_flipped(at: str) -> str:
-    """The merge requests whose document names, by title, an issue hidden from the viewer only by
-    the overlay: built while it was public, its `Closes:` line carries the title
-    (documents/refresh.py `_closed_issues`, own project's issues only) until the sync rebuilds it."""
+    """The merge requests whose document may name, by title, an issue hidden from the viewer that
+    was public when the documents were built (in the overlay, or its own document not flagged
+    confidential yet): the MR's `Closes:` line carries the title (documents/refresh.py
+    `_closed_issues`, own project's issues only) until the documents layer rebuilds it."""
+    issue = kinds.ISSUE.name
+    built_public = (f"SELECT parent_id FROM {_STORE}.documents WHERE parent_type = '{issue}' AND source_type = "
+                    f"'{issue}' AND NOT coalesce(confidential, false)")
     return (f"SELECT r.source_id FROM {_STORE}.item_references r JOIN {at}.hidden_issues h "
             "ON h.project_id = r.target_project_id AND h.iid = r.target_iid AND h.project_id = r.project_id "
             f"WHERE r.source_type = '{kinds.MERGE_REQUEST.name}' AND r.kind = 'closes' "
-            f"AND h.id IN (SELECT id FROM {overlay.ISSUES})")
+            f"AND (h.id IN (SELECT id FROM {overlay.ISSUES}) OR h.id IN ({built_public}))")
 
 
 def _raw_payloads(at: str, reads: str, internal_hidden: str) -> str:
@@ -228,8 +232,9 @@ class IndexScope:
     confidential documents other than `allowed` (those of the confidential issues they authored or
     are assigned). `every_project`: they read every project the store holds (the project clause
     can go); `all_guarded`: `guarded` is all of `projects` (the guard needs no project clause).
-    `denied`: documents the index does not flag but the lens hides (those of issues made
-    confidential since the sync, store/overlay.py, and the MR documents carrying their titles).
+    `denied`: documents the index does not flag but the lens hides (a hidden issue's documents
+    built while it was public, as after a flip the store has not seen yet, store/overlay.py, and
+    the MR documents carrying its title).
     Pushed down before the retrievers' cut (search/filters.py `Filters.scope`)."""
 
     projects: frozenset[str]
@@ -257,9 +262,11 @@ def index_scope(con: duckdb.DuckDBPyConnection, lens: Lens) -> IndexScope:
         f"SELECT d.id FROM documents d JOIN issues i ON d.parent_type = '{kinds.ISSUE.name}' AND d.parent_id = i.id "
         f"WHERE coalesce(i.confidential, false) AND i.project_id NOT IN (SELECT project_id FROM {at}.readable "
         "WHERE trusted)").fetchall())
+    # A hidden issue's documents not flagged confidential (built while it was public: an overlay
+    # flip, or a flag the sync stored before the documents layer ran), and the MRs' that carry it.
     denied = frozenset(r[0] for r in con.execute(
         f"SELECT id FROM {_STORE}.documents WHERE id IN (SELECT id FROM {at}.hidden_documents) "
-        f"AND ((parent_type = '{kinds.ISSUE.name}' AND parent_id IN (SELECT id FROM {overlay.ISSUES})) "
-        f"OR source_type = '{kinds.MERGE_REQUEST.name}')").fetchall())
+        f"AND ((parent_type = '{kinds.ISSUE.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues) "
+        f"AND NOT coalesce(confidential, false)) OR source_type = '{kinds.MERGE_REQUEST.name}')").fetchall())
     return IndexScope(projects, guarded, allowed, every_project=len(projects) == len(paths),
                       all_guarded=guarded == projects, denied=denied)

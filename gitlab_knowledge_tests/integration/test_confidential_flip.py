@@ -226,3 +226,34 @@ def test_a_project_gitlab_does_not_check_is_out_of_sight_below_planner(server: t
     assert platform_issues(url, "gus") == 0  # not asked again before the next period
     clock.now += BOUND
     assert platform_issues(url, "gus") > 0
+
+
+def test_a_flag_the_sync_stored_before_the_documents_follow_hides_them_from_search(
+        sample: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The sync writes an issue's new `confidential` flag; its documents (and the indexes built from
+    them) say public until the documents layer runs. The Guest's search must not find them meanwhile
+    (the index scope denies a hidden issue's documents not flagged confidential)."""
+    import duckdb
+
+    from gitlab_knowledge.mcp.asking import asking_as
+    from gitlab_knowledge.mcp.tools import all_tools
+    from gitlab_knowledge.viewer import GUEST as GUEST_LEVEL
+    from gitlab_knowledge.viewer import NO_ACCESS, Viewer
+
+    base = tmp_path_factory.mktemp("flag-before-documents")
+    shutil.copytree(sample.config.data_dir, base / "data", ignore=shutil.ignore_patterns("*.sock"))
+    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": ["acme/platform", "acme/web-app"],
+                           "storage": {"data_dir": str(base / "data")},
+                           "mcp": {"include_confidential": True, "include_internal": True}}, base, {}, "test")
+    with duckdb.connect(str(config.duckdb_path)) as con:  # what the sync's write did, and only that
+        con.execute("UPDATE issues SET confidential = true WHERE id = ?", [FLIPPED_ID])
+    search = {t.name: t for t in all_tools()}["search"]
+    resident = Resident(config, local_socket=False)
+    try:
+        for mode in ("lexical", "semantic"):
+            with asking_as(Viewer(921, "gus", access={PLATFORM: GUEST_LEVEL, WEB: NO_ACCESS})):
+                _, out = asyncio.run(search.handler(resident.context, {"query": TITLE, "mode": mode, "limit": 5}))
+            assert not {r["document_id"] for r in out["results"]} & {f"issue:{FLIPPED_ID}", CLOSER_DOC}, mode
+            assert TITLE not in {r["title"] for r in out["results"]} and len(out["results"]) == 5, mode
+    finally:
+        resident.stop()
