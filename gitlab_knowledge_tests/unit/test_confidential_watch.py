@@ -130,3 +130,31 @@ def test_the_watch_checks_once_per_period_and_requests_share_a_check() -> None:
 
     asyncio.run(scenario())
     assert ran == [1000.0, 1300.0]
+
+
+def test_a_busy_store_checks_with_the_projects_last_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A sync holding the store: the cursors last read (they only move forward) still bound the
+    check; before any was read there is nothing stored to hide, and the next period reads again."""
+    from gitlab_knowledge.errors import StoreBusyError
+
+    reads: list[Any] = [StoreBusyError("busy"), [Watched(1, None)], StoreBusyError("busy")]
+
+    def watched(_reader: Any) -> list[Watched]:
+        answer = reads.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(confidential_watch, "watched_projects", watched)
+    gitlab = GitLab()
+    gitlab.issues = {1: [{"id": 11, "confidential": True}]}
+    overlay = ConfidentialOverlay()
+    run = ConfidentialCheck(config(tmp_path), StoreReader(tmp_path / "none.duckdb", overlay), SYNC_TOKEN,
+                            httpx.MockTransport(gitlab))
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(run())
+    assert gitlab.asked == [] and overlay.generation == 0 and len(caplog.messages) == 1
+    asyncio.run(run())
+    asyncio.run(run())
+    assert [pid for pid, _ in gitlab.asked] == [1, 1] and overlay.state().issues == {11}
