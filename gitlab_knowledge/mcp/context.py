@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import StoreBusyError, UsageError
 from gitlab_knowledge.mcp.asking import current_token, current_viewer
+from gitlab_knowledge.store.overlay import ConfidentialOverlay
 from gitlab_knowledge.store.reader import Lens, StoreReader, store_stamp
 from gitlab_knowledge.store.viewer_lens import IndexScope, index_scope, lens_key, viewer_lens
 from gitlab_knowledge.store.visibility import hidden_lens
@@ -67,8 +68,10 @@ class Context:
     @classmethod
     def create(cls, config: Config, resident: "ResidentSearch") -> "Context":
         quick = dataclasses.replace(config, sync=dataclasses.replace(config.sync, lock_wait_seconds=STORE_WAIT_SECONDS))
+        # A GitLab users' server learns confidential flips between syncs (mcp/confidential_watch.py).
+        overlay = ConfidentialOverlay() if config.mcp.auth == "gitlab" else None
         return cls(config=quick, resident=resident, include_confidential=config.mcp.include_confidential,
-                   include_internal=config.mcp.include_internal, reader=StoreReader(quick.duckdb_path))
+                   include_internal=config.mcp.include_internal, reader=StoreReader(quick.duckdb_path, overlay))
 
     def workspace(self, *, visible_only: bool = False) -> Workspace:
         """The CLI's seam, with the resident process's embedding model (loaded once) and its
@@ -130,7 +133,9 @@ class Context:
         if viewer.is_admin:
             return None
         lens = self.lens_of(viewer)
-        stamp = store_stamp(self.config.duckdb_path)  # before the read: a write during it reads again
+        # Before the read: a write (or an overlay change) during it reads again.
+        overlay = self.reader.overlay
+        stamp = (store_stamp(self.config.duckdb_path), overlay.generation if overlay is not None else None)
         with self._guard:
             hit = self._scopes.get(lens.schema)
         if hit is not None and hit[0] == stamp:

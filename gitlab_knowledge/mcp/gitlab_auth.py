@@ -11,6 +11,8 @@ The token is never stored: the cache is keyed by its SHA-256, it is registered f
 no answer, log line or exception names it. A token GitLab refuses is a 401 of one line; GitLab
 not answering is a 503 of one line. `/.well-known/oauth-protected-resource` (RFC 9728) names the
 configured GitLab as the authorization server, for clients that get a token by OAuth themselves.
+With the server's store reader, the guard also keeps the confidential flips GitLab made since the
+sync at most `auth_cache_seconds` old before it lets a request through (mcp/confidential_watch.py).
 """
 
 import asyncio
@@ -28,7 +30,9 @@ from gitlab_knowledge.config import Config, GitLabSettings
 from gitlab_knowledge.errors import AuthError, GitLabError, NotFoundError
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.mcp.asking import SCOPE_TOKEN, SCOPE_VIEWER
+from gitlab_knowledge.mcp.confidential_watch import ConfidentialCheck, ConfidentialWatch
 from gitlab_knowledge.redact import forget_secret, is_secret, redact
+from gitlab_knowledge.store.reader import StoreReader
 from gitlab_knowledge.viewer import DEVELOPER, GUEST, MAINTAINER, NO_ACCESS, OWNER, PLANNER, REPORTER, Viewer
 
 ASGIApp = Callable[[MutableMapping[str, Any], Any, Any], Awaitable[None]]
@@ -193,9 +197,10 @@ async def _answer(send: Any, status: int, body: dict[str, Any], headers: list[tu
     await send({"type": "http.response.body", "body": payload})
 
 
-def gitlab_users(app: ASGIApp, cache: ViewerCache, gitlab_url: str) -> ASGIApp:
+def gitlab_users(app: ASGIApp, cache: ViewerCache, gitlab_url: str, watch: ConfidentialWatch | None = None) -> ASGIApp:
     """Serve the protected resource metadata; let through only requests whose GitLab token GitLab
-    accepts, with the Viewer in the request's scope for the tool handlers (mcp/asking.py)."""
+    accepts, with the Viewer in the request's scope for the tool handlers (mcp/asking.py), once
+    `watch` says the confidential flips it knows are fresh."""
 
     async def guarded(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -227,16 +232,24 @@ def gitlab_users(app: ASGIApp, cache: ViewerCache, gitlab_url: str) -> ASGIApp:
             await _answer(send, 503, {"error": f"GitLab at {gitlab_url} did not answer who this token is: "
                                                 "try again later"}, [(b"retry-after", b"30")])
             return
+        if watch is not None:  # after the token: a client GitLab refuses costs no check
+            await watch.fresh()
         await app({**scope, SCOPE_VIEWER: viewer, SCOPE_TOKEN: token}, receive, send)
 
     return guarded
 
 
 def gitlab_auth_app(app: ASGIApp, config: Config, clock: Callable[[], float] = time.monotonic,
-                    transport: httpx.AsyncBaseTransport | None = None) -> ASGIApp:
-    """`app` behind the GitLab users guard configured by `config`."""
+                    transport: httpx.AsyncBaseTransport | None = None, reader: StoreReader | None = None) -> ASGIApp:
+    """`app` behind the GitLab users guard configured by `config`; with the server's `reader`
+    (one with an overlay), confidential flips are checked with the sync's token every
+    `auth_cache_seconds`."""
     async def lookup(token: str) -> Viewer:
         return await ask_gitlab(config.gitlab, config.projects, token, transport)
 
     cache = ViewerCache(lookup, config.mcp.auth_cache_seconds, clock)
-    return gitlab_users(app, cache, config.gitlab.display_url)
+    watch = None
+    if reader is not None and reader.overlay is not None:
+        check = ConfidentialCheck(config, reader, config.token(), transport)
+        watch = ConfidentialWatch(check, config.mcp.auth_cache_seconds, clock)
+    return gitlab_users(app, cache, config.gitlab.display_url, watch)

@@ -102,6 +102,7 @@ def bearer_token(config: Config, host: str) -> str | None:
     """The token HTTP clients must send; required when the server listens beyond this machine,
     unless each client is a GitLab user (`[mcp] auth = "gitlab"`, where there is none)."""
     if config.mcp.auth == "gitlab":
+        config.token()  # the sync's token, for the confidential flips' check (mcp/confidential_watch.py)
         return None
     name = config.mcp.bearer_token_env
     value = os.environ.get(name, "").strip() if name else ""
@@ -204,7 +205,9 @@ async def serve_http(resident: Resident, sock: socket.socket, host: str, token: 
     elif resident.context.config.mcp.auth == "gitlab":
         from gitlab_knowledge.mcp.gitlab_auth import gitlab_auth_app
 
-        app = gitlab_auth_app(app, resident.context.config)
+        # The reader's overlay: confidential flips, checked with the sync's token (its absence is
+        # a ConfigError here, before the server listens).
+        app = gitlab_auth_app(app, resident.context.config, reader=resident.context.reader)
     shown = f"[{host}]" if ":" in host else host
     # Clients and tests read this line to find the port (--port 0 picks a free one).
     sys.stderr.write(f"gitlab_knowledge MCP server: http://{shown}:{sock.getsockname()[1]}/mcp\n")

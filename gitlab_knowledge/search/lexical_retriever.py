@@ -75,6 +75,8 @@ def scope_query(index: LexicalIndex, scope: IndexScope) -> tantivy.Query:
         clauses.append((tantivy.Occur.MustNot, unseen))
     if scope.no_merge_requests:
         clauses.append((tantivy.Occur.MustNot, _merge_requests_of(index, scope.no_merge_requests)))
+    if scope.denied:  # hidden by what GitLab said since the sync (store/overlay.py), not by a flag
+        clauses.append((tantivy.Occur.MustNot, tantivy.Query.term_set_query(index.schema, DOC_ID, sorted(scope.denied))))
     # Scored 0: a filter, not evidence (a term's BM25 would differ by project and reorder results).
     return tantivy.Query.const_score_query(tantivy.Query.boolean_query(clauses), 0.0)
 

@@ -70,6 +70,8 @@ def _scope_sql(_column: str, scope: IndexScope) -> str:
     if scope.no_merge_requests:
         parts.append(f"NOT (parent_type = {sql_str(kinds.MERGE_REQUEST.name)} "
                      f"AND project IN ({_values(tuple(sorted(scope.no_merge_requests)))}))")
+    if scope.denied:
+        parts.append(f"NOT {sql_in('doc_id', sorted(scope.denied))}")
     return "(" + " AND ".join(parts or ["true"]) + ")"
 
 
@@ -232,6 +234,8 @@ class MemoryVectors:
                 parent = pc.equal(self.meta.column("parent_type"), kinds.MERGE_REQUEST.name)
                 keep &= ~(parent.fill_null(False).to_numpy(zero_copy_only=False)
                           & self._equals("project", tuple(scope.no_merge_requests)))
+            if scope.denied:
+                keep &= ~self._ids(scope.denied)
             while len(self._scope_masks) >= SCOPE_MASKS:
                 self._scope_masks.pop(next(iter(self._scope_masks)))
             self._scope_masks[scope] = keep

@@ -13,7 +13,9 @@ Reads may overlap (the tools run on worker threads): the first attaches, the las
 each gets its own cursor. A read may look through a `Lens` (store/visibility.py): views in a schema
 of the resident instance that shadow store tables by name, over tables derived from the store.
 Those tables are rebuilt only when the store's files changed since (their stamp), which can only
-happen while nothing is attached, since no sync writes while a read holds the file.
+happen while nothing is attached, since no sync writes while a read holds the file, or when the
+reader's overlay (store/overlay.py: issues a shared server learnt are confidential since the
+sync) changed: the reader writes it as tables of the resident instance the lenses read.
 """
 
 import contextlib
@@ -28,6 +30,7 @@ import duckdb
 
 from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.store.db import read_connection, waiting_out_writers
+from gitlab_knowledge.store.overlay import ConfidentialOverlay
 
 ALIAS = "gk_store"
 # Lenses whose tables a reader keeps (one per viewer of a shared server, and the config's): the
@@ -67,8 +70,10 @@ class Lens:
 class StoreReader:
     """Read-only access to one store file for the life of a server process."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, overlay: ConfidentialOverlay | None = None) -> None:
         self.path = path
+        self.overlay = overlay
+        self._overlay_written = -1  # the overlay generation the instance's tables hold
         self._guard = threading.Lock()  # attach, detach, lenses and cursors: one thread at a time
         self._instance: duckdb.DuckDBPyConnection | None = None
         self._readers = 0
@@ -112,6 +117,7 @@ class StoreReader:
             if self._instance is None:
                 self._instance = duckdb.connect(":memory:")
                 self._lenses.clear()
+                self._overlay_written = -1
             if self._readers == 0:
                 self._attach(self._instance, wait)
                 # Taken while attached: no writer can change the files until the detach.
@@ -119,6 +125,7 @@ class StoreReader:
             self._readers += 1
             try:
                 if lens is not None:
+                    self._write_overlay(self._instance)
                     self._build(self._instance, lens)
                     self._in_use[lens.schema] += 1
                 return self._instance.cursor()
@@ -129,7 +136,8 @@ class StoreReader:
 
     def _build(self, instance: duckdb.DuckDBPyConnection, lens: Lens) -> None:
         """The lens's tables as of the attached store (built again when the store changed)."""
-        if self._lenses.get(lens.schema) != self._stamp:
+        built = (self._stamp, self._overlay_written)
+        if self._lenses.get(lens.schema) != built:
             self._lenses.pop(lens.schema, None)
             instance.execute(f"CREATE SCHEMA IF NOT EXISTS memory.{lens.schema}")
             for statement in lens.statements:
@@ -137,13 +145,23 @@ class StoreReader:
                     instance.execute(statement)
                 else:
                     statement(instance)
-            self._lenses[lens.schema] = self._stamp
+            self._lenses[lens.schema] = built
         self._lenses.move_to_end(lens.schema)
         idle = [s for s in self._lenses if self._in_use[s] == 0 and s != lens.schema]
         for schema in idle[:max(0, len(self._lenses) - MAX_LENSES)]:
             del self._lenses[schema]
             self._in_use.pop(schema, None)
             instance.execute(f"DROP SCHEMA IF EXISTS memory.{schema} CASCADE")
+
+    def _write_overlay(self, instance: duckdb.DuckDBPyConnection) -> None:
+        """The overlay's tables, written again when it changed (the lenses then rebuild on them)."""
+        if self.overlay is None:
+            return
+        state = self.overlay.state()
+        if state.generation != self._overlay_written:
+            for statement in self.overlay.statements(state):
+                instance.execute(statement)
+            self._overlay_written = state.generation
 
     def _leave(self, lens: Lens | None) -> None:
         with self._guard:

@@ -20,6 +20,13 @@ the CLI's own SQL reads only what GitLab lets that user read:
 - the config's opt-outs (`[mcp] include_confidential/include_internal = false`) still apply on top:
   the operator may keep them from every agent.
 
+An issue a shared server learnt GitLab made confidential since the sync (store/overlay.py, read
+from the reader's overlay tables) is hidden by the same rule as a stored confidential one, with
+everything that follows it, and the merge requests' documents that carry its title (their
+`Closes:` line, written while it was public) go for whom it is hidden. A project whose
+confidential check failed is out of sight for whoever does not see its confidential issues: what
+flipped there is not known (fail closed).
+
 Any other store table that has a `project_id` column (a kind added later) is shadowed to the
 readable projects without being named here. `gitlab_identity` names the viewer: `me` is theirs.
 
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 import duckdb
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.store import overlay
 from gitlab_knowledge.store.reader import ALIAS, Lens
 from gitlab_knowledge.store.visibility import HIDDEN_NOTES
 from gitlab_knowledge.viewer import Viewer
@@ -73,9 +81,15 @@ def viewer_lens(viewer: Viewer, gitlab_url: str, *, include_confidential: bool, 
         readable = "SELECT NULL::BIGINT AS project_id, NULL::BOOLEAN AS trusted WHERE false"
 
     def build(con: duckdb.DuckDBPyConnection) -> None:
+        for statement in overlay.ENSURE:
+            con.execute(statement)
         con.execute(f"CREATE OR REPLACE TABLE {at}.readable AS {readable}")
         for statement in _hidden_merge_requests(at, viewer):
             con.execute(statement)
+        # Fail closed: where the last confidential check failed, only those who see every
+        # confidential issue still read the project.
+        con.execute(f"DELETE FROM {at}.readable WHERE NOT trusted AND project_id IN "
+                    f"(SELECT project_id FROM {overlay.UNCHECKED})")
         # Every stored project readable (an admin, a public GitLab's guest): no project predicate
         # in the views, which then cost what the config's lens costs.
         every = not con.execute(f"SELECT 1 FROM {_STORE}.projects WHERE id NOT IN "
@@ -118,7 +132,8 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
         f"CREATE OR REPLACE TABLE {at}.hidden_issues AS "
         f"SELECT i.id, i.iid, i.project_id, lower(p.path_with_namespace) AS path, p.path_with_namespace AS project "
         f"FROM {_STORE}.issues i JOIN {_STORE}.projects p ON p.id = i.project_id "
-        f"WHERE {reads('i.')} AND coalesce(i.confidential, false) AND NOT {shown_confidential}",
+        f"WHERE {reads('i.')} AND (coalesce(i.confidential, false) OR i.id IN (SELECT id FROM {overlay.ISSUES})) "
+        f"AND NOT {shown_confidential}",
         f"CREATE OR REPLACE TABLE {at}.hidden_notes AS "
         f"SELECT id, discussion_id, noteable_type, noteable_id, false AS system FROM {_STORE}.notes WHERE {hidden_note} "
         f"UNION ALL SELECT id, discussion_id, noteable_type, noteable_id, true FROM {_STORE}.system_notes "
@@ -168,7 +183,8 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
         f"AND (item_type <> '{kinds.MERGE_REQUEST.name}' OR {mr_shown('item_id')})",
         f"CREATE OR REPLACE TABLE {at}.hidden_documents AS SELECT id FROM {_STORE}.documents "
         f"WHERE (parent_type = '{issue.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues)) "
-        f"OR (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes))",
+        f"OR (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes)) "
+        f"OR (source_type = '{kinds.MERGE_REQUEST.name}' AND parent_id IN ({_closers_of_flipped(at)}))",
         *([f"INSERT INTO {at}.hidden_documents SELECT id FROM {_STORE}.documents WHERE parent_type = "
            f"'{kinds.MERGE_REQUEST.name}' AND parent_id IN (SELECT id FROM {at}.hidden_merge_requests)"] if mrs else []),
         f"CREATE OR REPLACE VIEW {at}.documents AS SELECT * FROM {_STORE}.documents "
@@ -230,6 +246,20 @@ def _merge_request_references(at: str) -> list[str]:
             f"(SELECT id FROM {at}.hidden_merge_requests)) OR {_to_hidden_merge_request(at)}"]
 
 
+def _closers_of_flipped(at: str) -> str:
+    """The merge requests whose document may name, by title, an issue hidden from the viewer that
+    was public when the documents were built (in the overlay, or its own document not flagged
+    confidential yet): the MR's `Closes:` line carries the title (documents/refresh.py
+    `_closed_issues`, own project's issues only) until the documents layer rebuilds it."""
+    issue = kinds.ISSUE.name
+    built_public = (f"SELECT parent_id FROM {_STORE}.documents WHERE parent_type = '{issue}' AND source_type = "
+                    f"'{issue}' AND NOT coalesce(confidential, false)")
+    return (f"SELECT r.source_id FROM {_STORE}.item_references r JOIN {at}.hidden_issues h "
+            "ON h.project_id = r.target_project_id AND h.iid = r.target_iid AND h.project_id = r.project_id "
+            f"WHERE r.source_type = '{kinds.MERGE_REQUEST.name}' AND r.kind = 'closes' "
+            f"AND (h.id IN (SELECT id FROM {overlay.ISSUES}) OR h.id IN ({built_public}))")
+
+
 def _raw_payloads(at: str, reads: str, internal_hidden: str, mrs: bool = False) -> str:
     """GitLab's payloads of the readable projects, less a hidden issue's and its threads', with
     the internal notes the viewer may not read cut from each thread's JSON by the payload's own
@@ -271,6 +301,9 @@ class IndexScope:
     confidential documents other than `allowed` (those of the confidential issues they authored or
     are assigned). `every_project`: they read every project the store holds (the project clause
     can go); `all_guarded`: `guarded` is all of `projects` (the guard needs no project clause).
+    `denied`: documents the index does not flag but the lens hides (a hidden issue's documents
+    built while it was public, as after a flip the store has not seen yet, store/overlay.py, and
+    the MR documents carrying its title).
     Pushed down before the retrievers' cut (search/filters.py `Filters.scope`)."""
 
     projects: frozenset[str]
@@ -281,6 +314,7 @@ class IndexScope:
     # Projects (paths) whose merge requests the viewer does not see: their MR documents (the MR's
     # own and its threads') are out.
     no_merge_requests: frozenset[str] = frozenset()
+    denied: frozenset[str] = frozenset()
 
 
 def index_scope(con: duckdb.DuckDBPyConnection, lens: Lens) -> IndexScope:
@@ -300,8 +334,17 @@ def index_scope(con: duckdb.DuckDBPyConnection, lens: Lens) -> IndexScope:
         f"SELECT d.id FROM documents d JOIN issues i ON d.parent_type = '{kinds.ISSUE.name}' AND d.parent_id = i.id "
         f"WHERE coalesce(i.confidential, false) AND i.project_id NOT IN (SELECT project_id FROM {at}.readable "
         "WHERE trusted)").fetchall())
+    # A hidden issue's documents not flagged confidential (built while it was public: an overlay
+    # flip, or a flag the sync stored before the documents layer ran), and the MRs' that carry it.
+    denied = frozenset(r[0] for r in con.execute(
+        f"SELECT id FROM {_STORE}.documents WHERE id IN (SELECT id FROM {at}.hidden_documents) "
+        f"AND ((parent_type = '{kinds.ISSUE.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues) "
+        f"AND NOT coalesce(confidential, false)) OR (source_type = '{kinds.MERGE_REQUEST.name}' "
+        # (a hidden project's MRs are out by `no_merge_requests` already: not listed one by one)
+        f"AND parent_id NOT IN (SELECT id FROM {at}.hidden_merge_requests)))").fetchall())
     return IndexScope(projects, guarded, allowed, every_project=len(projects) == len(paths),
-                      all_guarded=guarded == projects, no_merge_requests=_paths_without_merge_requests(con, at, paths))
+                      all_guarded=guarded == projects, no_merge_requests=_paths_without_merge_requests(con, at, paths),
+                      denied=denied)
 
 
 def _paths_without_merge_requests(con: duckdb.DuckDBPyConnection, at: str, paths: dict[str, set[int]]) -> frozenset[str]:

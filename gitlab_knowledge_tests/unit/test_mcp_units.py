@@ -108,7 +108,7 @@ def test_mcp_config_section(tmp_path: Path) -> None:
             parse(bad)
 
 
-def test_mcp_auth_config(tmp_path: Path) -> None:
+def test_mcp_auth_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def parse(mcp: Any, env: dict[str, str] | None = None) -> Any:
         doc = {"gitlab": {"url": "https://g"}, "projects": ["g/p"], "mcp": mcp}
         return parse_config(doc, tmp_path, env or {}, "t").mcp
@@ -125,7 +125,12 @@ def test_mcp_auth_config(tmp_path: Path) -> None:
     # each client authenticates itself: a network bind needs no shared token
     config = parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"], "mcp": {"auth": "gitlab"}}, tmp_path,
                           {}, "t")
+    monkeypatch.setenv("GITLAB_TOKEN", "glpat-sync-0123456789")
     assert bearer_token(config, "0.0.0.0") is None
+    # ... but the server checks confidential flips with the sync's token: one line before it listens
+    monkeypatch.delenv("GITLAB_TOKEN")
+    with pytest.raises(ConfigError, match="GITLAB_TOKEN is not set"):
+        bearer_token(config, "0.0.0.0")
     with pytest.raises(UsageError, match="bearer_token_env"):
         bearer_token(parse_config({"gitlab": {"url": "https://g"}, "projects": ["g/p"]}, tmp_path, {}, "t"), "0.0.0.0")
 

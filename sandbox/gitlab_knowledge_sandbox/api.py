@@ -237,6 +237,8 @@ class Api:
             created_after=_time_param(request, "created_after"),
             created_before=_time_param(request, "created_before"),
             iids=_iids(request),
+            # GitLab filters issues by it; the merge request list has no such parameter.
+            confidential=query_bool(request.param("confidential"), "confidential") if kind == "issues" else None,
         )
         return self._page(request, self.state.list_items(pid, kind, filters))
 

@@ -41,6 +41,7 @@ class ListFilters:
     created_after: int | None = None
     created_before: int | None = None
     iids: frozenset[int] | None = None
+    confidential: bool | None = None  # issues only: GitLab's `confidential=true|false`
 
 
 class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin, WikisMixin, ReleasesMixin):
@@ -182,7 +183,8 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin, WikisMixin, 
             rows = proj.collection(kind).sorted_rows(f.order_by, f.sort)
         state = None if f.state == "all" else f.state
         ua, ub, ca, cb, iids = f.updated_after, f.updated_before, f.created_after, f.created_before, f.iids
-        if state is None and ua is None and ub is None and ca is None and cb is None and iids is None:
+        if state is None and ua is None and ub is None and ca is None and cb is None and iids is None \
+                and f.confidential is None:
             return [r[3] for r in rows]
         out = []
         for ck, uk, _id, item in rows:
@@ -194,6 +196,8 @@ class SandboxState(ItemsMixin, NotesMixin, DiffsMixin, GroupsMixin, WikisMixin, 
             if state is not None and item.get("state") != state:
                 continue
             if iids is not None and item["iid"] not in iids:
+                continue
+            if f.confidential is not None and bool(item.get("confidential")) != f.confidential:
                 continue
             out.append(item)
         return out
