@@ -3,8 +3,9 @@ not at the next sync (mcp/confidential_watch.py, store/overlay.py, store/viewer_
 
 The server runs in this process over a copy of the synced sample (uvicorn on a 127.0.0.1 socket,
 the SDK's Streamable HTTP app behind the GitLab users guard as serve_http stacks them, with an
-injected clock); the sandbox GitLab the sample was synced from knows a Guest of the private
-acme/platform, the author of the issue flipped and a Reporter. The official SDK client asks with
+injected clock); the sandbox GitLab the sample was synced from knows a Guest of acme/platform
+(internal here, so that the Guest reads its merge requests: the MR that closes the issue is part
+of what must hide), the author of the issue flipped and a Reporter. The official SDK client asks with
 each user's own token. Nothing is synced after the flip: only the server's check can know it."""
 
 import asyncio
@@ -54,7 +55,7 @@ def gitlab() -> Iterator[SandboxGitLab]:
         users.set_member(PLATFORM, 17, GUEST)
         users.add_user("rita", TOKENS["rita"], user_id=923)
         users.set_member(PLATFORM, 923, REPORTER)
-        set_visibility(sb.state, PLATFORM, "private")
+        set_visibility(sb.state, PLATFORM, "internal")  # a private project's Guest sees no MR at all
         set_visibility(sb.state, WEB, "public")
         yield sb
 
