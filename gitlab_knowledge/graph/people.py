@@ -15,7 +15,15 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import MissingUser, UsageError
 from gitlab_knowledge.graph.answers import Changes, Me, Person
 from gitlab_knowledge.graph.mentioned import OPEN_STATES, mentions_of
-from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
+from gitlab_knowledge.graph.queries import (
+    ITEM_COLUMNS,
+    excerpt,
+    iso,
+    note_bodies,
+    project_id,
+    public_item,
+    rows,
+)
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
@@ -194,8 +202,7 @@ def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime, pid: int |
         WHERE n.created_at >= ? AND NOT {_is('n.author_username')}
         ORDER BY n.created_at DESC, n.id DESC{f' LIMIT {int(limit)}' if limit is not None else ''}""",
                  [*mine_params, start, u])
-    bodies = dict(con.execute("SELECT id, body FROM notes WHERE id IN (SELECT unnest(?::BIGINT[]))",
-                              [[r["note_id"] for r in found]]).fetchall()) if found else {}
+    bodies = note_bodies(con, [r["note_id"] for r in found])
     notes = [{"item": public_item(kinds.kind(r["kind"]), r), "note_id": r["note_id"], "author": r["note_author"],
               "created_at": iso(r["note_at"]), "excerpt": excerpt(bodies.get(r["note_id"])),
               "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None} for r in found]

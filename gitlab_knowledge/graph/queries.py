@@ -55,6 +55,14 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = No
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+def note_bodies(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, str | None]:
+    """The bodies of a few notes (the ones an answer shows), by id. Matched in the scan with a
+    list (a semi-join with the ids cost ~2 ms more at 100K documents)."""
+    if not ids:
+        return {}
+    return dict(con.execute("SELECT id, body FROM notes WHERE list_contains(?::BIGINT[], id)", [ids]).fetchall())
+
+
 def item_url(config: Config, path: str, kind: kinds.Kind, iid: int) -> str:
     """The web address of an item the store does not hold, as GitLab would write it."""
     return kind.url(config.gitlab.display_url, path, iid)
@@ -119,35 +127,40 @@ def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
 
 def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
               items: list[dict[str, Any]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """`links_of` for each of several items of one kind, by item id, read in a few queries for all
-    of them: the links and then the items on their other side (a query per link cost ~1.5 ms each
-    at 100K documents, and an MR links a dozen items)."""
+    """`links_of` for each of several items of one kind, by item id, read in three queries for all
+    of them: both directions of their links, the projects a link names by path, and the stored
+    items on the links' other side (a query per link cost ~1.5 ms at 100K documents, and an MR
+    links a dozen items; a query per direction and per kind, ~2-3 ms each)."""
     out: dict[int, dict[str, dict[tuple[str, str], dict[str, Any]]]] = {i["id"]: {g: {} for g in GROUPS} for i in items}
     if not items:
         return {}
-    outgoing = rows(con, """
-        SELECT source_id, kind, found_in, target_type, target_path, target_iid, target_project_id, external
-        FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))""",
-                    [kind.name, [i["id"] for i in items]])
-    incoming = rows(con, """
-        SELECT kind, found_in, source_type, source_id, target_iid, target_project_id, target_path FROM item_references
-        WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[]))""",
-                    [kind.name, sorted({i["iid"] for i in items})])
+    found = rows(con, """
+        SELECT true AS outgoing, source_type, source_id, kind, found_in, target_type, target_path, target_iid,
+               target_project_id, external
+        FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))
+        UNION ALL
+        SELECT false, source_type, source_id, kind, found_in, target_type, target_path, target_iid,
+               target_project_id, external
+        FROM item_references WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[]))""",
+                 [kind.name, [i["id"] for i in items], kind.name, sorted({i["iid"] for i in items})])
+    outgoing = [r for r in found if r["outgoing"]]
+    incoming = [r for r in found if not r["outgoing"]]
     # A link not resolved when it was read names its project by path: it may have been synced since.
     paths: dict[str, int] = {}
-    for pid, path in con.execute("SELECT id, lower(path_with_namespace) FROM projects ORDER BY id DESC").fetchall():
-        paths[path] = pid
+    if any(r["target_project_id"] is None for r in outgoing):
+        for pid, path in con.execute("SELECT id, lower(path_with_namespace) FROM projects ORDER BY id DESC").fetchall():
+            paths[path] = pid
     for r in outgoing:
         r["pid"] = r["target_project_id"] if r["target_project_id"] is not None else paths.get(r["target_path"].lower())
-    by_key = _items_keyed(con, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None})
-    by_id = _items_by_id(con, {(r["source_type"], r["source_id"]) for r in incoming})
+    by_key, by_id = _items_keyed(con, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None},
+                                 {(r["source_type"], r["source_id"]) for r in incoming})
     for r in outgoing:
         target_kind = kinds.kind(r["target_type"])
-        found = by_key.get((r["target_type"], r["pid"], r["target_iid"]))
-        if found is not None and found["id"] == r["source_id"] and target_kind is kind:
+        other = by_key.get((r["target_type"], r["pid"], r["target_iid"]))
+        if other is not None and other["id"] == r["source_id"] and target_kind is kind:
             continue  # an item naming itself links nothing
-        if found is not None:
-            link = {**public_item(target_kind, found), "external": bool(r["external"]), "in_store": True}
+        if other is not None:
+            link = {**public_item(target_kind, other), "external": bool(r["external"]), "in_store": True}
         else:
             link = {"reference": target_kind.ref(r["target_iid"], r["target_path"]), "type": target_kind.name,
                     "title": None, "state": None,
@@ -176,31 +189,29 @@ def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
     return {i: {g: sorted(links.values(), key=_link_order) for g, links in groups.items()} for i, groups in out.items()}
 
 
-def _items_keyed(con: duckdb.DuckDBPyConnection,
-                 wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], dict[str, Any]]:
-    """Stored items by (kind name, project id, iid), one query per kind for all of them."""
-    out = {}
-    for kind in kinds.ITEM_KINDS:
-        keys = sorted((pid, iid) for name, pid, iid in wanted if name == kind.name)
-        if keys:
-            for r in rows(con, f"""
-                    SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                    JOIN (SELECT unnest(?::BIGINT[]) AS pid, unnest(?::BIGINT[]) AS iid) w
-                      ON t.project_id = w.pid AND t.iid = w.iid""", [[k[0] for k in keys], [k[1] for k in keys]]):
-                out[(kind.name, r["project_id"], r["iid"])] = r
-    return out
-
-
-def _items_by_id(con: duckdb.DuckDBPyConnection, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """Stored items by (kind name, id), one query per kind for all of them."""
-    out = {}
-    for kind in kinds.ITEM_KINDS:
-        ids = sorted(i for name, i in wanted if name == kind.name)
-        if ids:
-            for r in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
-                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [ids]):
-                out[(kind.name, r["id"])] = r
-    return out
+def _items_keyed(con: duckdb.DuckDBPyConnection, keys: set[tuple[str, int, int]], ids: set[tuple[str, int]]
+                 ) -> tuple[dict[tuple[str, int, int], dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """Stored items by (kind name, project id, iid) and by (kind name, id), in one query for both
+    kinds: the rows of those iids or ids (a few more than asked: an iid is one per project), kept
+    where they match."""
+    wanted = [(k, sorted({iid for name, _, iid in keys if name == k.name}), sorted(i for name, i in ids if name == k.name))
+              for k in kinds.ITEM_KINDS]
+    wanted = [w for w in wanted if w[1] or w[2]]
+    by_key: dict[tuple[str, int, int], dict[str, Any]] = {}
+    by_id: dict[tuple[str, int], dict[str, Any]] = {}
+    if not wanted:
+        return by_key, by_id
+    found = rows(con, " UNION ALL ".join(
+        f"SELECT '{k.name}' AS kind_name, {ITEM_COLUMNS} FROM {k.table} t JOIN projects p ON p.id = t.project_id "
+        "WHERE list_contains(?::BIGINT[], t.iid) OR list_contains(?::BIGINT[], t.id)" for k, _, _ in wanted),
+                 [p for _, iids, item_ids in wanted for p in (iids, item_ids)])
+    for r in found:
+        name = r.pop("kind_name")
+        if (name, r["project_id"], r["iid"]) in keys:
+            by_key[(name, r["project_id"], r["iid"])] = r
+        if (name, r["id"]) in ids:
+            by_id[(name, r["id"])] = r
+    return by_key, by_id
 
 
 def _add(group: dict[tuple[str, str], dict[str, Any]], link: dict[str, Any], found_in: str) -> None:
