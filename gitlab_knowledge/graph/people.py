@@ -100,9 +100,10 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         pid = project_id(con, project)
         name = _username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
         u = name.lower()
-        assigned, assigned_mrs, reviewing, authored, states = _my_items(con, u, pid, start)
+        found = _mine_of(con, u, pid)
+        assigned, assigned_mrs, reviewing, authored, states = _my_items(con, found, start)
         mentions, mentioned = mentions_of(con, name, pid, start, attention=True, limit=limit)
-        notes, note_total = _changes(con, u, start, pid, limit)
+        notes, note_total = _changes(con, u, start, found, limit)
     todos = None
     if live:
         from gitlab_knowledge.graph.todos import pending_todos
@@ -136,22 +137,33 @@ def _mine(kind: kinds.Kind) -> str:
 _ROLES = ("is_author", "is_assignee", "is_reviewer", "merged_at")
 
 
-def _my_items(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime) -> tuple[list[dict[str, Any]], ...]:
-    """`me`'s item lists, newest update first, from one read of each kind: the open issues assigned
-    to the user, the open MRs assigned (not authored), to review and authored (with their
-    unresolved threads), and the items closed or merged since `start`."""
+def _mine_of(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> dict[kinds.Kind, list[dict[str, Any]]]:
+    """Every item the user authored, is assigned to or (an MR) reviews, with their roles, newest
+    update first, in one query for both kinds: `me`'s lists and the items whose new notes it counts
+    (each read this once; a query per kind and list cost ~2-5 ms each at 100K documents)."""
     scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
-    found: dict[kinds.Kind, list[dict[str, Any]]] = {}
+    found: dict[kinds.Kind, list[dict[str, Any]]] = {kind: [] for kind in kinds.ITEM_KINDS}
+    parts, params = [], []
     for kind in kinds.ITEM_KINDS:
         mr = kind is kinds.MERGE_REQUEST
-        merged = "t.merged_at" if mr else "NULL::TIMESTAMP"
-        found[kind] = rows(con, f"""
-            SELECT {ITEM_COLUMNS}, {merged} AS merged_at, {_is('t.author_username')} AS is_author,
-                   {_in('t.assignees')} AS is_assignee, {_in('t.reviewers') if mr else 'false'} AS is_reviewer
-            FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-            WHERE {_mine(kind)} AND (t.state IN {OPEN_STATES} OR t.closed_at >= ? OR {merged} >= ?){scope}
-            ORDER BY t.updated_at DESC, t.id DESC""", [u, u, *([u] if mr else []), *[u] * _mine(kind).count("?"),
-                                                       start, start, *scoped])
+        parts.append(f"""
+            SELECT '{kind.name}' AS kind_name, {ITEM_COLUMNS}, {'t.merged_at' if mr else 'NULL::TIMESTAMP'} AS merged_at,
+                   {_is('t.author_username')} AS is_author, {_in('t.assignees')} AS is_assignee,
+                   {_in('t.reviewers') if mr else 'false'} AS is_reviewer
+            FROM {kind.table} t JOIN projects p ON p.id = t.project_id WHERE {_mine(kind)}{scope}""")
+        params += [u, u, *([u] if mr else []), *[u] * _mine(kind).count("?"), *scoped]
+    for r in rows(con, " UNION ALL ".join(parts) + " ORDER BY updated_at DESC, id DESC", params):
+        found[kinds.kind(r.pop("kind_name"))].append(r)
+    return found
+
+
+def _my_items(con: duckdb.DuckDBPyConnection, mine: dict[kinds.Kind, list[dict[str, Any]]],
+              start: datetime) -> tuple[list[dict[str, Any]], ...]:
+    """`me`'s item lists, newest update first: the open issues assigned to the user, the open MRs
+    assigned (not authored), to review and authored (with their unresolved threads), and the
+    items closed or merged since `start`."""
+    found = {kind: [r for r in items if r["state"] in OPEN_STATES or _since(r["closed_at"], start)
+                    or _since(r["merged_at"], start)] for kind, items in mine.items()}
 
     def picked(kind: kinds.Kind, keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         return [r for r in found[kind] if r["state"] in OPEN_STATES and keep(r)]
@@ -181,27 +193,32 @@ def _my_items(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: da
             entries(mrs, authored, unresolved_threads={r["id"]: unresolved.get(r["id"], 0) for r in authored}), states)
 
 
-def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime, pid: int | None,
+def _since(at: datetime | None, start: datetime) -> bool:
+    return at is not None and at >= start
+
+
+def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime, mine: dict[kinds.Kind, list[dict[str, Any]]],
              limit: int | None) -> tuple[list[dict[str, Any]], int]:
-    """New notes by others on the user's items since `start`: the newest `limit`, and how many
-    there are."""
-    scope = " AND t.project_id = ?" if pid is not None else ""
-    scoped = [pid] if pid is not None else []
-    mine = " UNION ALL ".join(
-        f"SELECT '{k.noteable_type}' AS noteable_type, '{k.name}' AS kind, t.id, t.iid, t.title, t.state, t.web_url, "
-        f"p.path_with_namespace AS project FROM {k.table} t JOIN projects p ON p.id = t.project_id "
-        f"WHERE {_mine(k)}{scope}" for k in kinds.ITEM_KINDS)
-    mine_params = [p for k in kinds.ITEM_KINDS for p in ([u] * _mine(k).count("?") + scoped)]
+    """New notes by others on the user's items (`mine`) since `start`: the newest `limit`, and how
+    many there are."""
+    keys = [(k.noteable_type, k.name, r["id"]) for k, items in mine.items() for r in items]
+    if not keys:
+        return [], 0
+    items = {(k.name, r["id"]): r for k, found in mine.items() for r in found}
     # The newest first and how many, without a body; then the bodies of those shown only (a
     # user's items can carry ten thousand notes since a day long ago, and an agent is shown 100).
     found = rows(con, f"""
-        WITH mine AS ({mine})
-        SELECT n.id AS note_id, n.author_username AS note_author, n.created_at AS note_at, mine.*,
+        SELECT n.id AS note_id, n.author_username AS note_author, n.created_at AS note_at, mine.kind, mine.id,
                count(*) OVER () AS total
-        FROM notes n JOIN mine ON n.noteable_type = mine.noteable_type AND n.noteable_id = mine.id
+        FROM notes n JOIN (SELECT unnest(?::TEXT[]) AS noteable_type, unnest(?::TEXT[]) AS kind,
+                                  unnest(?::BIGINT[]) AS id) mine
+          ON n.noteable_type = mine.noteable_type AND n.noteable_id = mine.id
         WHERE n.created_at >= ? AND NOT {_is('n.author_username')}
         ORDER BY n.created_at DESC, n.id DESC{f' LIMIT {int(limit)}' if limit is not None else ''}""",
-                 [*mine_params, start, u])
+                 [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], start, u])
+    for r in found:
+        item = items[(r["kind"], r["id"])]
+        r.update({key: item[key] for key in ("iid", "title", "state", "web_url", "project")})
     bodies = note_bodies(con, [r["note_id"] for r in found])
     notes = [{"item": public_item(kinds.kind(r["kind"]), r), "note_id": r["note_id"], "author": r["note_author"],
               "created_at": iso(r["note_at"]), "excerpt": excerpt(bodies.get(r["note_id"])),
