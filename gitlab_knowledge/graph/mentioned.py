@@ -2,10 +2,11 @@
 
 Looked up in the graph's `mentions` rows (graph/refresh.py fills them, graph/mentions.py says
 which words are a mention), not found by scanning every note body: the rows say who wrote each
-mention when, and the note's thread state, so the newest kept mention of each thread is picked in
-SQL from them alone, and only the texts of the newest `limit` are read. Under a lens the
-`mentions` rows of hidden notes and confidential issues are hidden like the notes themselves
-(store/visibility.py), and the items are read through the lens's views.
+mention when, and the note's thread state, so the newest kept mention of each thread is picked
+from them alone (here: a window over them in SQL cost more than reading them), and only the texts
+of the newest `limit` are read. Under a lens the `mentions` rows of hidden notes and confidential
+issues are hidden like the notes themselves (store/visibility.py), and the items are read through
+the lens's views.
 """
 
 import re
