@@ -2,20 +2,21 @@
 
 Looked up in the graph's `mentions` rows (graph/refresh.py fills them, graph/mentions.py says
 which words are a mention), not found by scanning every note body: the rows say who wrote each
-mention when, and the note's thread state, so the newest kept mention of each thread is picked in
-SQL from them alone, and only the texts of the newest `limit` are read. Under a lens the
-`mentions` rows of hidden notes and confidential issues are hidden like the notes themselves
-(store/visibility.py), and the items are read through the lens's views.
+mention when, and the note's thread state, so the newest kept mention of each thread is picked
+from them alone (here: a window over them in SQL cost more than reading them), and only the texts
+of the newest `limit` are read. Under a lens the `mentions` rows of hidden notes and confidential
+issues are hidden like the notes themselves (store/visibility.py), and the items are read through
+the lens's views.
 """
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.graph.queries import excerpt, iso, public_item, rows
+from gitlab_knowledge.graph.queries import excerpt, iso, note_bodies, public_item, rows
 
 # `reopened` is what GitLabs before 10.x stored for an item opened again.
 OPEN_STATES = ("opened", "reopened")
@@ -49,21 +50,22 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
     items = " UNION ALL ".join(
         f"SELECT '{k.name}' AS kind, t.id, t.iid, t.title, t.state, t.web_url, p.path_with_namespace AS project "
         f"FROM {k.table} t JOIN projects p ON p.id = t.project_id" for k in kinds.ITEM_KINDS)
-    # One entry per thread (its newest kept note) and per item whose title or description names
-    # the user (the description's words shown before the title's).
-    found = rows(con, f"""
-        WITH kept AS (
-            SELECT m.note_id, m.discussion_id, m.found_in, m.item_id, m.author_username AS author,
-                   m.created_at, CASE WHEN m.resolvable THEN COALESCE(m.resolved, false) END AS resolved,
-                   t.kind, t.iid, t.title, t.state, t.web_url, t.project
-            FROM mentions m JOIN ({items}) t ON t.kind = m.item_type AND t.id = m.item_id
-            WHERE m.username = ? AND NOT lower(COALESCE(m.author_username, '')) = ?{scope} AND ({kept})
-            QUALIFY row_number() OVER (
-                PARTITION BY COALESCE(m.discussion_id, m.item_type || ':' || m.item_id)
-                ORDER BY m.created_at DESC NULLS LAST, m.note_id DESC NULLS LAST, m.found_in = 'description' DESC) = 1)
-        SELECT *, count(*) OVER () AS total FROM kept
-        ORDER BY created_at DESC NULLS LAST, COALESCE(note_id, 0) DESC
-        {f'LIMIT {int(limit)}' if limit is not None else ''}""", [u, u, *scoped, *since])
+    # Every kept mention with its item; then one entry per thread (its newest kept note) and per
+    # item whose title or description names the user (the description's words shown before the
+    # title's), picked here: a window over the rows in SQL cost ~4 ms at 100K documents.
+    kept_rows = rows(con, f"""
+        SELECT m.note_id, m.discussion_id, m.found_in, m.item_type, m.item_id, m.author_username AS author,
+               m.created_at, CASE WHEN m.resolvable THEN COALESCE(m.resolved, false) END AS resolved,
+               t.kind, t.iid, t.title, t.state, t.web_url, t.project
+        FROM mentions m JOIN ({items}) t ON t.kind = m.item_type AND t.id = m.item_id
+        WHERE m.username = ? AND NOT lower(COALESCE(m.author_username, '')) = ?{scope} AND ({kept})""",
+                     [u, u, *scoped, *since])
+    newest: dict[Any, dict[str, Any]] = {}
+    for r in sorted(kept_rows, key=_newest_first):
+        thread = r["discussion_id"] if r["discussion_id"] is not None else f"{r['item_type']}:{r['item_id']}"
+        newest.setdefault(thread, r)
+    everyone = sorted(newest.values(), key=lambda r: (_descending(r["created_at"]), -(r["note_id"] or 0)))
+    found = everyone[:limit] if limit is not None else everyone
     texts = _texts(con, found)
     out = []
     for r in found:
@@ -75,7 +77,19 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
             "created_at": iso(r["created_at"]), "excerpt": _around(text, user), "resolved": r["resolved"],
             "url": r["web_url"] if r["note_id"] is None
             else kinds.note_url(r["web_url"], r["note_id"]) if r["web_url"] else None})
-    return out, found[0]["total"] if found else 0
+    return out, len(everyone)
+
+
+def _descending(at: datetime | None) -> tuple[int, int]:
+    """Newest first, an unknown time last (SQL's `DESC NULLS LAST`), to the microsecond."""
+    return (1, 0) if at is None else (0, -((at - datetime.min) // timedelta(microseconds=1)))
+
+
+def _newest_first(r: dict[str, Any]) -> tuple[Any, ...]:
+    """A thread's (or item's) mentions, the one to show first: the newest note, then the
+    description before the title."""
+    return (_descending(r["created_at"]), -r["note_id"] if r["note_id"] is not None else 1,
+            r["found_in"] != "description")
 
 
 def _texts(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]]) -> dict[tuple[str, int, int | None], str]:
@@ -84,8 +98,7 @@ def _texts(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]]) -> dict[
     out: dict[tuple[str, int, int | None], str] = {}
     notes = [r for r in found if r["note_id"] is not None]
     if notes:
-        bodies = dict(con.execute("SELECT id, body FROM notes WHERE id IN (SELECT unnest(?::BIGINT[]))",
-                                  [[r["note_id"] for r in notes]]).fetchall())
+        bodies = note_bodies(con, [r["note_id"] for r in notes])
         out.update({(r["kind"], r["item_id"], r["note_id"]): bodies.get(r["note_id"]) or "" for r in notes})
     for kind in kinds.ITEM_KINDS:
         described = {r["item_id"]: r["found_in"] for r in found if r["note_id"] is None and r["kind"] == kind.name}

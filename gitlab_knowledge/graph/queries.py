@@ -55,6 +55,14 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = No
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+def note_bodies(con: duckdb.DuckDBPyConnection, ids: list[int]) -> dict[int, str | None]:
+    """The bodies of a few notes (the ones an answer shows), by id. Matched in the scan with a
+    list (a semi-join with the ids cost ~2 ms more at 100K documents)."""
+    if not ids:
+        return {}
+    return dict(con.execute("SELECT id, body FROM notes WHERE list_contains(?::BIGINT[], id)", [ids]).fetchall())
+
+
 def item_url(config: Config, path: str, kind: kinds.Kind, iid: int) -> str:
     """The web address of an item the store does not hold, as GitLab would write it."""
     return kind.url(config.gitlab.display_url, path, iid)
@@ -119,35 +127,40 @@ def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
 
 def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
               items: list[dict[str, Any]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """`links_of` for each of several items of one kind, by item id, read in a few queries for all
-    of them: the links and then the items on their other side (a query per link cost ~1.5 ms each
-    at 100K documents, and an MR links a dozen items)."""
+    """`links_of` for each of several items of one kind, by item id, read in three queries for all
+    of them: both directions of their links, the projects a link names by path, and the stored
+    items on the links' other side (a query per link cost ~1.5 ms at 100K documents, and an MR
+    links a dozen items; a query per direction and per kind, ~2-3 ms each)."""
     out: dict[int, dict[str, dict[tuple[str, str], dict[str, Any]]]] = {i["id"]: {g: {} for g in GROUPS} for i in items}
     if not items:
         return {}
-    outgoing = rows(con, """
-        SELECT source_id, kind, found_in, target_type, target_path, target_iid, target_project_id, external
-        FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))""",
-                    [kind.name, [i["id"] for i in items]])
-    incoming = rows(con, """
-        SELECT kind, found_in, source_type, source_id, target_iid, target_project_id, target_path FROM item_references
-        WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[]))""",
-                    [kind.name, sorted({i["iid"] for i in items})])
+    found = rows(con, """
+        SELECT true AS outgoing, source_type, source_id, kind, found_in, target_type, target_path, target_iid,
+               target_project_id, external
+        FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))
+        UNION ALL
+        SELECT false, source_type, source_id, kind, found_in, target_type, target_path, target_iid,
+               target_project_id, external
+        FROM item_references WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[]))""",
+                 [kind.name, [i["id"] for i in items], kind.name, sorted({i["iid"] for i in items})])
+    outgoing = [r for r in found if r["outgoing"]]
+    incoming = [r for r in found if not r["outgoing"]]
     # A link not resolved when it was read names its project by path: it may have been synced since.
     paths: dict[str, int] = {}
-    for pid, path in con.execute("SELECT id, lower(path_with_namespace) FROM projects ORDER BY id DESC").fetchall():
-        paths[path] = pid
+    if any(r["target_project_id"] is None for r in outgoing):
+        for pid, path in con.execute("SELECT id, lower(path_with_namespace) FROM projects ORDER BY id DESC").fetchall():
+            paths[path] = pid
     for r in outgoing:
         r["pid"] = r["target_project_id"] if r["target_project_id"] is not None else paths.get(r["target_path"].lower())
-    by_key = _items_keyed(con, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None})
-    by_id = _items_by_id(con, {(r["source_type"], r["source_id"]) for r in incoming})
+    by_key, by_id = _items_keyed(con, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None},
+                                 {(r["source_type"], r["source_id"]) for r in incoming})
     for r in outgoing:
         target_kind = kinds.kind(r["target_type"])
-        found = by_key.get((r["target_type"], r["pid"], r["target_iid"]))
-        if found is not None and found["id"] == r["source_id"] and target_kind is kind:
+        other = by_key.get((r["target_type"], r["pid"], r["target_iid"]))
+        if other is not None and other["id"] == r["source_id"] and target_kind is kind:
             continue  # an item naming itself links nothing
-        if found is not None:
-            link = {**public_item(target_kind, found), "external": bool(r["external"]), "in_store": True}
+        if other is not None:
+            link = {**public_item(target_kind, other), "external": bool(r["external"]), "in_store": True}
         else:
             link = {"reference": target_kind.ref(r["target_iid"], r["target_path"]), "type": target_kind.name,
                     "title": None, "state": None,
@@ -176,31 +189,29 @@ def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
     return {i: {g: sorted(links.values(), key=_link_order) for g, links in groups.items()} for i, groups in out.items()}
 
 
-def _items_keyed(con: duckdb.DuckDBPyConnection,
-                 wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], dict[str, Any]]:
-    """Stored items by (kind name, project id, iid), one query per kind for all of them."""
-    out = {}
-    for kind in kinds.ITEM_KINDS:
-        keys = sorted((pid, iid) for name, pid, iid in wanted if name == kind.name)
-        if keys:
-            for r in rows(con, f"""
-                    SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id
-                    JOIN (SELECT unnest(?::BIGINT[]) AS pid, unnest(?::BIGINT[]) AS iid) w
-                      ON t.project_id = w.pid AND t.iid = w.iid""", [[k[0] for k in keys], [k[1] for k in keys]]):
-                out[(kind.name, r["project_id"], r["iid"])] = r
-    return out
-
-
-def _items_by_id(con: duckdb.DuckDBPyConnection, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """Stored items by (kind name, id), one query per kind for all of them."""
-    out = {}
-    for kind in kinds.ITEM_KINDS:
-        ids = sorted(i for name, i in wanted if name == kind.name)
-        if ids:
-            for r in rows(con, f"SELECT {ITEM_COLUMNS} FROM {kind.table} t JOIN projects p ON p.id = t.project_id "
-                               "WHERE t.id IN (SELECT unnest(?::BIGINT[]))", [ids]):
-                out[(kind.name, r["id"])] = r
-    return out
+def _items_keyed(con: duckdb.DuckDBPyConnection, keys: set[tuple[str, int, int]], ids: set[tuple[str, int]]
+                 ) -> tuple[dict[tuple[str, int, int], dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """Stored items by (kind name, project id, iid) and by (kind name, id), in one query for both
+    kinds: the rows of those iids or ids (a few more than asked: an iid is one per project), kept
+    where they match."""
+    wanted = [(k, sorted({iid for name, _, iid in keys if name == k.name}), sorted(i for name, i in ids if name == k.name))
+              for k in kinds.ITEM_KINDS]
+    wanted = [w for w in wanted if w[1] or w[2]]
+    by_key: dict[tuple[str, int, int], dict[str, Any]] = {}
+    by_id: dict[tuple[str, int], dict[str, Any]] = {}
+    if not wanted:
+        return by_key, by_id
+    found = rows(con, " UNION ALL ".join(
+        f"SELECT '{k.name}' AS kind_name, {ITEM_COLUMNS} FROM {k.table} t JOIN projects p ON p.id = t.project_id "
+        "WHERE list_contains(?::BIGINT[], t.iid) OR list_contains(?::BIGINT[], t.id)" for k, _, _ in wanted),
+                 [p for _, iids, item_ids in wanted for p in (iids, item_ids)])
+    for r in found:
+        name = r.pop("kind_name")
+        if (name, r["project_id"], r["iid"]) in keys:
+            by_key[(name, r["project_id"], r["iid"])] = r
+        if (name, r["id"]) in ids:
+            by_id[(name, r["id"])] = r
+    return by_key, by_id
 
 
 def _add(group: dict[tuple[str, str], dict[str, Any]], link: dict[str, Any], found_in: str) -> None:
@@ -285,23 +296,46 @@ def _change(row: dict[str, Any]) -> str:
     return "renamed" if row["renamed_file"] else "modified"
 
 
+# What history says of an MR, read with the rows that name the path (the MRs come with them).
+_MR = ("m.id AS merge_request_id, m.iid, m.title, m.state, m.web_url, m.project_id, m.merged_at, m.updated_at, "
+       "m.author_username, p.path_with_namespace AS project, COALESCE(m.merged_at, m.updated_at) AS touched_at")
+
+
 def _touches(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, hits: dict[int, dict[str, Any]],
-             follow: list[_Target], seen: set[tuple[int, str]], renames: list[dict[str, Any]]) -> None:
-    """Record the MRs whose file list or DiffNotes name `target`; queue the paths renamed into it
-    (not a path the history asks about anyway: all of its MRs are in already)."""
-    new_sql, new_params = target.sql("f.new_path")
-    old_sql, old_params = target.sql("f.old_path")
+             follow: list[_Target], seen: set[tuple[int, str]], renames: list[dict[str, Any]],
+             found: dict[int, dict[str, Any]]) -> None:
+    """Record the MRs whose file list or DiffNotes name `target` (in `found`, the MRs themselves);
+    queue the paths renamed into it (not a path the history asks about anyway: all of its MRs are
+    in already). The file rows and the review notes come in one query, each in its own order."""
     scope, scope_params = target.scope()
-    files = rows(con, f"""
-        SELECT f.merge_request_id, m.project_id, m.iid, p.path_with_namespace AS project,
-               COALESCE(m.merged_at, m.updated_at) AS touched_at, f.old_path, f.new_path, f.new_file, f.renamed_file,
-               f.deleted_file
+    file_sql, file_params = _either(target, "f")
+    note_sql, note_params = _either(target, "np")
+    touched = rows(con, f"""
+        SELECT 0 AS src, {_MR}, f.position AS pos, f.old_path, f.new_path, f.new_file, f.renamed_file, f.deleted_file,
+               NULL::TEXT AS discussion_id, NULL::INTEGER AS new_line, NULL::INTEGER AS old_line
         FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
-        WHERE ({new_sql} OR {old_sql}){scope} ORDER BY touched_at, f.merge_request_id, f.position""",
-                 [*new_params, *old_params, *scope_params])
-    for r in files:
+        WHERE {file_sql}{scope}
+        UNION ALL
+        SELECT 1, {_MR}, n.position, np.old_path, np.new_path, NULL, NULL, NULL, n.discussion_id,
+               np.new_line, np.old_line
+        FROM note_positions np JOIN notes n ON n.id = np.note_id
+        JOIN {kinds.MERGE_REQUEST.table} m ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND m.id = n.noteable_id
+        JOIN projects p ON p.id = m.project_id
+        WHERE {note_sql}{scope}
+        ORDER BY src, CASE WHEN src = 0 THEN touched_at END, CASE WHEN src = 0 THEN merge_request_id END,
+                 discussion_id, pos""", [*file_params, *scope_params, *note_params, *scope_params])
+    for r in touched:
+        found.setdefault(r["merge_request_id"], {k: r[k] for k in (
+            "iid", "title", "state", "web_url", "project_id", "merged_at", "updated_at", "author_username", "project")}
+                         | {"id": r["merge_request_id"]})
         entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
                                                          "rename": target.rename})
+        if r["src"] == 1:
+            path = r["new_path"] if target.matches(r["new_path"]) else r["old_path"]
+            line = r["new_line"] if path == r["new_path"] and r["new_line"] is not None else r["old_line"]
+            entry["threads"].setdefault(r["discussion_id"], {"path": path, "line": line})
+            entry.setdefault("noted_paths", set()).add(path)
+            continue
         change = _change(r)
         path = r["new_path"] or r["old_path"]
         entry["files"].setdefault(path, {"path": path, "old_path": r["old_path"] if change == "renamed" else None,
@@ -314,38 +348,36 @@ def _touches(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, hit
                       "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]), "at": iso(r["touched_at"])}
             renames.append(rename)
             follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
-    new_sql, new_params = target.sql("np.new_path")
-    old_sql, old_params = target.sql("np.old_path")
-    notes = rows(con, f"""
-        SELECT m.id AS merge_request_id, COALESCE(m.merged_at, m.updated_at) AS touched_at, n.discussion_id,
-               np.new_path, np.old_path, np.new_line, np.old_line
-        FROM note_positions np JOIN notes n ON n.id = np.note_id
-        JOIN {kinds.MERGE_REQUEST.table} m ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND m.id = n.noteable_id
-        WHERE ({new_sql} OR {old_sql}){scope} ORDER BY n.discussion_id, n.position""",
-                 [*new_params, *old_params, *scope_params])
-    for r in notes:
-        entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
-                                                         "rename": target.rename})
-        path = r["new_path"] if target.matches(r["new_path"]) else r["old_path"]
-        line = r["new_line"] if path == r["new_path"] and r["new_line"] is not None else r["old_line"]
-        entry["threads"].setdefault(r["discussion_id"], {"path": path, "line": line})
-        entry.setdefault("noted_paths", set()).add(path)
 
 
-def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
+    """A row of `table` whose new or old path is the target."""
+    new_sql, new_params = target.sql(f"{table}.new_path")
+    old_sql, old_params = target.sql(f"{table}.old_path")
+    return f"({new_sql} OR {old_sql})", [*new_params, *old_params]
+
+
+def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any]],
+             mr_ids: list[int]) -> dict[str, dict[str, Any]]:
     """The review threads positioned on the path (of every MR at once): who opened them, how, and
-    whether resolved, by thread id, oldest first. The notes are narrowed to those threads before the first of
-    each is picked (a window over every note cost ~40 ms per MR at 100K documents)."""
+    whether resolved, by thread id, oldest first. The notes are narrowed to the MRs' (an integer
+    lookup) and those threads before the first of each is picked, as one value (a window over
+    every note cost ~40 ms per MR at 100K documents; a text semi-join with the threads ~15 ms)."""
     if not positioned:
         return {}
-    firsts = rows(con, """
-        WITH wanted AS (SELECT unnest(?::TEXT[]) AS id),
-             first AS (SELECT n.discussion_id, n.author_username, n.body, n.created_at FROM notes n
-                       WHERE n.discussion_id IN (SELECT id FROM wanted)
-                       QUALIFY row_number() OVER (PARTITION BY n.discussion_id ORDER BY n.position) = 1)
-        SELECT d.id, d.resolvable, d.resolved, f.author_username, f.body, f.created_at
+    wanted = list(positioned)
+    firsts = rows(con, f"""
+        WITH first AS (SELECT n.discussion_id, arg_min({{'author': n.author_username, 'body': n.body,
+                                                        'at': n.created_at}}, n.position) AS note
+                       FROM notes n
+                       WHERE n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}'
+                         AND n.noteable_id IN (SELECT unnest(?::BIGINT[])) AND list_contains(?::TEXT[], n.discussion_id)
+                       GROUP BY n.discussion_id)
+        SELECT d.id, d.resolvable, d.resolved, f.note.author AS author_username, f.note.body AS body,
+               f.note.at AS created_at
         FROM first f JOIN discussions d ON d.id = f.discussion_id
-        ORDER BY f.created_at, d.id""", [list(positioned)])
+        WHERE d.{kinds.MERGE_REQUEST.thread_column} IN (SELECT unnest(?::BIGINT[]))
+        ORDER BY f.note.at, d.id""", [mr_ids, wanted, mr_ids])
     return {t["id"]: {"discussion_id": t["id"], "path": positioned[t["id"]]["path"],
                       "line": positioned[t["id"]]["line"], "author": t["author_username"],
                       "created_at": iso(t["created_at"]), "excerpt": excerpt(t["body"]),
@@ -366,16 +398,13 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
         follow = [root]
         # The cycle guard: a path is followed once per project (A → B, then B → A again).
         seen: set[tuple[int, str]] = set()
+        found: dict[int, dict[str, Any]] = {}
         while follow:
-            _touches(con, follow.pop(0), root, hits, follow, seen, renames)
+            _touches(con, follow.pop(0), root, hits, follow, seen, renames, found)
         newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
-        # The MRs, their links and their threads in a few queries for all of them, not per MR.
-        found = {r["id"]: r for r in rows(con, """
-            SELECT t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.merged_at, t.updated_at,
-                   t.author_username, p.path_with_namespace AS project
-            FROM merge_requests t JOIN projects p ON p.id = t.project_id WHERE t.id IN (SELECT unnest(?::BIGINT[]))""", [newest])}
+        # Their links and their threads in a few queries for all of them, not per MR.
         links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found])
-        threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()})
+        threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()}, newest)
         out = []
         for mr_id in newest:
             hit, mr = hits[mr_id], found[mr_id]

@@ -5,8 +5,9 @@ document, validated by the same schema (cli/schemas/<name>.json), plus a short t
 reads go through a workspace that sees only what agents may see (store/visibility.py), so a
 confidential issue or an internal note never reaches an answer without the config's opt-in.
 Lists are cut at GRAPH_LIST entries; the text says when one was. A merge request in
-`file_history` lists at most ITEM_FILES files and GRAPH_LIST threads, as `get_merge_request` does
-(`files_omitted` / `threads_omitted` say how many more there were).
+`file_history` lists at most ITEM_FILES files, GRAPH_LIST threads and GRAPH_LIST links per group
+(as `related` cuts its groups; `files_omitted` / `threads_omitted` / `links_omitted` say how many
+more there were).
 """
 
 import asyncio
@@ -128,6 +129,12 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
             if len(mr[key]) > bound:
                 mr[f"{key}_omitted"] = len(mr[key]) - bound
                 mr[key] = mr[key][:bound]
+        # Each group of links as `related` cuts it (an MR mentioned in 1,000 items listed them all).
+        over = {group: len(links) - GRAPH_LIST for group, links in mr["links"].items() if len(links) > GRAPH_LIST}
+        if over:
+            mr["links_omitted"] = over
+            mr["links"] = {group: _cap(links) for group, links in mr["links"].items()}
+            mr["closes"] = _cap(mr["closes"])
     more = f", the newest {len(mrs)} shown" if out["total"] > len(mrs) else ""
     lines = [f"# History of `{out['path']}`: {out['total']} merge request(s){more}"]
     lines += [f"followed a rename: `{r['from']}` → `{r['to']}` by {r['by']}" for r in out["renames"]]
@@ -144,6 +151,8 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
                          "ask about a narrower path, or run `history PATH --json`, for the rest]")
         lines += [f"- {title.lower()} {_item(link)}" for group, title in GROUP_TITLES.items()
                   for link in mr["links"][group]]
+        lines += [f"- [{n:,} more link(s) ({GROUP_TITLES[group].lower()}) not shown: the first {GRAPH_LIST} are]"
+                  for group, n in mr.get("links_omitted", {}).items()]
         for t in mr["threads"]:
             state = "resolved" if t["resolved"] else ("unresolved" if t["resolvable"] else "comment")
             line = f":{t['line']}" if t["line"] else ""

@@ -215,3 +215,43 @@ def test_tool_errors_are_one_line_saying_what_to_do(default: tuple[list[Any], li
     assert "pass user" in nobody and "--user" not in nobody
     assert "since" in bad_day
     assert "since" in not_a_day and "input schema" in not_a_day
+
+
+def test_file_history_cuts_each_group_of_links_as_related_does(configs: dict[str, Path], tmp_path: Path) -> None:
+    """An MR mentioning 130 issues listed all 130 in `file_history` (related cut them at GRAPH_LIST):
+    each group is cut there too, and `links_omitted` and the text say how many more there were."""
+    import duckdb
+
+    from gitlab_knowledge.mcp.context import Context
+    from gitlab_knowledge.mcp.tools import all_tools
+
+    shutil.copytree(configs["default"].parent / "data", tmp_path / "data")
+    path = tmp_path / "capped.toml"
+    path.write_text(configs["default"].read_text().replace(str(configs["default"].parent / "data"),
+                                                         str(tmp_path / "data")))
+    config = load_config(path)
+    with duckdb.connect(str(config.duckdb_path)) as con:
+        mr_id, project_id, file = con.execute("""
+            SELECT m.id, m.project_id, f.new_path FROM merge_requests m JOIN projects p ON p.id = m.project_id
+            JOIN mr_files f ON f.merge_request_id = m.id WHERE p.path_with_namespace = 'acme/platform' AND m.iid = 847
+            ORDER BY f.position LIMIT 1""").fetchone()
+        before = con.execute("SELECT count(*) FROM item_references WHERE source_type = 'merge_request' "
+                             "AND source_id = ? AND kind = 'mentions'", [mr_id]).fetchone()[0]
+        con.execute("""
+            INSERT INTO item_references (project_id, source_type, source_id, note_id, found_in, kind, target_type,
+                                         target_path, target_iid, target_project_id, external, text)
+            SELECT ?, 'merge_request', ?, NULL, 'description', 'mentions', 'issue', 'elsewhere/tracker', 5000 + i,
+                   NULL, true, 'elsewhere/tracker#' || (5000 + i) FROM range(130) t(i)""", [project_id, mr_id])
+    tool = {t.name: t for t in all_tools()}["file_history"]
+    ctx = Context.create(config, resident=None)  # type: ignore[arg-type]  # file_history searches nothing
+    text, out = asyncio.run(tool.handler(ctx, {"path": file, "project": "acme/platform"}))
+    jsonschema.validate(out, tool.output_schema, format_checker=jsonschema.FormatChecker())
+    [mr] = [m for m in out["merge_requests"] if m["reference"] == "acme/platform!847"]
+    total = before + 130
+    assert len(mr["links"]["mentions"]) == GRAPH_LIST and mr["links_omitted"] == {"mentions": total - GRAPH_LIST}
+    # The newest GRAPH_LIST of what the CLI's function lists through the same lens.
+    whole = queries.history(ctx.workspace(visible_only=True), file, "acme/platform").as_dict()["merge_requests"]
+    [full] = [m for m in whole if m["reference"] == "acme/platform!847"]
+    assert mr["links"]["mentions"] == full["links"]["mentions"][:GRAPH_LIST]
+    assert f"[{total - GRAPH_LIST:,} more link(s) (mentions) not shown" in text
+    assert all("links_omitted" not in m for m in out["merge_requests"] if m is not mr)

@@ -1,0 +1,97 @@
+"""Where someone else wrote @user: the mentions `me` and `person` list (graph/people.py).
+
+Looked up in the graph's `mentions` rows (graph/refresh.py fills them, graph/mentions.py says
+which words are a mention), not found by scanning every note body: the rows say who wrote each
+mention when, and the note's thread state, so the newest kept mention of each thread is picked in
+SQL from them alone, and only the texts of the newest `limit` are read. Under a lens the
+`mentions` rows of hidden notes and confidential issues are hidden like the notes themselves
+(store/visibility.py), and the items are read through the lens's views.
+"""
+
+import re
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from gitlab_knowledge import kinds
+from gitlab_knowledge_tests.support.graph_before.queries import excerpt, iso, public_item, rows
+
+# `reopened` is what GitLabs before 10.x stored for an item opened again.
+OPEN_STATES = ("opened", "reopened")
+EXCERPT_LEAD = 60  # characters of context an excerpt keeps before the @mention it shows
+
+
+def _around(text: str, user: str) -> str:
+    """An excerpt of `text` that shows where it names @user (a long description names people
+    anywhere)."""
+    found = re.search(rf"@{re.escape(user)}", text, re.IGNORECASE)
+    start = found.start() if found else 0
+    if start > EXCERPT_LEAD:
+        text = "…" + text[start - EXCERPT_LEAD:].lstrip()
+    return excerpt(text)
+
+
+def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, start: datetime | None,
+                attention: bool = False, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Every place someone else wrote @user: notes in any thread (resolved or not; the latest such
+    note of each thread) and item titles and descriptions, newest first, each with its reason.
+    Written since `start`; with `attention` (what `me` lists), also any older one on an open item
+    or in a thread still unresolved. Returns the newest `limit` (all without one) and how many
+    there are."""
+    u = user.lower()
+    scope, scoped = (" AND m.project_id = ?", [pid]) if pid is not None else ("", [])
+    recent, since = ("m.created_at >= ?", [start]) if start is not None else ("true", [])
+    # A note in a thread GitLab can resolve, not resolved: GitLab marks every note of a resolved
+    # thread resolved, so the note says its thread's state.
+    unresolved = "m.resolvable AND NOT COALESCE(m.resolved, false)"
+    kept = f"{recent} OR t.state IN {OPEN_STATES} OR ({unresolved})" if attention else recent
+    items = " UNION ALL ".join(
+        f"SELECT '{k.name}' AS kind, t.id, t.iid, t.title, t.state, t.web_url, p.path_with_namespace AS project "
+        f"FROM {k.table} t JOIN projects p ON p.id = t.project_id" for k in kinds.ITEM_KINDS)
+    # One entry per thread (its newest kept note) and per item whose title or description names
+    # the user (the description's words shown before the title's).
+    found = rows(con, f"""
+        WITH kept AS (
+            SELECT m.note_id, m.discussion_id, m.found_in, m.item_id, m.author_username AS author,
+                   m.created_at, CASE WHEN m.resolvable THEN COALESCE(m.resolved, false) END AS resolved,
+                   t.kind, t.iid, t.title, t.state, t.web_url, t.project
+            FROM mentions m JOIN ({items}) t ON t.kind = m.item_type AND t.id = m.item_id
+            WHERE m.username = ? AND NOT lower(COALESCE(m.author_username, '')) = ?{scope} AND ({kept})
+            QUALIFY row_number() OVER (
+                PARTITION BY COALESCE(m.discussion_id, m.item_type || ':' || m.item_id)
+                ORDER BY m.created_at DESC NULLS LAST, m.note_id DESC NULLS LAST, m.found_in = 'description' DESC) = 1)
+        SELECT *, count(*) OVER () AS total FROM kept
+        ORDER BY created_at DESC NULLS LAST, COALESCE(note_id, 0) DESC
+        {f'LIMIT {int(limit)}' if limit is not None else ''}""", [u, u, *scoped, *since])
+    texts = _texts(con, found)
+    out = []
+    for r in found:
+        text = texts.get((r["kind"], r["item_id"], r["note_id"]), "")
+        out.append({
+            "item": public_item(kinds.kind(r["kind"]), r),
+            "reason": "mentioned in a note" if r["note_id"] is not None else "mentioned in the description",
+            "discussion_id": r["discussion_id"], "note_id": r["note_id"], "author": r["author"],
+            "created_at": iso(r["created_at"]), "excerpt": _around(text, user), "resolved": r["resolved"],
+            "url": r["web_url"] if r["note_id"] is None
+            else kinds.note_url(r["web_url"], r["note_id"]) if r["web_url"] else None})
+    return out, found[0]["total"] if found else 0
+
+
+def _texts(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]]) -> dict[tuple[str, int, int | None], str]:
+    """The words that name the user, for the mentions shown only: the note's body, or the item's
+    description or title (by kind, item id and note id)."""
+    out: dict[tuple[str, int, int | None], str] = {}
+    notes = [r for r in found if r["note_id"] is not None]
+    if notes:
+        bodies = dict(con.execute("SELECT id, body FROM notes WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                                  [[r["note_id"] for r in notes]]).fetchall())
+        out.update({(r["kind"], r["item_id"], r["note_id"]): bodies.get(r["note_id"]) or "" for r in notes})
+    for kind in kinds.ITEM_KINDS:
+        described = {r["item_id"]: r["found_in"] for r in found if r["note_id"] is None and r["kind"] == kind.name}
+        if described:
+            for item_id, title, description in con.execute(
+                    f"SELECT id, title, description FROM {kind.table} WHERE id IN (SELECT unnest(?::BIGINT[]))",
+                    [sorted(described)]).fetchall():
+                out[(kind.name, item_id, None)] = (description if described[item_id] == "description" else title) or ""
+    return out
