@@ -17,7 +17,6 @@ import pytest
 import tomli_w
 
 from gitlab_knowledge.config import parse_config
-from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import TOKEN_ENV, subprocess_env
 from gitlab_knowledge_tests.helpers import SYNC_LAYERS, run_layers
@@ -309,38 +308,6 @@ def test_a_mention_in_an_internal_note_stays_behind_the_lens(home, lens):
             assert hidden["counts"][count] == shown["counts"][count] - 1
     finally:
         reader.close()
-
-
-@pytest.mark.parametrize("lens", ["plain", "config lens", "viewer lens"])
-def test_me_and_person_answer_what_they_did_before_their_rewrite(home, lens):
-    """`me` and `person` read each list in fewer queries since issue 26's third round (mentions
-    picked per thread in Python, the user's items read once): for every user of this store, read
-    plainly and through both lenses, they answer what the functions before it did (kept in
-    gitlab_knowledge_tests/support/graph_before)."""
-    from gitlab_knowledge.config import load_config
-    from gitlab_knowledge.graph import people
-    from gitlab_knowledge.workspace import Workspace
-    from gitlab_knowledge_tests.integration.test_graph_before_and_after import lensed
-    from gitlab_knowledge_tests.support.graph_before import people as before
-
-    users = [u for (u,) in sql(home, "SELECT DISTINCT lower(author_username) FROM notes WHERE author_username IS NOT NULL "
-                                     "UNION SELECT username FROM mentions ORDER BY 1")]
-    mentioned = 0
-    for workspace in lensed(Workspace(load_config(home / "gitlab_knowledge.toml")), lens):
-        for user in users:
-            for since, limit in ((datetime(2000, 1, 1), None), (datetime(2024, 6, 1), 3)):
-                now = people.me(workspace, user, since, None, False, limit).as_dict()
-                assert now == before.me(workspace, user, since, None, False, limit).as_dict(), (user, since)
-                mentioned += now["counts"]["mentions"]
-            for since in (None, datetime(2024, 6, 1)):
-                try:
-                    then = before.person(workspace, user, None, since, 5).as_dict()
-                except UsageError:  # a user only mentioned: the same refusal
-                    with pytest.raises(UsageError):
-                        people.person(workspace, user, None, since, 5)
-                    continue
-                assert people.person(workspace, user, None, since, 5).as_dict() == then, (user, since)
-    assert len(users) > 5 and mentioned > 5
 
 
 def test_me_defaults_to_the_tokens_user(home):
