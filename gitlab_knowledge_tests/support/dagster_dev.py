@@ -2,6 +2,9 @@
 tests: a free port, DAGSTER_HOME in a temp dir, GraphQL helpers, and a stop that always ends the
 whole group (webserver, daemon, code server, run workers), even when the test fails."""
 
+import contextlib
+import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -14,6 +17,16 @@ from gitlab_knowledge.defs.runner import instance_yaml
 
 REPOSITORY = {"repositoryLocationName": "gitlab_knowledge", "repositoryName": "__repository__"}
 DONE = ("SUCCESS", "FAILURE", "CANCELED")
+# The repository's instance settings, with the run queue read every second instead of Dagster's
+# default five: a test waits on every run it launches (and on every run a sensor launches) to
+# leave the queue, and nothing a test checks depends on how often the daemon looks.
+RUN_QUEUE = """
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+"""
 
 
 def free_port() -> int:
@@ -28,10 +41,20 @@ class DagsterDev(DagsterServer):
     def __init__(self, workdir: Path, env: dict[str, str]) -> None:
         home = workdir / "dagster"
         home.mkdir(parents=True, exist_ok=True)
-        (home / "dagster.yaml").write_text(instance_yaml(home))
+        (home / "dagster.yaml").write_text(instance_yaml(home) + RUN_QUEUE)
         workspace = workdir / "workspace.yaml"
         workspace.write_text(WORKSPACE)
         super().__init__(home, workspace, port=free_port(), env=env, log=workdir / "dagster-dev.log")
+
+    def __exit__(self, *exc: object) -> None:
+        """End the whole group at once. How `dagster dev` shuts down on a signal is the `ui`
+        command's business (e2e/test_ui_stop.py stops it that way); a test that is done with its
+        instance has read what it checks, and the graceful stop only made it wait (5-12 s)."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+        self.stop()  # the relay thread, and anything the group left behind
 
     def gql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
         response = httpx.post(f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60)
