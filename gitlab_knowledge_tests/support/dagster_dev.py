@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from gitlab_knowledge.cli.dagster_server import WORKSPACE, DagsterServer
+from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.runner import instance_yaml
 
 REPOSITORY = {"repositoryLocationName": "gitlab_knowledge", "repositoryName": "__repository__"}
@@ -69,13 +70,18 @@ class DagsterDev(DagsterServer):
               __typename ... on PythonError { message } } }""", {"r": REPOSITORY, "k": key})
         assert result["addDynamicPartition"]["__typename"] in ("AddDynamicPartitionSuccess", "DuplicateDynamicPartitionError")
 
-    def launch(self, job: str, partition: str | None) -> str:
+    def launch(self, job: str, partition: str | None, config_path: Path | None = None) -> str:
+        """Launch `job` as the UI's Launchpad does; `config_path` names the gitlab_knowledge config
+        the run reads (run config, as the resource allows) instead of the one in the server's
+        environment, so tests with their own GitLab and store can share one server."""
         tags = [{"key": "dagster/partition", "value": partition}] if partition else []
+        params: dict[str, Any] = {"selector": {**REPOSITORY, "jobName": job}, "executionMetadata": {"tags": tags}}
+        if config_path is not None:
+            params["runConfigData"] = {**QUIET_LOGS, "resources": {"workspace": {"config": {
+                "config_path": str(config_path)}}}}
         result = self.gql("""mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
             __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
-            ... on RunConfigValidationInvalid { errors { message } } } }""",
-                          {"p": {"selector": {**REPOSITORY, "jobName": job},
-                                 "executionMetadata": {"tags": tags}}})
+            ... on RunConfigValidationInvalid { errors { message } } } }""", {"p": params})
         assert result["launchRun"]["__typename"] == "LaunchRunSuccess", result
         return result["launchRun"]["run"]["runId"]
 
@@ -107,6 +113,13 @@ class DagsterDev(DagsterServer):
             __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
                           {"s": {**REPOSITORY, "sensorName": name}})
         assert result["startSensor"]["__typename"] == "Sensor", result
+
+    def reset_sensor(self, name: str) -> None:
+        """Back to the status in code (stopped, with GITLAB_KNOWLEDGE_AUTOMATION=off)."""
+        result = self.gql("""mutation($s: SensorSelector!) { resetSensor(sensorSelector: $s) {
+            __typename ... on Sensor { sensorState { status } } ... on PythonError { message } } }""",
+                          {"s": {**REPOSITORY, "sensorName": name}})
+        assert result["resetSensor"]["__typename"] == "Sensor", result
 
     def runs(self, tag_key: str, tag_value: str) -> list[dict[str, str]]:
         data = self.gql("""query($f: RunsFilter) { runsOrError(filter: $f) { ... on Runs { results {
