@@ -26,6 +26,7 @@ from gitlab_knowledge.layers import DUCKDB_POOL
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import SampleStore, subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.dagster_dev import DagsterDev
+from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
 NOTE = "Decision: we cap Redis memory at 2 GB with allkeys-lfu eviction (zebrafish canary)"
 DUCKDB_STEPS = {"raw_gitlab_payloads", "normalized_gitlab", "search_documents"}
@@ -104,8 +105,12 @@ def test_runs_launched_at_once_never_double_a_project_or_share_the_duckdb_writer
     run per partition at a time), and steps that write DuckDB never overlap across runs (the pool)."""
     assert DUCKDB_POOL == "gitlab_knowledge_duckdb"
     dagster = sample_dagster.dagster
-    with SandboxGitLab(dataset=small_dataset, latency_ms=20) as sb:
+    # Embeddings from the fake Ollama: the model's CPU is not what runs contend for here (the
+    # embedded model runs in a daemon's run worker in the test above, on the note the sensor syncs).
+    with SandboxGitLab(dataset=small_dataset, latency_ms=20) as sb, FakeOllama() as ollama:
         config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data")
+        with config.open("a") as f:
+            f.write(f'[embedding]\nprovider = "ollama"\nollama_host = "{ollama.url}"\ntimeout = 5\n')
         first, second = [p["path_with_namespace"] for p in sb.state.list_projects(order_by="id", sort="asc")]
         for project in (first, second):
             dagster.add_partition(project)
