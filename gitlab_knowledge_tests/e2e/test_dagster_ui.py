@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from gitlab_knowledge.config import load_config
 from gitlab_knowledge.layers import DUCKDB_POOL
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_tests.conftest import SampleStore, subprocess_env, write_config_file
+from gitlab_knowledge_tests.helpers import rows
 from gitlab_knowledge_tests.support.dagster_dev import DagsterDev
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
@@ -119,6 +121,9 @@ def test_runs_launched_at_once_never_double_a_project_or_share_the_duckdb_writer
         statuses = {name: dagster.wait_run(run_id, timeout=300) for name, run_id in runs.items()}
         assert set(statuses.values()) == {"SUCCESS"}, (statuses, dagster.log.read_text()[-4000:])
         timings = {name: dagster.timings(run_id) for name, run_id in runs.items()}
+    # The runs read the config their run config named (this test's GitLab and store), not the
+    # server's: both projects are in this store.
+    assert len(rows(load_config(config), "SELECT DISTINCT project_id FROM issues")) == 2
     a1, a2 = timings["a1"], timings["a2"]
     assert not overlap((a1["startTime"], a1["endTime"]), (a2["startTime"], a2["endTime"])), "a project synced twice at once"
     steps = [(name, s["stepKey"], (s["startTime"], s["endTime"])) for name, t in timings.items()
