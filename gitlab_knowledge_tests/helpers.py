@@ -16,6 +16,8 @@ from gitlab_knowledge.workspace import Workspace
 
 SYNC_LAYERS = ("raw_gitlab_payloads", "normalized_gitlab", "knowledge_graph")
 INDEX_LAYERS = ("search_documents", "document_embeddings", "lexical_index")
+# What a reference store for `snapshot` and the document count of `layer_counts` needs.
+REFERENCE_LAYERS = (*SYNC_LAYERS, "search_documents")
 _instance: dg.DagsterInstance | None = None
 
 
@@ -155,8 +157,10 @@ def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: f
     API requests" (inside fetching and page commits) and "after T seconds" (anywhere, index writes
     included), with GitLab changing before each attempt, until `kills` kills have landed while it
     was running. Returns how many landed of each kind."""
+    import contextlib
     import os
     import signal
+    import subprocess
     import time
 
     landed = {"requests": 0, "time": 0}
@@ -174,10 +178,9 @@ def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: f
                 threshold, deadline = rng.randint(1, 14), time.monotonic() + 60
                 while child.poll() is None and sb.stats()["requests"] < threshold and time.monotonic() < deadline:
                     time.sleep(0.001)
-            else:
-                end = time.monotonic() + rng.uniform(0.05, window)
-                while child.poll() is None and time.monotonic() < end:
-                    time.sleep(0.001)
+            else:  # a wait on the child's exit, not a 1 ms poll that takes the sandbox's GIL
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(rng.uniform(0.05, window))
             if child.poll() is None:
                 os.kill(child.pid, signal.SIGKILL)
                 landed[kind] += 1

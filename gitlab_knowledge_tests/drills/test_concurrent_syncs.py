@@ -7,9 +7,8 @@ sync. GitLab changes before every attempt, so each has work to be killed in."""
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,9 @@ from gitlab_knowledge.config import load_config
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import change_gitlab, snapshot, sync_all
+from gitlab_knowledge_tests.support.zygote import Child, Zygote
 
-ATTEMPTS = 2  # each attempt is two CLI processes (~5 s of CPU each): the suite's budget
+ATTEMPTS = 2  # each attempt is two CLI processes (each a full sync, embeddings included): the suite's budget
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +29,17 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def cli_sync(config: Path, cwd: Path) -> subprocess.Popen:
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
+    """Each `python -m gitlab_knowledge sync` below is a process of its own, forked from one that
+    imported the product once (support/zygote.py), not five fresh interpreters importing Dagster."""
+    with Zygote(subprocess_env(), tmp_path_factory.mktemp("zygote")) as parent:
+        yield parent  # its close SIGKILLs any child still running
+
+
+def cli_sync(zygote: Zygote, config: Path, cwd: Path) -> Child:
     # cwd without a dagster.yaml: the instance (runs, pool slots) lives under the data directory.
-    return subprocess.Popen([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "sync"], cwd=cwd,
-                            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return zygote.spawn("gitlab_knowledge", ["--config", str(config), "sync"], cwd=cwd)
 
 
 def wait_until(condition, timeout: float) -> None:
@@ -41,9 +48,9 @@ def wait_until(condition, timeout: float) -> None:
         time.sleep(0.01)
 
 
-def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_store(dataset, tmp_path, token_env):
+def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_store(dataset, tmp_path, token_env, zygote):
     rng = random.Random(5)
-    children: list[subprocess.Popen] = []
+    children: list[Child] = []
     try:
         with SandboxGitLab(dataset=dataset, latency_ms=100) as sb:
             config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data", per_page=3)
@@ -51,17 +58,17 @@ def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_st
             for attempt in range(ATTEMPTS):
                 change_gitlab(sb, rng, attempt)
                 sb.reset_stats()
-                first = cli_sync(config, tmp_path)
+                first = cli_sync(zygote, config, tmp_path)
                 if attempt == 0:
                     # The second starts while the first fetches and must be refused while the first
                     # lives; then the first is killed at a random point of what is left of its run.
                     wait_until(lambda child=first: child.poll() is not None or sb.stats()["requests"] >= 2, 60)
-                    second = cli_sync(config, tmp_path)
+                    second = cli_sync(zygote, config, tmp_path)
                     order, victim, delay = (second, first), first, rng.uniform(0.0, 1.5)
                 else:
                     # Both at the same moment, one killed at a random point of its start (holding
                     # the lock or not yet): the other completes or is refused, never waits.
-                    second = cli_sync(config, tmp_path)
+                    second = cli_sync(zygote, config, tmp_path)
                     victim = rng.choice([first, second])
                     order, delay = (victim, first if victim is second else second), rng.uniform(0.1, 3.0)
                 children += [first, second]
@@ -71,7 +78,7 @@ def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_st
                         if child.poll() is None:
                             os.kill(child.pid, signal.SIGKILL)
                             killed += 1
-                    _out, err = child.communicate(timeout=120)
+                    err = child.communicate(timeout=120)[1].decode()
                     if child.returncode == -signal.SIGKILL:
                         continue
                     assert child.returncode in (0, 5), err[-2000:]
@@ -85,9 +92,9 @@ def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_st
                         assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
                         assert "running" in lines[0] or "in progress" in lines[0], lines[0]
             assert refused >= 1 and killed >= 1, (refused, killed)
-            final = cli_sync(config, tmp_path)
+            final = cli_sync(zygote, config, tmp_path)
             children.append(final)
-            _out, err = final.communicate(timeout=120)
+            err = final.communicate(timeout=120)[1].decode()
             assert final.returncode == 0, err[-2000:]
             reference = write_config_file(tmp_path / "reference.toml", sb, tmp_path / "reference", per_page=3)
             sync_all(load_config(reference))

@@ -1,10 +1,17 @@
 """Stopping `ui` while a run it launched is in progress: the run ends CANCELED (Dagster's own run
 termination), not FAILURE, and one line says so. The real webserver, daemon and run worker, with
-the sandbox GitLab answering slowly so the run is still fetching when the UI stops."""
+the sandbox GitLab answering slowly so the run is still fetching when the UI stops.
 
+Each test stops its own server (that is what it tests), so the two cannot share one; they are
+started together instead, and the second test's server is ready while the first test runs."""
+
+import contextlib
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import dagster as dg
+import pytest
 
 from gitlab_knowledge.cli.ui import stop
 from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
@@ -12,48 +19,73 @@ from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.dagster_dev import DagsterDev
 
 
-def test_stopping_the_ui_cancels_the_run_in_progress(tmp_path, capsys):
-    with SandboxGitLab(dataset=SAMPLE_DATASET, faults="latency:ms=1500") as sb:
-        config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data")
-        env = subprocess_env(GITLAB_KNOWLEDGE_CONFIG=str(config), GITLAB_KNOWLEDGE_AUTOMATION="off")
-        project = "acme/platform"
-        with DagsterDev(tmp_path, env) as dagster:
-            dagster.add_partition(project)
-            run_id = dagster.launch("sync_project", project)
-            deadline = time.monotonic() + 240
-            steps: list = []
-            while time.monotonic() < deadline and not steps:  # the raw step has started fetching
-                run = dagster.timings(run_id)
-                assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), run
-                steps = [s for s in run["stepStats"] if s["stepKey"] == "raw_gitlab_payloads" and s["startTime"]]
-                time.sleep(0.5)
-            assert steps, "the run never started its first step"
-            canceled = stop(dagster, wait_s=120)
-        assert canceled == [run_id]
-        with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
-            assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
+@dataclass
+class Server:
+    dagster: DagsterDev
+    sb: SandboxGitLab
+
+    def ready(self) -> DagsterDev:
+        try:
+            self.dagster.wait_ready()
+        except BaseException:
+            self.dagster.stop()
+            raise
+        return self.dagster
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
+    """A slow sandbox GitLab and a `dagster dev` per test, all started at once."""
+    with contextlib.ExitStack() as stack:
+        made = {}
+        for name in ("run", "batch"):
+            workdir = tmp_path_factory.mktemp(f"ui-stop-{name}")
+            sb = stack.enter_context(SandboxGitLab(dataset=SAMPLE_DATASET, faults="latency:ms=1500"))
+            config = write_config_file(workdir / "gitlab_knowledge.toml", sb, workdir / "data")
+            env = subprocess_env(GITLAB_KNOWLEDGE_CONFIG=str(config), GITLAB_KNOWLEDGE_AUTOMATION="off")
+            dagster = DagsterDev(workdir, env)
+            stack.callback(dagster.__exit__)  # a test that failed before its stop: end the group
+            dagster.start()
+            made[name] = Server(dagster, sb)
+        yield made
+
+
+def test_stopping_the_ui_cancels_the_run_in_progress(servers, capsys):
+    dagster = servers["run"].ready()
+    project = "acme/platform"
+    dagster.add_partition(project)
+    run_id = dagster.launch("sync_project", project)
+    deadline = time.monotonic() + 240
+    steps: list = []
+    while time.monotonic() < deadline and not steps:  # the raw step has started fetching
+        run = dagster.timings(run_id)
+        assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), run
+        steps = [s for s in run["stepStats"] if s["stepKey"] == "raw_gitlab_payloads" and s["startTime"]]
+        time.sleep(0.5)
+    assert steps, "the run never started its first step"
+    canceled = stop(dagster, wait_s=120)
+    assert canceled == [run_id]
+    with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
+        assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     err = capsys.readouterr().err
     assert f"Canceled 1 run(s) in progress, as the UI stopped: {run_id[:8]}" in err
 
 
-def test_stopping_the_ui_cancels_a_batch_run_and_its_project_run_in_progress(tmp_path, capsys):
-    with SandboxGitLab(dataset=SAMPLE_DATASET, faults="latency:ms=1500") as sb:
-        config = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data")
-        env = subprocess_env(GITLAB_KNOWLEDGE_CONFIG=str(config), GITLAB_KNOWLEDGE_AUTOMATION="off")
-        with DagsterDev(tmp_path, env) as dagster:
-            batch_id = dagster.launch("sync_projects", None)  # every configured project, one run
-            deadline = time.monotonic() + 240
-            inner: list = []
-            while time.monotonic() < deadline and not inner:  # the first project's run is fetching
-                assert dagster.timings(batch_id)["status"] not in ("SUCCESS", "FAILURE", "CANCELED")
-                inner = [r for r in dagster.runs("gitlab_knowledge/batch", batch_id)
-                         if any(s["stepKey"] == "raw_gitlab_payloads" and s["startTime"]
-                                for s in dagster.timings(r["runId"])["stepStats"])]
-                time.sleep(0.5)
-            assert inner, "the batch never started a project's run"
-            canceled = stop(dagster, wait_s=120)
-        assert canceled == [batch_id]  # the batch; its project run stops with it
-        with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
-            assert instance.get_run_by_id(batch_id).status == dg.DagsterRunStatus.CANCELED
-            project_runs = instance.get_runs(dg.RunsFilter(tags={"gitlab_knowledge/batch": batch_id}))
-            assert [r.status for r in project_runs] == [dg.DagsterRunStatus.CANCELED]
+def test_stopping_the_ui_cancels_a_batch_run_and_its_project_run_in_progress(servers):
+    dagster = servers["batch"].ready()
+    batch_id = dagster.launch("sync_projects", None)  # every configured project, one run
+    deadline = time.monotonic() + 240
+    inner: list = []
+    while time.monotonic() < deadline and not inner:  # the first project's run is fetching
+        assert dagster.timings(batch_id)["status"] not in ("SUCCESS", "FAILURE", "CANCELED")
+        inner = [r for r in dagster.runs("gitlab_knowledge/batch", batch_id)
+                 if any(s["stepKey"] == "raw_gitlab_payloads" and s["startTime"]
+                        for s in dagster.timings(r["runId"])["stepStats"])]
+        time.sleep(0.5)
+    assert inner, "the batch never started a project's run"
+    canceled = stop(dagster, wait_s=120)
+    assert canceled == [batch_id]  # the batch; its project run stops with it
+    with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
+        assert instance.get_run_by_id(batch_id).status == dg.DagsterRunStatus.CANCELED
+        project_runs = instance.get_runs(dg.RunsFilter(tags={"gitlab_knowledge/batch": batch_id}))
+        assert [r.status for r in project_runs] == [dg.DagsterRunStatus.CANCELED]

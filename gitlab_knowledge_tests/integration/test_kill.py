@@ -19,7 +19,14 @@ import pytest
 
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import kill_at_random_points, layer_counts, rows, scalar, snapshot
+from gitlab_knowledge_tests.helpers import (
+    REFERENCE_LAYERS,
+    kill_at_random_points,
+    layer_counts,
+    rows,
+    scalar,
+    snapshot,
+)
 from gitlab_knowledge_tests.support.zygote import Child, Zygote
 
 KILLS = int(os.environ.get("GK_KILL_POINTS", "2"))  # the CLI path; drills/ kills 20 times
@@ -56,10 +63,14 @@ def test_kill_9_at_random_points_then_sync_equals_a_clean_sync(tiny_dataset, tmp
         full_run = time.monotonic() - started
         landed = kill_at_random_points(lambda: _sync(zygote, config_path, tmp_path), sb, rng, KILLS, full_run)
         assert sum(landed.values()) == KILLS, f"only {landed} of {KILLS} kill points landed while a sync ran"
-        _finish(_sync(zygote, config_path, tmp_path))
-
+        last = _sync(zygote, config_path, tmp_path)
+        # A clean sync of the same GitLab, side by side with the last one (both only read it now),
+        # compared up to its documents: it stops there.
         reference_path = write_config_file(tmp_path / "ref.toml", sb, tmp_path / "ref-data", per_page=4)
-        _finish(_sync(zygote, reference_path, tmp_path))
+        reference = zygote.spawn("gitlab_knowledge_tests.support.pipeline_runner",
+                                 [str(reference_path), *REFERENCE_LAYERS], cwd=tmp_path)
+        _finish(last)
+        _finish(reference)
 
     victim_config = make_config(sb, data_dir=tmp_path / "victim-data")
     reference_config = make_config(sb, data_dir=tmp_path / "ref-data")
@@ -67,6 +78,6 @@ def test_kill_9_at_random_points_then_sync_equals_a_clean_sync(tiny_dataset, tmp
     assert scalar(victim_config, "SELECT count(*) - count(DISTINCT id) FROM notes") == 0
     assert scalar(victim_config, "SELECT count(*) FROM notes WHERE body LIKE 'attempt %'") >= 3 * KILLS
     documents, vectors, lexical = layer_counts(victim_config)
-    assert documents == vectors == lexical == layer_counts(reference_config)[0]
+    assert documents == vectors == lexical == scalar(reference_config, "SELECT count(*) FROM documents")
     statuses = {status for (status,) in rows(victim_config, "SELECT status FROM sync_runs")}
     assert "running" not in statuses, "killed runs are marked abandoned by the next sync"

@@ -4,7 +4,10 @@ Dagster instance: the drill is about the store surviving kill -9 at any point, a
 Dagster bookkeeping after a kill (dead runs, pool slots) is killed and checked by
 integration/test_kill.py.
 
-    python -m gitlab_knowledge_tests.support.pipeline_runner CONFIG
+    python -m gitlab_knowledge_tests.support.pipeline_runner CONFIG [ASSET...]
+
+ASSETs limit the run to those layers (a reference store that is compared only up to its documents
+need not embed and index them).
 """
 
 import sys
@@ -15,9 +18,10 @@ from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.workspace import Workspace
 
 
-def main(config_path: str) -> int:
+def main(config_path: str, *assets: str) -> int:
     workspace = Workspace.load(config_path)
-    outcomes = run_sync(workspace, workspace.config.projects, instance=dg.DagsterInstance.ephemeral())
+    outcomes = run_sync(workspace, workspace.config.projects, instance=dg.DagsterInstance.ephemeral(),
+                        selection=list(assets) or None)
     failed = [o for o in outcomes if not o.success]
     for outcome in failed:
         print(f"{outcome.project}: {outcome.message}", file=sys.stderr, flush=True)
@@ -28,4 +32,4 @@ def main(config_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:]))
