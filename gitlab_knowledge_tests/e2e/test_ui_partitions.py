@@ -13,6 +13,7 @@ extra (playwright, which drives that Chromium: no browser download). Either miss
 test with one line saying so. Slow (a sync and a webserver): run with --runslow; .ci/run runs it.
 Screenshots go to the test's tmp dir (GITLAB_KNOWLEDGE_SCREENSHOTS names another directory)."""
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -40,9 +41,7 @@ def chromium() -> str:
     path = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
     if not Path(path).is_file():
         pytest.fail(f"Chromium not found at {path}: apt-get install chromium (or set CHROMIUM)", pytrace=False)
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("playwright") is None:
         pytest.fail("playwright is not installed: pip install -e '.[docs]'", pytrace=False)
     return path
 
