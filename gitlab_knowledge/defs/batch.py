@@ -116,7 +116,7 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
             raise DagsterExecutionInterruptedError(f"stopped after {_progress(batch)}") from None
         raise
     for evaluation in evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()}):
-        context.log_event(evaluation)
+        context.log_event(evaluation)  # type: ignore[arg-type]  # accepted at run time (Dagster 1.13)
     _failed_to_materialize(context, batch)
     _record_unfinished(context, batch.unfinished)
     for carried in batch.carried.values():

@@ -17,7 +17,7 @@ partitions here, without a code change.
 
 import os
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
@@ -73,9 +73,10 @@ def run_history(instance: dg.DagsterInstance, project: str,
         if run.status == dg.DagsterRunStatus.SUCCESS or (unfinished is not None and project not in unfinished):
             status = dg.DagsterRunStatus.SUCCESS
         else:  # its layers did not all commit: failed, canceled, or the run died (no record of its own)
-            status = run.status if run.status != dg.DagsterRunStatus.SUCCESS else dg.DagsterRunStatus.FAILURE
-        retry = ((run.run_config or {}).get("ops", {}).get(BATCH_OP, {}).get("config", {}).get("retry") or {})
-        attempts.append((_ended(record), status, retry.get(project)))
+            status = run.status
+        ops: dict[str, Any] = dict(run.run_config or {}).get("ops", {})  # type: ignore[assignment]
+        kinds: dict[str, str] = ops.get(BATCH_OP, {}).get("config", {}).get("retry") or {}
+        attempts.append((_ended(record), status, kinds.get(project)))
     attempts.sort(key=lambda a: a[0], reverse=True)  # newest first
     failed, failed_at = 0, None
     for ended, status, _retry in attempts:

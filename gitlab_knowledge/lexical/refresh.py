@@ -63,8 +63,8 @@ def refresh_many(workspace: Workspace, projects: Sequence[str], *, everything: b
                 stage_documents(con, wanted, staged)
         if any(changed or stale for _p, changed, stale, _h in plans):
             with index.writer() as writer:
-                for _project, changed, stale, have in plans:
-                    for doc_id in stale + [c for c in changed if c in have]:
+                for _project, changed, stale, indexed in plans:
+                    for doc_id in stale + [c for c in changed if c in indexed]:
                         writer.delete_documents_by_term("doc_id", doc_id)
                 if wanted:
                     for batch in iter_documents(staged, 1000):
