@@ -16,6 +16,7 @@ failure that is not about one project (auth, config, a store that cannot be writ
 rest, which are reported as not attempted.
 """
 
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from gitlab_knowledge.embeddings.tables import kept_models
 from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError, is_interrupt
 from gitlab_knowledge.layers import DOCUMENTS, EMBEDDINGS, GRAPH, LAYERS, LEXICAL, NORMALIZED, RAW, Layer
 from gitlab_knowledge.progress import SyncProgress
+from gitlab_knowledge.store.db import holding_open
 from gitlab_knowledge.store.queries import project_counts
 from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
@@ -99,34 +101,40 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
 def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full: bool, force: bool,
                    run_id: str | None, progress: SyncProgress | None, log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
     project = carried.project
-    for layer in (RAW, NORMALIZED, GRAPH, DOCUMENTS):
-        started = time.monotonic()
-        try:
-            with said_plainly(None, layer, workspace):
-                if layer is RAW:
-                    result = RAW.refresh(workspace, project, full=full, force=force, dagster_run_id=run_id,
-                                         progress=progress)
-                    stats = RawStats.of(result)
-                    metadata = {"summary": dg.MetadataValue.md(stats.summary_markdown(result)), **stats.to_metadata()}
-                elif layer is NORMALIZED:
-                    normalized = NORMALIZED.refresh(workspace, project, dagster_run_id=run_id)
-                    counts = project_counts(workspace, project)
-                    metadata = {**normalized.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}}
-                else:
-                    done = layer.refresh(workspace, project, dagster_run_id=run_id)
-                    if layer is DOCUMENTS and done.truncated and log is not None:
-                        log.warning(f"{project}: {done.truncated} document(s) exceeded ~8,000 tokens and were cut "
-                                    "from the middle")
-                    metadata = done.to_metadata()
-        except Exception as exc:  # noqa: BLE001 - the project's outcome carries what the layer raised
-            if is_interrupt(exc):
-                raise
-            _fail(batch, carried, layer, original(exc))
-            return
-        finally:
-            carried.duration_s += time.monotonic() - started
-        carried.metadata[layer.asset] = metadata
-        yield project, layer, metadata
+    with contextlib.ExitStack() as held:  # closed however the generator ends
+        for layer in (RAW, NORMALIZED, GRAPH, DOCUMENTS):
+            started = time.monotonic()
+            try:
+                if layer is NORMALIZED:  # the store layers after the fetch: one open of the file, not a dozen
+                    held.enter_context(holding_open(workspace.config.duckdb_path))
+                with said_plainly(None, layer, workspace):
+                    if layer is RAW:
+                        result = RAW.refresh(workspace, project, full=full, force=force, dagster_run_id=run_id,
+                                             progress=progress)
+                        stats = RawStats.of(result)
+                        metadata = {"summary": dg.MetadataValue.md(stats.summary_markdown(result)), **stats.to_metadata()}
+                    elif layer is NORMALIZED:
+                        normalized = NORMALIZED.refresh(workspace, project, dagster_run_id=run_id)
+                        counts = project_counts(workspace, project)
+                        metadata = {**normalized.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}}
+                    else:
+                        done = layer.refresh(workspace, project, dagster_run_id=run_id)
+                        if layer is DOCUMENTS and done.truncated and log is not None:
+                            log.warning(f"{project}: {done.truncated} document(s) exceeded ~8,000 tokens and were cut "
+                                        "from the middle")
+                        metadata = done.to_metadata()
+            except BaseException as exc:
+                held.close()
+                if not isinstance(exc, Exception) or is_interrupt(exc):
+                    raise
+                _fail(batch, carried, layer, original(exc))
+                return
+            finally:
+                carried.duration_s += time.monotonic() - started
+            carried.metadata[layer.asset] = metadata
+            if layer is DOCUMENTS:
+                held.close()  # before the materialization is recorded: the store is committed and free
+            yield project, layer, metadata
 
 
 def _index_layer(workspace: Workspace, layer: Layer, projects: list[str], batch: Batch,
