@@ -181,10 +181,12 @@ def run(args: argparse.Namespace, config: Config) -> int:
         discovery = discover_groups(Workspace(config, config_path=args.config))
         projects = selected_projects(config, args.project, configured_projects(Workspace(config)))
 
-        from gitlab_knowledge.defs.runner import run_sync  # Dagster loads only now (~1 s)
+        from gitlab_knowledge.defs.runner import run_batch, run_sync  # Dagster loads only now (~1 s)
         with BarProgress() as bar:
             workspace = Workspace(config, progress=bar, config_path=args.config)
-            outcomes = run_sync(workspace, projects, full=args.full, force=args.force)
+            # Several projects: one run carries them all (defs/batch.py), not a run per project.
+            sync = run_batch if len(projects) > 1 else run_sync
+            outcomes = sync(workspace, projects, full=args.full, force=args.force)
     raise_if_interrupted(outcomes)
     elapsed = time.monotonic() - started
     failed = [o for o in outcomes if not o.success]

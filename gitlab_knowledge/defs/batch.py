@@ -1,36 +1,52 @@
-"""One run for many projects: what the change sensor and the weekly reconciliation launch.
+"""One run for many projects: what the change sensor, the weekly reconciliation and the CLI's sync
+of several projects run.
 
-A run the daemon launches pays a fixed cost before any work: a new process, importing Dagster and
-the definitions, opening the instance, loading the embedding model (docs/ARCHITECTURE.md, "One
-run per tick", has the measurements). One run per changed project paid it once per project, and
-the runs then waited for each other on the DuckDB writer pool. The batch run pays it once: its
-one op hands every project it names to the runner (`run_sync`, the function the CLI calls), which
-runs each project's `sync_project` job in this process, one after the other, with the workspace
-(and its loaded model) shared. Each project is still its own partition run, tagged with the batch
-run's id: the UI shows per-project materializations, checks, lineage and failures exactly as
-before, and the sensor's per-partition history (backoff, in-flight) reads the same runs.
+A run pays a fixed cost before any work (a new process, imports, the instance, the model), and a
+`sync_project` partition run pays Dagster's own per run (run and step events, a step per asset and
+per check group: ~8 s a project under load), while inside the layers a Tantivy commit and a LanceDB
+write and compaction are a fixed cost per call. A batch run pays each once: its one step carries
+every project it names through the layers (defs/many_projects.py: the same layer functions a
+partition run's assets call, the index layers for all projects at once), holding the three
+stores' pool slots for the whole step. docs/ARCHITECTURE.md, "One run per tick", has the
+measurements.
 
-One project failing does not stop the others (their layers commit in their own runs); the batch
-fails at the end with one line naming each failed project. An interrupt (the UI's Terminate,
-`ui` stopping) stops after the project in progress, whose run is recorded as canceled.
+The UI still shows each project on its own: the step records, on each project's partition, the
+materialization of every layer it committed (with that layer's stats for that project, as its own
+run would), the per-partition check results, and a failed materialization where a project's layer
+failed. One project failing skips its later layers and spares the others; the batch fails at the
+end with one line naming each failed project. The run's `UNFINISHED_TAG` lists the projects whose
+layers did not all commit, which the change sensor's per-project history reads (backoff, retry)
+beside the project's own partition runs. An interrupt (the UI's Terminate, `ui` stopping) ends the
+run canceled, with what it committed recorded.
 """
 
+import contextlib
+import json
+import os
 import time
 import warnings
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import dagster as dg
 
-from gitlab_knowledge.defs.failures import plain_failure, said_plainly, tag_cause
+from gitlab_knowledge.defs.checks import evaluate_partitions
+from gitlab_knowledge.defs.failures import original, plain_failure, said_plainly, tag_cause
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
-from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
-from gitlab_knowledge.errors import Interrupted, SyncInProgressError, is_interrupt
-from gitlab_knowledge.sync.runs import pipeline_lock
+from gitlab_knowledge.defs.many_projects import FINISHED, Batch, Carried, carry
+from gitlab_knowledge.defs.partitions import ensure_partitions
+from gitlab_knowledge.defs.run_slots import (
+    HOST_TAG,
+    PID_TAG,
+    PROCESS_START_TAG,
+    holding_pools,
+    reap_dead_runs,
+)
+from gitlab_knowledge.errors import Interrupted, KnowledgeError, SyncInProgressError, is_interrupt
+from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, LAYERS, TANTIVY_POOL, Layer
+from gitlab_knowledge.redact import redact
+from gitlab_knowledge.sync.runs import HOSTNAME, pipeline_lock, process_start
 from gitlab_knowledge.workspace import Workspace
-
-if TYPE_CHECKING:
-    from gitlab_knowledge.defs.runner import ProjectOutcome
 
 # Definitions copy a sensor or schedule whose target is an op job (this one) to bind its
 # resources, and Dagster 1.13 passes the copy an empty `owners`, which warns that the (unused)
@@ -39,8 +55,9 @@ warnings.filterwarnings("ignore", message="Parameter `owners` of initializer", c
 
 BATCH_JOB = "sync_projects"
 BATCH_OP = "sync_each_project"
-BATCH_TAG = "gitlab_knowledge/batch"  # on each project's run: the id of the batch run that ran it
+BATCH_TAG = "gitlab_knowledge/batch"  # the id of the batch run (on the runs of an older version's batches)
 RETRY_TAG = "gitlab_knowledge/retry"  # on a project's run the sensor asked for as a retry on backoff
+UNFINISHED_TAG = "gitlab_knowledge/unfinished"  # on a finished batch run: JSON list of projects not all committed
 # How long a batch waits for another live run (one the UI launched) to leave the pools before it
 # gives up: its steps would otherwise wait in the in-process executor's busy loop, which no
 # Terminate reaches.
@@ -75,79 +92,139 @@ def projects_in_flight(instance: dg.DagsterInstance, configured: list[str]) -> s
     return out
 
 
-@dg.op(name=BATCH_OP, description="Runs the sync_project job of each project named in its config (all configured "
-                                  "projects if none), one after the other in this process: one partition run each.")
+@dg.op(name=BATCH_OP,
+       description="Carries every project named in its config (all configured projects if none) through the "
+                   "layers in this one step, recording each project's materializations and checks on its partition.")
 def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
-                      workspace: dg.ResourceParam[Workspace]) -> dg.Output[None]:
+                      workspace: dg.ResourceParam[Workspace]) -> Iterator[Any]:
     from dagster._core.errors import DagsterExecutionInterruptedError
 
-    projects = config.projects or list(workspace.config.projects)
+    projects = list(dict.fromkeys(config.projects or workspace.config.projects))
+    batch = Batch({p: Carried(p) for p in projects})
+    FINISHED[context.run_id] = batch  # read (and dropped) by the in-process runner; a daemon's run process ends
+    _tag_process(context)
+    started = time.monotonic()
     try:
-        outcomes = _run_all(context, config, workspace, projects)
+        for project, layer, metadata in _carry_all(context, config, workspace, projects, batch):
+            yield dg.AssetMaterialization(asset_key=layer.asset, partition=project, metadata=metadata)
     except BaseException as exc:
-        if is_interrupt(exc):  # Dagster's interrupt may also leave the project run in progress as it was
-            _cancel_in_progress(context)
+        for carried in batch.carried.values():  # what the in-process runner reports for each
+            if carried.error is None and len(carried.done) < len(LAYERS):
+                carried.error = original(exc) if isinstance(exc, Exception) else exc
+        _record_unfinished(context, batch.unfinished)
+        if is_interrupt(exc):  # stopped (the UI's Terminate, `ui` stopping): canceled, not failed
+            raise DagsterExecutionInterruptedError(f"stopped after {_progress(batch)}") from None
         raise
-    interrupted = [o for o in outcomes if is_interrupt(o.error)]
-    if interrupted:  # the project's run stopped with the batch: canceled, not failed
-        _cancel_in_progress(context, [o.run_id for o in interrupted])
-        raise DagsterExecutionInterruptedError(f"stopped during {interrupted[0].project}")
-    for outcome in outcomes:
-        context.log.info(f"{outcome.project}: {'ok' if outcome.success else outcome.message} "
-                         f"in {outcome.duration_s:.1f}s (run {outcome.run_id[:8]})")
-    failed = [o for o in outcomes if not o.success]
-    skipped = len(projects) - len(outcomes)  # a failure not specific to one project stopped the batch
-    if failed:
+    for evaluation in evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()}):
+        context.log_event(evaluation)  # type: ignore[arg-type]  # accepted at run time (Dagster 1.13)
+    _failed_to_materialize(context, batch)
+    _record_unfinished(context, batch.unfinished)
+    for carried in batch.carried.values():
+        context.log.info(f"{carried.project}: {'ok' if carried.error is None else _message(carried.error)} "
+                         f"in {carried.duration_s:.1f}s")
+    failed = batch.failed
+    skipped = len(batch.unfinished) - len(failed)
+    if failed or skipped:
         line = (f"{len(failed)} of {len(projects)} project(s) failed: "
-                + "; ".join(f"{o.project}: {o.message}" for o in failed)
+                + "; ".join(f"{c.project}: {_message(c.error)}" for c in failed)
                 + (f"; {skipped} project(s) not attempted after it" if skipped else ""))
         tag_cause(context, line)
-        raise plain_failure(line, {"failed": [o.project for o in failed],
-                                   "runs": {o.project: o.run_id for o in outcomes}})
-    return dg.Output(None, metadata={"projects": len(outcomes),
-                                     "runs": {o.project: o.run_id for o in outcomes},
-                                     "duration_s": round(sum(o.duration_s for o in outcomes), 2)})
+        raise plain_failure(line, {"failed": [c.project for c in failed], "unfinished": batch.unfinished})
+    yield dg.Output(None, metadata={"projects": len(projects), "duration_s": round(time.monotonic() - started, 2)})
 
 
-def _run_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: Workspace,
-             projects: list[str]) -> "list[ProjectOutcome]":
+def _carry_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: Workspace, projects: list[str],
+               batch: Batch) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
     from dagster._core.errors import DagsterExecutionInterruptedError
 
-    from gitlab_knowledge.defs.runner import run_sync  # the runner loads the definitions: late
+    from gitlab_knowledge.defs.runner import wait_until_free
 
-    tags = {TRIGGER_TAG: context.run.tags.get(TRIGGER_TAG, "ui"), BATCH_TAG: context.run_id}
-    retry = {p: {RETRY_TAG: kind} for p, kind in config.retry.items()}
     deadline = time.monotonic() + WAIT_FOR_POOLS_S
     with said_plainly(context):
         while True:  # a CLI sync holding the data directory's lock: wait for it, as for the pools
             try:
                 with pipeline_lock(workspace.config.data_dir, "sync"):
-                    return run_sync(workspace, projects, full=config.full, force=config.force,
-                                    instance=context.instance, tags=tags, project_tags=retry,
-                                    wait_s=max(deadline - time.monotonic(), 0))
+                    reap_dead_runs(context.instance)
+                    wait_until_free(context.instance, projects, max(deadline - time.monotonic(), 0),
+                                    exclude=context.run_id)
+                    ensure_partitions(context.instance, projects)
+                    with holding_pools(context.instance, context.run_id, BATCH_OP,
+                                       [DUCKDB_POOL, TANTIVY_POOL, LANCEDB_POOL]):
+                        yield from carry(workspace, projects, batch, full=config.full, force=config.force,
+                                         run_id=context.run_id, progress=workspace.progress_for(context.log),
+                                         log=context.log)
+                    return
             except SyncInProgressError:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(2.0)
-            except Interrupted as exc:  # between two project runs: the batch is stopped, not failed
+            except Interrupted as exc:
                 raise DagsterExecutionInterruptedError(str(exc)) from None
 
 
-def _cancel_in_progress(context: dg.OpExecutionContext, stopped: list[str] | None = None) -> None:
-    """Record as canceled this batch's project runs still in progress, and the `stopped` ones. An
-    interrupt that reaches a project run records it failed ("interrupted unexpectedly": only the
-    batch run was asked to terminate), so that one is canceled too."""
-    runs = context.instance.get_runs(dg.RunsFilter(tags={BATCH_TAG: context.run_id}))
-    ids = {r.run_id for r in runs if r.status in IN_FLIGHT
-           or r.tags.get("dagster/failure_reason") == "UNEXPECTED_TERMINATION"} | set(stopped or [])
-    for run_id in ids:
-        run = context.instance.get_run_by_id(run_id)
-        if run is not None and run.status != dg.DagsterRunStatus.CANCELED:
-            context.instance.report_run_canceled(run, "its batch run was stopped while it was in progress")
+def _tag_process(context: dg.OpExecutionContext) -> None:
+    """Tag the run with this process, so the reaper fails it (and frees its pool slot) if the
+    process dies; a run the CLI started carries the tags already."""
+    if PID_TAG in context.run.tags:
+        return
+    with contextlib.suppress(Exception):
+        context.instance.add_run_tags(context.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
+                                                        PROCESS_START_TAG: process_start(os.getpid()) or ""})
+
+
+def _record_unfinished(context: dg.OpExecutionContext, projects: list[str]) -> None:
+    """The per-project record the change sensor's history reads (`unfinished_projects`)."""
+    with contextlib.suppress(Exception):
+        context.instance.add_run_tags(context.run_id, {UNFINISHED_TAG: json.dumps(sorted(projects))})
+
+
+def unfinished_projects(run: Any) -> set[str] | None:
+    """The projects a finished batch run left unfinished, or None where it recorded none (a run
+    that died: every project it names counts as unfinished)."""
+    value = run.tags.get(UNFINISHED_TAG)
+    if value is None:
+        return None
+    try:
+        return set(json.loads(value))
+    except ValueError:
+        return None
+
+
+def _failed_to_materialize(context: dg.OpExecutionContext, batch: Batch) -> None:
+    """Mark the partitions a failed project did not materialize as failed, as its own run would.
+    Dagster's SQLite event log keeps no "failed to materialize" event; the UI derives a failed
+    partition from a materialization planned by a run that failed without it, so that is what is
+    recorded (for the failed projects only: a planned event per partition of every project would
+    cost thousands of writes in a large batch)."""
+    from dagster._core.events import AssetMaterializationPlannedData, DagsterEvent
+
+    for carried in batch.failed:
+        for layer in LAYERS:
+            if layer.asset in carried.metadata:
+                continue
+            planned = AssetMaterializationPlannedData(dg.AssetKey(layer.asset), partition=carried.project)
+            event = DagsterEvent.build_asset_materialization_planned_event(context.job_name, context.op_handle.name,
+                                                                           planned)
+            with contextlib.suppress(Exception):  # the record in the UI must not hide the failure itself
+                context.instance.report_dagster_event(event, run_id=context.run_id)
+
+
+def _message(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    if isinstance(error, KnowledgeError):
+        return str(error)
+    return redact(f"{type(error).__name__}: {error}")
+
+
+def _progress(batch: Batch) -> str:
+    done = sum(1 for c in batch.carried.values() if len(c.done) == len(LAYERS))
+    return f"{done} of {len(batch.carried)} project(s) finished every layer"
 
 
 @dg.job(name=BATCH_JOB, executor_def=dg.in_process_executor, config=batch_run_config([]),
-        description="Sync many projects in one run: the change sensor's run per tick (every project that changed) "
-                    "and the weekly reconciliation's. Each project is still its own sync_project partition run.")
+        description="Sync many projects in one run: the change sensor's run per tick (every project that changed), "
+                    "the weekly reconciliation's and the CLI's sync of several projects. Each project's layers and "
+                    "checks are recorded on its own partition.")
 def sync_projects_job() -> None:
     sync_each_project()

@@ -8,7 +8,7 @@ nothing syncs.
 """
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -38,14 +38,18 @@ def _project(context: dg.AssetCheckExecutionContext) -> str | None:
     return op.partition_key if op.has_partition_key else None
 
 
-def _result(outcome: integrity.Outcome, project: str | None,
-            severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
-            key: dg.AssetCheckKey | None = None) -> dg.AssetCheckResult:
+def _metadata(outcome: integrity.Outcome, project: str | None) -> dict[str, Any]:
     metadata = {"scope": project or "all projects", "violations": outcome.violations, "rule": outcome.description,
                 **outcome.metadata}
     if outcome.samples:
         metadata["examples"] = dg.MetadataValue.md("\n".join(f"- `{s}`" for s in outcome.samples))
-    return dg.AssetCheckResult(passed=outcome.passed, severity=severity, metadata=metadata,
+    return metadata
+
+
+def _result(outcome: integrity.Outcome, project: str | None,
+            severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+            key: dg.AssetCheckKey | None = None) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=outcome.passed, severity=severity, metadata=_metadata(outcome, project),
                                description=outcome.description, asset_key=key.asset_key if key else None,
                                check_name=key.name if key else None)
 
@@ -146,10 +150,65 @@ def layers_caught_up(context: dg.AssetCheckExecutionContext,
     project = _project(context)
     work = backlog(workspace, [project]).get(project) if project else None
     behind = list(work.behind) if work else []
-    outcome = integrity.Outcome(not behind, len(behind), "every layer is caught up with its upstream" if not behind
-                                else f"{len(behind)} layer(s) behind their upstream: the change sensor's next run "
-                                     "(or a run of the whole sync_project job) brings them up to date", behind)
-    return _result(outcome, project, dg.AssetCheckSeverity.WARN)
+    return _result(_caught_up(behind), project, dg.AssetCheckSeverity.WARN)
 
 
 ALL_CHECKS = [*STORE_CHECKS, embeddings_checks, lexical_matches_documents, layers_caught_up, projects_synced_recently]
+
+
+def _severity(name: str) -> dg.AssetCheckSeverity:
+    return dg.AssetCheckSeverity.WARN if name in integrity.WARN_ONLY else dg.AssetCheckSeverity.ERROR
+
+
+def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> list[dg.AssetCheckEvaluation]:
+    """The per-partition checks of each project in `done` (project -> the asset keys it
+    materialized), as the check steps of its own run would evaluate them, for a run that carries
+    many projects in one step (defs/batch.py): the same rules, one read connection, one index
+    status and one backlog for all of them instead of a check step per project."""
+    from gitlab_knowledge.backlog import backlog
+    from gitlab_knowledge.index_status import index_status
+
+    projects = [p for p, assets in done.items() if assets]
+    out: list[dg.AssetCheckEvaluation] = []
+    if not projects:
+        return out
+
+    def add(asset: str, name: str, outcome: integrity.Outcome, project: str, severity: dg.AssetCheckSeverity) -> None:
+        out.append(dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=name, passed=outcome.passed,
+                                           metadata=_metadata(outcome, project), severity=severity,
+                                           description=outcome.description, partition=project))
+
+    rules = _by_asset()
+    with workspace.read(wait=120.0) as con:
+        for project in projects:
+            project_id = project_id_for(con, project)
+            for asset, names in rules.items():
+                if asset in done[project]:
+                    for name in names:
+                        add(asset, name, integrity.RULES[name][0](con, project_id), project, _severity(name))
+    indexed = [p for p in projects if {layers.EMBEDDINGS.asset, layers.LEXICAL.asset} & done[p]]
+    status = _index_status_of(workspace, indexed, index_status)
+    for project in indexed:
+        if layers.EMBEDDINGS.asset in done[project]:
+            add(layers.EMBEDDINGS.asset, "vectors_match_documents",
+                integrity.index_agreement(status, project, "vectors"), project, dg.AssetCheckSeverity.ERROR)
+            add(layers.EMBEDDINGS.asset, "no_failed_embeddings", integrity.no_failed_embeddings(status, project),
+                project, dg.AssetCheckSeverity.WARN)
+        if layers.LEXICAL.asset in done[project]:
+            add(layers.LEXICAL.asset, "lexical_matches_documents",
+                integrity.index_agreement(status, project, "lexical"), project, dg.AssetCheckSeverity.ERROR)
+    work = backlog(workspace, projects)
+    for project in projects:
+        behind = list(work[project].behind) if project in work else []
+        add(layers.RAW.asset, "layers_caught_up", _caught_up(behind), project, dg.AssetCheckSeverity.WARN)
+    return out
+
+
+def _index_status_of(workspace: Workspace, projects: list[str], index_status: Any) -> dict[str, Any]:
+    return index_status(workspace, projects_only=projects) if projects else {}
+
+
+def _caught_up(behind: list[str]) -> integrity.Outcome:
+    return integrity.Outcome(not behind, len(behind), "every layer is caught up with its upstream" if not behind
+                             else f"{len(behind)} layer(s) behind their upstream: the change sensor's next run "
+                                  "(or a run of the whole sync_project job) brings them up to date", behind)

@@ -5,7 +5,8 @@ the reaper sensor can tell a live run from one whose process was killed, and giv
 slots it held; a command refuses at once while a live run holds them.
 """
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import dagster as dg
@@ -80,7 +81,7 @@ def _pool_run_ids(instance: dg.DagsterInstance) -> dict[str, str]:
     return out
 
 
-def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> None:
+def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str], exclude: str | None = None) -> None:
     """Refuse at once (`SyncInProgressError`, exit 5) while another live run holds or waits for a
     pool slot, or runs one of `projects`. Started anyway, this run's first step would wait in the
     pool's queue for as long as the other run takes, and Dagster's in-process executor waits
@@ -91,6 +92,8 @@ def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> Non
     for project in projects:
         refuse_if_project_busy(instance, project)
     for run_id, pool in _pool_run_ids(instance).items():
+        if run_id == exclude:  # the asking run itself
+            continue
         holder = instance.get_run_by_id(run_id)
         if holder is not None and holder.status in live:
             raise SyncInProgressError(f"another run is writing the store (Dagster run {run_id}, "
@@ -112,3 +115,30 @@ def _started_by(run: Any) -> str:
     if run.tags.get(TRIGGER_TAG) == "cli":
         return f"a CLI command, PID {run.tags.get(PID_TAG, '?')}"
     return "started from Dagster (UI, sensor or schedule)"
+
+
+@contextlib.contextmanager
+def holding_pools(instance: dg.DagsterInstance, run_id: str, step_key: str, pools: Sequence[str]) -> Iterator[None]:
+    """Hold a slot of each of `pools` for one step that writes every store (the batch's, which
+    carries many projects through every layer): a run the UI launches meanwhile waits in the pools'
+    queue, as it waited for the steps of a partition run. `SyncInProgressError` at once if a slot is
+    taken (the caller waits, interruptibly, and asks again); the reaper frees the slots of a run
+    whose process died."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        yield
+        return
+    default = storage.get_pool_config().default_pool_limit
+    try:
+        for pool in pools:
+            limits = {p.name: p for p in storage.get_pool_limits()}
+            if pool not in limits and default is not None:  # as Dagster's executor does for a step
+                storage.initialize_concurrency_limit_to_default(pool)
+                limits = {p.name: p for p in storage.get_pool_limits()}
+            if pool not in limits:  # a pool without a limit: nothing to hold
+                continue
+            if not storage.claim_concurrency_slot(pool, run_id, step_key).is_claimed:
+                raise SyncInProgressError(f"another run holds the {pool} pool: try again when it finishes")
+        yield
+    finally:
+        storage.free_concurrency_slot_for_step(run_id, step_key)

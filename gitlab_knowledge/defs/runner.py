@@ -231,16 +231,68 @@ def run_job(workspace: Workspace, job_name: str, projects: Sequence[str], op_con
 
 
 def wait_until_free(instance: dg.DagsterInstance, projects: Sequence[str], wait_s: float,
-                    sleep: Callable[[float], None] = time.sleep) -> None:
+                    sleep: Callable[[float], None] = time.sleep, exclude: str | None = None) -> None:
     """`refuse_if_busy`, retried for up to `wait_s` seconds (an interruptible sleep, unlike a step
-    waiting for a pool slot)."""
+    waiting for a pool slot); `exclude`: the asking run, which may hold slots itself."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            refuse_if_busy(instance, projects)
+            refuse_if_busy(instance, projects, exclude=exclude)
             return
         except SyncInProgressError:
             if time.monotonic() >= deadline:
                 raise
         sleep(1.0)
         reap_dead_runs(instance)
+
+
+def run_batch(workspace: Workspace, projects: Sequence[str], *, full: bool = False, force: bool = False,
+              instance: dg.DagsterInstance | None = None, tags: Mapping[str, str] | None = None) -> list[ProjectOutcome]:
+    """Sync `projects` in one run of the batch job (defs/batch.py), in this process: what the CLI
+    runs for several projects. One outcome per project it attempted (a failure that stops the
+    rest leaves the others out, as `run_sync` does), each naming the batch run, with its layers'
+    metadata and the error its layer raised."""
+    from gitlab_knowledge.defs.batch import BATCH_JOB
+
+    return _run_batch(workspace, BATCH_JOB, projects, full=full, force=force, instance=instance, tags=tags)
+
+
+@_one_pipeline_process
+def _run_batch(workspace: Workspace, job_name: str, projects: Sequence[str], *, full: bool, force: bool,
+               instance: dg.DagsterInstance | None, tags: Mapping[str, str] | None) -> list[ProjectOutcome]:
+    from gitlab_knowledge.defs import build_defs
+    from gitlab_knowledge.defs.batch import BATCH_OP, batch_run_config
+    from gitlab_knowledge.defs.many_projects import FINISHED
+
+    instance = instance or dagster_instance(workspace.config)
+    reap_dead_runs(instance)
+    refuse_if_busy(instance, projects)  # the CLI refuses at once, where a daemon's batch waits
+    ensure_partitions(instance, projects)
+    job = build_defs(workspace).resolve_job_def(job_name)
+    run_config = batch_run_config(list(projects), full=full)
+    run_config["ops"][BATCH_OP]["config"]["force"] = force
+    run_config["loggers"] = {"console": {"config": {"log_level": "CRITICAL"}}}
+    run_id = str(uuid.uuid4())
+    started = time.monotonic()
+    try:
+        result = job.execute_in_process(
+            run_config=run_config, instance=instance, raise_on_error=False, run_id=run_id,
+            tags={TRIGGER_TAG: "cli", PID_TAG: str(os.getpid()), HOST_TAG: HOSTNAME,
+                  PROCESS_START_TAG: process_start(os.getpid()) or "", PROJECT_TAG: f"{len(projects)} projects",
+                  **(tags or {})})
+    except KeyboardInterrupt:
+        if cancel_unstarted(instance, run_id):
+            raise Interrupted("stopped before the run started; nothing changed") from None
+        raise Interrupted("interrupted; the layers committed before it are kept") from None
+    batch = FINISHED.pop(run_id, None)
+    if batch is None:  # the step failed before it carried anything (Dagster's storage, the lock)
+        error: BaseException = KnowledgeError("the run failed (see the Dagster event log)")
+        for event in result.all_events:
+            if event.is_step_failure and event.step_failure_data is not None:
+                error = KnowledgeError(event.step_failure_data.error.message.strip().splitlines()[0]
+                                       if event.step_failure_data.error else "the run failed")
+        return [ProjectOutcome(project=p, run_id=run_id, error=error,
+                               duration_s=round(time.monotonic() - started, 2)) for p in projects]
+    return [ProjectOutcome(project=c.project, run_id=run_id, error=c.error, duration_s=round(c.duration_s, 2),
+                           metadata={k: {n: getattr(v, "value", v) for n, v in m.items()} for k, m in c.metadata.items()})
+            for c in batch.carried.values() if c.attempted]

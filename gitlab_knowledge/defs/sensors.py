@@ -1,8 +1,10 @@
 """The change sensor: every 10 minutes, probe each project and run the sync for those that changed.
 
-All the projects one tick finds due go into one run of the batch job (defs/batch.py), which syncs
-each as its own partition run in one process: the fixed cost of a run is paid once per tick, not
-once per project, and the projects never queue behind each other for the DuckDB writer.
+All the projects one tick finds due go into one run of the batch job (defs/batch.py), which
+carries them all through the layers in one step: the fixed cost of a run is paid once per tick, not
+once per project, and the projects never queue behind each other for the DuckDB writer. A
+project's history (backoff, retries) is its own partition runs and the batch runs that carried
+it, each of which records the projects it left unfinished.
 
 It asks GitLab three cheap questions per project (sync/probe.py) and the store what work is left
 (defs/due.py), and never advances anything itself. The decision is `due.decide`, a pure function
@@ -15,17 +17,20 @@ partitions here, without a code change.
 
 import os
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from gitlab_knowledge.backlog import digest
 from gitlab_knowledge.defs.batch import (
     BATCH_JOB,
+    BATCH_OP,
     RETRY_TAG,
+    batch_projects,
     batch_run_config,
     projects_in_flight,
     sync_projects_job,
+    unfinished_projects,
 )
 from gitlab_knowledge.defs.jobs import sync_project_job
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
@@ -50,28 +55,53 @@ IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Dag
 __all__ = ["RETRY_TAG", "gitlab_change_sensor", "dead_run_reaper"]
 
 
-def run_history(instance: dg.DagsterInstance, project: str) -> "RunHistory":
-    """Consecutive failed runs since the last success, and consecutive embedding retries."""
+def run_history(instance: dg.DagsterInstance, project: str,
+                batches: "list[dg.RunRecord] | None" = None, configured: list[str] | None = None) -> "RunHistory":
+    """Consecutive failed runs since the last success, and consecutive embedding retries: the
+    project's own partition runs and the finished batch runs that carried it (`finished_batches`,
+    read once a tick), newest first."""
     from gitlab_knowledge.defs.due import RETRY_EMBEDDINGS, RunHistory
 
     records = instance.get_run_records(
         dg.RunsFilter(job_name=sync_project_job.name, tags={"dagster/partition": project}), limit=25)
+    attempts = [(_ended(r), r.dagster_run.status, r.dagster_run.tags.get(RETRY_TAG)) for r in records]
+    for record in batches if batches is not None else finished_batches(instance):
+        run = record.dagster_run
+        if project not in batch_projects(run, configured or [project]):
+            continue
+        unfinished = unfinished_projects(run)
+        if run.status == dg.DagsterRunStatus.SUCCESS or (unfinished is not None and project not in unfinished):
+            status = dg.DagsterRunStatus.SUCCESS
+        else:  # its layers did not all commit: failed, canceled, or the run died (no record of its own)
+            status = run.status
+        ops: dict[str, Any] = dict(run.run_config or {}).get("ops", {})  # type: ignore[assignment]
+        kinds: dict[str, str] = ops.get(BATCH_OP, {}).get("config", {}).get("retry") or {}
+        attempts.append((_ended(record), status, kinds.get(project)))
+    attempts.sort(key=lambda a: a[0], reverse=True)  # newest first
     failed, failed_at = 0, None
-    for record in records:  # newest first
-        status = record.dagster_run.status
+    for ended, status, _retry in attempts:
         if status == dg.DagsterRunStatus.SUCCESS:
             break
         if status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED):
             failed += 1
             if failed_at is None:
-                ended = record.end_time or record.update_timestamp.timestamp()
                 failed_at = datetime.fromtimestamp(ended, UTC).replace(tzinfo=None)
     retries = 0
-    for record in records:
-        if record.dagster_run.tags.get(RETRY_TAG) != RETRY_EMBEDDINGS:
+    for _ended_at, _status, retry in attempts:
+        if retry != RETRY_EMBEDDINGS:
             break
         retries += 1
     return RunHistory(failed=failed, failed_at=failed_at, embedding_retries=retries, now=utcnow())
+
+
+def finished_batches(instance: dg.DagsterInstance, limit: int = 50) -> "list[dg.RunRecord]":
+    """The newest finished batch runs: each carries a record of the projects it left unfinished."""
+    done = [dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]
+    return list(instance.get_run_records(dg.RunsFilter(job_name=BATCH_JOB, statuses=done), limit=limit))
+
+
+def _ended(record: "dg.RunRecord") -> float:
+    return record.end_time or record.update_timestamp.timestamp()
 
 
 def in_flight(instance: dg.DagsterInstance, project: str) -> bool:
@@ -121,11 +151,12 @@ def gitlab_change_sensor(context: dg.SensorEvaluationContext,
     if probes and len(failed) == len(probes):
         raise dg.DagsterError(f"probe failed: {failed[0].error}")  # GitLab down or the token rejected
     batched = projects_in_flight(context.instance, list(projects))
+    batches = finished_batches(context.instance)  # the per-project history of the batch runs, read once
     due: dict[str, str] = {}  # project -> its run key
     retry: dict[str, str] = {}
     notes = []
     for probe in probes:
-        history = run_history(context.instance, probe.project)
+        history = run_history(context.instance, probe.project, batches, list(projects))
         busy = probe.project in batched or in_flight(context.instance, probe.project)
         decision = decide(probe, work.get(probe.project), in_flight=busy, attempt=history.failed,
                           now=probe.gitlab_now, history=history, interval_seconds=INTERVAL_SECONDS)

@@ -14,7 +14,7 @@
 
 import logging
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,7 +26,7 @@ from gitlab_knowledge.embeddings.provider import EmbeddingProvider
 from gitlab_knowledge.embeddings.vectors import VectorStore, chunk_rows, metadata_of
 from gitlab_knowledge.errors import EmbeddingUnavailable
 from gitlab_knowledge.freshness import EntryState, compare
-from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layer_stats import LayerStats
 from gitlab_knowledge.layers import EMBEDDINGS
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.timeutil import utcnow
@@ -109,7 +109,22 @@ def outage(stats: list[EmbedStats]) -> EmbeddingUnavailable | None:
 def plan(con: Any, store: VectorStore, project: str, everything: bool) -> tuple[list[str], list[str], list[str], int]:
     """(ids to embed, ids needing a metadata rewrite, ids to delete, document count)."""
     docs = con.execute("SELECT id, content_hash, meta_hash FROM documents WHERE project_path = ?", [project]).fetchall()
-    comparison = compare({d[0]: (d[1], d[2]) for d in docs}, store.document_state(project))
+    return _plan_of(docs, store.document_state(project), everything)
+
+
+def plan_many(con: Any, store: VectorStore, projects: Sequence[str], everything: bool) -> "dict[str, Plan]":
+    """`plan` of each of `projects`, from one DuckDB query and one vector-table scan."""
+    states = store.document_states(projects)
+    docs: dict[str, list[Any]] = {p: [] for p in projects}
+    for row in con.execute("SELECT project_path, id, content_hash, meta_hash FROM documents "
+                           "WHERE project_path IN (SELECT unnest(?::TEXT[]))", [list(projects)]).fetchall():
+        docs[row[0]].append(row[1:])
+    return {p: Plan(*_plan_of(docs[p], states.get(p, {}), everything)) for p in projects}
+
+
+def _plan_of(docs: list[Any], state: dict[str, tuple[str, str]],
+             everything: bool) -> tuple[list[str], list[str], list[str], int]:
+    comparison = compare({d[0]: (d[1], d[2]) for d in docs}, state)
     if everything:
         return [d[0] for d in docs], [], comparison.orphaned, len(docs)
     embed = comparison.ids(EntryState.TEXT_CHANGED, EntryState.MISSING, EntryState.FAILED)
@@ -238,30 +253,73 @@ def refresh(workspace: Workspace, project: str, *, provider: EmbeddingProvider |
     `provider` (default: the workspace's configured embedder), in this process: plan, embed
     (writing each batch's vectors as it goes), commit. embeddings/fanout.py runs the same three
     steps with the embedding split over workers."""
-    return timed(lambda stats: _refresh(workspace, project, provider, everything, progress, batch_size, sleep, stats),
-                 EmbedStats())
+    return refresh_many(workspace, [project], provider=provider, everything=everything, progress=progress,
+                        batch_size=batch_size, sleep=sleep)[project]
 
 
-def _refresh(workspace: Workspace, project: str, provider: EmbeddingProvider | None, everything: bool,
-             progress: SyncProgress | None, batch_size: int | None, sleep: Callable[[float], None],
-             stats: EmbedStats) -> None:
+def refresh_many(workspace: Workspace, projects: Sequence[str], *, provider: EmbeddingProvider | None = None,
+                 everything: bool = False, progress: SyncProgress | None = None, batch_size: int | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> dict[str, EmbedStats]:
+    """`refresh` of every project in `projects` as one: one plan (one DuckDB read, one vector-table
+    scan), every project's pending documents embedded in full batches, one commit (one metadata
+    rewrite, one compaction). A batch of many small projects paid a LanceDB write, version and
+    optimize, and a part-filled embedding batch, once per project. Each project's stats count its
+    own documents; `embed_seconds` and `duration_s` are its share (by documents embedded, and
+    evenly) of the whole."""
+    started = time.monotonic()
     provider = provider or workspace.embedder()
     progress = progress or workspace.progress or NullProgress()
     store = workspace.vectors(provider.provider, provider.model)
-    stats.provider, stats.model = provider.provider, provider.model
+    out = {p: EmbedStats(provider=provider.provider, model=provider.model) for p in projects}
     batch_size = batch_size or workspace.config.embedding.batch_size
     dims = store.dims()  # an existing table's dimension wins: vectors of another size cannot join it
+    whole = EmbedStats(provider=provider.provider, model=provider.model)
     with workspace.scratch("gk-embed-") as tmp:
         staged = tmp / "documents.parquet"
-        plan_ = plan_documents(workspace, store, project, everything, staged)
-        stats.documents, stats.to_embed = plan_.documents, len(plan_.to_embed)
-        stats.unchanged = plan_.documents - len(plan_.wanted)
-        delete_stale(store, plan_, stats)
-        if plan_.wanted:
-            progress.resource_started(project, "embeddings", len(plan_.to_embed))
-            embedded = embed_staged(staged, set(plan_.to_embed), provider, project, stats, store.replace_docs,
+        with workspace.read(wait=120.0) as con:
+            plans = plan_many(con, store, projects, everything)
+            wanted = [doc for p in projects for doc in plans[p].wanted]
+            if wanted:
+                stage_documents(con, wanted, staged)
+        every = Plan([d for p in projects for d in plans[p].to_embed], [d for p in projects for d in plans[p].meta_only],
+                     [d for p in projects for d in plans[p].stale], sum(plans[p].documents for p in projects))
+        for project, plan_ in plans.items():
+            stats = out[project]
+            stats.documents, stats.to_embed = plan_.documents, len(plan_.to_embed)
+            stats.unchanged = plan_.documents - len(plan_.wanted)
+            stats.deleted = len(plan_.stale)
+        delete_stale(store, every, whole)
+        if every.wanted:
+            label = projects[0] if len(projects) == 1 else f"{len(projects)} projects"
+            progress.resource_started(label, "embeddings", len(every.to_embed))
+            embedded = embed_staged(staged, set(every.to_embed), provider, label, whole, store.replace_docs,
                                     dims=dims, batch_size=batch_size, progress=progress, sleep=sleep)
-            commit(store, embedded, stats)
+            commit(store, embedded, whole)
+            _share(embedded, whole, plans, out)
+    elapsed = round(time.monotonic() - started, 3)
+    for stats in out.values():
+        stats.duration_s = elapsed if len(out) == 1 else round(elapsed / len(out), 3)
+    return out
+
+
+def _share(embedded: Embedded, whole: EmbedStats, plans: "dict[str, Plan]", out: dict[str, EmbedStats]) -> None:
+    """Each project's part of what one embedding pass over many projects did."""
+    owner = {doc: p for p, plan_ in plans.items() for doc in plan_.wanted}
+    for doc in embedded.succeeded:
+        out[owner[doc]].embedded += 1
+    for failure in embedded.failures:
+        out[owner[failure["doc_id"]]].failed += 1
+    for doc in embedded.metadata:
+        out[owner[doc]].metadata_updated += 1
+    for stats in out.values():
+        if stats.failed:
+            stats.errors = list(whole.errors)
+        if len(out) == 1:
+            stats.chunks, stats.retried_batches, stats.embed_seconds = whole.chunks, whole.retried_batches, whole.embed_seconds
+            stats.metadata_updated = whole.metadata_updated
+        elif whole.embedded:
+            stats.embed_seconds = whole.embed_seconds * stats.embedded / whole.embedded
+            stats.chunks = round(whole.chunks * stats.embedded / whole.embedded)
 
 
 def _embed_with_retry(provider: EmbeddingProvider, docs: list[dict[str, Any]], stats: EmbedStats,
@@ -308,5 +366,5 @@ def vectors_problem(chunks: list[Any], documents: int, dims: int) -> str | None:
 
 def _failed(docs: list[dict[str, Any]], project: str, error: str, attempts: int) -> list[dict[str, Any]]:
     now = utcnow()
-    return [{"doc_id": d["id"], "project": project, "content_hash": d["content_hash"], "error": error[:500],
+    return [{"doc_id": d["id"], "project": d.get("project_path") or project, "content_hash": d["content_hash"], "error": error[:500],
              "attempts": attempts, "failed_at": now} for d in docs]

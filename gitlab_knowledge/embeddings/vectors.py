@@ -170,6 +170,19 @@ class VectorStore:
         rows = self._scan(table, where, ["doc_id", "content_hash", "meta_hash"]).to_pylist()
         return {r["doc_id"]: (r["content_hash"], r["meta_hash"]) for r in rows}
 
+    def document_states(self, projects: Sequence[str]) -> dict[str, dict[str, tuple[str, str]]]:
+        """`document_state` of each of `projects` from one scan (a scan per project was a fixed cost
+        a batch of many projects paid once per project)."""
+        out: dict[str, dict[str, tuple[str, str]]] = {p: {} for p in projects}
+        table = self.table()
+        if table is None or not projects:
+            return out
+        rows = self._scan(table, "chunk = 0 AND " + sql_in("project", projects),
+                          ["project", "doc_id", "content_hash", "meta_hash"]).to_pylist()
+        for r in rows:
+            out.setdefault(r["project"], {})[r["doc_id"]] = (r["content_hash"], r["meta_hash"])
+        return out
+
     def count(self, project: str | None = None) -> tuple[int, int]:
         """(documents, chunks)."""
         table = self.table()

@@ -6,6 +6,7 @@ Each test stops its own server (that is what it tests), so the two cannot share 
 started together instead, and the second test's server is ready while the first test runs."""
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -71,21 +72,22 @@ def test_stopping_the_ui_cancels_the_run_in_progress(servers, capsys):
     assert f"Canceled 1 run(s) in progress, as the UI stopped: {run_id[:8]}" in err
 
 
-def test_stopping_the_ui_cancels_a_batch_run_and_its_project_run_in_progress(servers):
+def test_stopping_the_ui_cancels_a_batch_run_in_progress_and_keeps_its_record(servers):
     dagster = servers["batch"].ready()
     batch_id = dagster.launch("sync_projects", None)  # every configured project, one run
     deadline = time.monotonic() + 240
-    inner: list = []
-    while time.monotonic() < deadline and not inner:  # the first project's run is fetching
-        assert dagster.timings(batch_id)["status"] not in ("SUCCESS", "FAILURE", "CANCELED")
-        inner = [r for r in dagster.runs("gitlab_knowledge/batch", batch_id)
-                 if any(s["stepKey"] == "raw_gitlab_payloads" and s["startTime"]
-                        for s in dagster.timings(r["runId"])["stepStats"])]
+    steps: list = []
+    while time.monotonic() < deadline and not steps:  # its step is carrying the projects
+        run = dagster.timings(batch_id)
+        assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), run
+        steps = [s for s in run["stepStats"] if s["stepKey"] == "sync_each_project" and s["startTime"]]
         time.sleep(0.5)
-    assert inner, "the batch never started a project's run"
+    assert steps, "the batch never started its step"
     canceled = stop(dagster, wait_s=120)
-    assert canceled == [batch_id]  # the batch; its project run stops with it
+    assert canceled == [batch_id]
     with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
-        assert instance.get_run_by_id(batch_id).status == dg.DagsterRunStatus.CANCELED
-        project_runs = instance.get_runs(dg.RunsFilter(tags={"gitlab_knowledge/batch": batch_id}))
-        assert [r.status for r in project_runs] == [dg.DagsterRunStatus.CANCELED]
+        batch = instance.get_run_by_id(batch_id)
+        assert batch.status == dg.DagsterRunStatus.CANCELED
+        assert instance.get_runs(dg.RunsFilter(job_name="sync_project")) == []  # no run per project
+        # The projects it did not finish are recorded: the sensor's history counts them.
+        assert json.loads(batch.tags["gitlab_knowledge/unfinished"])

@@ -1,8 +1,10 @@
 """One run for many projects (defs/batch.py): the change sensor asks for one run however many
-projects changed; that run syncs each project as its own partition run (per-partition
-materializations, tagged with the batch), and one project failing leaves the others committed while
-the batch's failure names it."""
+projects changed; that run carries every project through the layers in one step, recording
+per-partition materializations and check results, with the index layers written once for all;
+one project failing leaves the others committed while the batch's failure names it, and only that
+project backs off."""
 
+import json
 from pathlib import Path
 
 import dagster as dg
@@ -10,8 +12,11 @@ import pytest
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import build_defs, defs
-from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP, BATCH_TAG, batch_run_config
+from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP, UNFINISHED_TAG, batch_run_config
+from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.defs.failures import FAILURE_TAG
+from gitlab_knowledge.defs.partitions import project_partitions
+from gitlab_knowledge.defs.sensors import finished_batches, run_history
 from gitlab_knowledge.layers import LAYERS
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
@@ -43,37 +48,76 @@ def test_five_changed_projects_are_one_run(env):
     assert result.run_requests[0].run_config["ops"][BATCH_OP]["config"]["projects"] == project_paths(sb)
 
 
-def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_others(env):
+def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_others(env, monkeypatch):
     sb, path, instance = env
     projects = project_paths(sb)
     broken = projects[2]
     # Every request about the third project fails (a 500 and no retry): the others are untouched.
     sb.set_faults(f"500:path=/projects/({broken.replace('/', '%2F')}|{scalar_id(sb, broken)})(/|$)")
     workspace = Workspace.load(path)
+    writes = count_index_writes(monkeypatch)
     job = build_defs(workspace).resolve_job_def(BATCH_JOB)
     result = job.execute_in_process(run_config=batch_run_config(projects), instance=instance, raise_on_error=False,
                                     tags={"gitlab_knowledge/trigger": "sensor"})
     assert not result.success
     batch = instance.get_run_by_id(result.run_id)
     assert broken in batch.tags[FAILURE_TAG] and batch.tags[FAILURE_TAG].startswith("1 of 5 project(s) failed")
+    assert json.loads(batch.tags[UNFINISHED_TAG]) == [broken]  # the per-project record the sensor reads
+    # One run carries every project: no partition run per project, and the index layers write once
+    # for all of them (a Tantivy commit, a LanceDB write and compaction), not once per project.
+    assert instance.get_runs(dg.RunsFilter(job_name="sync_project")) == []
+    assert writes == {"tantivy_commits": 1, "lance_writes": 1, "lance_optimize": 1}
 
-    runs = {r.tags["dagster/partition"]: r for r in instance.get_runs(dg.RunsFilter(tags={BATCH_TAG: result.run_id}))}
-    assert set(runs) == set(projects)  # one partition run per project, each tagged with its batch
-    assert runs[broken].status == dg.DagsterRunStatus.FAILURE
+    for layer in LAYERS:  # the UI shows the failed project's partitions failed, not merely missing
+        status = instance.get_status_by_partition(dg.AssetKey(layer.asset), projects, project_partitions)
+        assert status == {p: dg.AssetPartitionStatus.FAILED if p == broken else dg.AssetPartitionStatus.MATERIALIZED
+                          for p in projects}
     for project in projects:
         for layer in LAYERS:
-            event = instance.get_latest_materialization_event(dg.AssetKey(layer.asset))
-            assert event is not None
             records = instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=dg.AssetKey(layer.asset), asset_partitions=[project]), limit=1).records
             if project == broken:
                 assert not records
-            else:
-                assert runs[project].status == dg.DagsterRunStatus.SUCCESS
-                assert [r.run_id for r in records] == [runs[project].run_id]  # its own run, its own partition
+            else:  # its own partition, with that layer's stats for that project
+                assert [r.run_id for r in records] == [result.run_id]
+                metadata = records[0].asset_materialization.metadata
+                assert metadata, (project, layer.asset)
+    evaluated = {(r.event_log_entry.dagster_event.event_specific_data.asset_check_key.name,
+                  r.event_log_entry.dagster_event.event_specific_data.partition)
+                 for r in instance.get_records_for_run(result.run_id,
+                                                       of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records}
+    partitioned = {spec.key.name for check in ALL_CHECKS for spec in check.check_specs if spec.partitions_def}
+    assert len(partitioned) == 13  # every per-partition check (the 14th, freshness, is over all projects)
+    assert evaluated == {(name, p) for name in partitioned for p in projects if p != broken}
     synced = scalar(load_config(path), "SELECT list(DISTINCT path_with_namespace ORDER BY path_with_namespace) "
                                        "FROM projects")
     assert synced == sorted(set(projects) - {broken})  # the other four projects' layers all committed
+    # The sensor's history: the failed project backs off, the others are clean.
+    histories = {p: run_history(instance, p, finished_batches(instance), projects) for p in projects}
+    assert histories[broken].failed == 1 and histories[broken].failed_at is not None
+    assert all(h.failed == 0 for p, h in histories.items() if p != broken)
+
+
+def count_index_writes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Count the index layers' writes: Tantivy commits, LanceDB vector writes and compactions."""
+    from gitlab_knowledge.embeddings.vectors import VectorStore
+    from gitlab_knowledge.lexical.index import LexicalIndex
+
+    counts = {"tantivy_commits": 0, "lance_writes": 0, "lance_optimize": 0}
+
+    def counting(cls: type, name: str, key: str) -> None:
+        real = getattr(cls, name)
+
+        def wrapper(*args, **kwargs):
+            counts[key] += 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapper)
+
+    counting(LexicalIndex, "writer", "tantivy_commits")
+    counting(VectorStore, "replace_docs", "lance_writes")
+    counting(VectorStore, "optimize", "lance_optimize")
+    return counts
 
 
 def scalar_id(sb: SandboxGitLab, project: str) -> int:

@@ -88,13 +88,30 @@ def test_a_reaper_tick_that_reaped_says_what_and_moves_its_cursor(instance):
     assert result.cursor.startswith("3 run(s) reaped, last at ") and dead[:8] in result.cursor
 
 
-def test_a_batch_runs_project_run_whose_worker_died_is_reaped(instance):
-    # A batch run (defs/batch.py) starts its projects' runs inside the daemon's run worker: they
-    # carry the worker's PID and the batch's trigger, not "cli", and are reaped all the same.
-    run_id = cli_run(instance, dead_pid(), "acme/batched")
-    instance.add_run_tags(run_id, {TRIGGER_TAG: "sensor", "gitlab_knowledge/batch": str(uuid.uuid4())})
-    live = cli_run(instance, os.getpid(), "acme/alive")
-    instance.add_run_tags(live, {TRIGGER_TAG: "sensor"})
-    assert reap_dead_runs(instance) == [run_id]
-    assert instance.get_run_by_id(run_id).status == DagsterRunStatus.FAILURE
+def test_a_batch_run_whose_worker_died_is_reaped_and_its_projects_count_as_failed(instance):
+    # A batch run (defs/batch.py) carries its projects in one step inside the daemon's run worker,
+    # tagged with the worker's PID, holding the stores' pool slots: a dead worker's batch is
+    # reaped, its slots freed, and the projects it named count as failed in the sensor's history
+    # (it died before recording which of them it finished).
+    from gitlab_knowledge.defs.batch import BATCH_OP, batch_run_config
+    from gitlab_knowledge.defs.run_slots import holding_pools
+    from gitlab_knowledge.defs.sensors import finished_batches, run_history
+
+    def batch_run(pid: int, projects: list[str]) -> str:
+        run_id = str(uuid.uuid4())
+        tags = {TRIGGER_TAG: "sensor", PID_TAG: str(pid), HOST_TAG: HOSTNAME, PROCESS_START_TAG: process_start(pid) or ""}
+        instance.add_run(DagsterRun(job_name="sync_projects", run_id=run_id, status=DagsterRunStatus.STARTED,
+                                    tags=tags, run_config=batch_run_config(projects)))
+        return run_id
+
+    dead = batch_run(dead_pid(), ["acme/a", "acme/b"])
+    held = holding_pools(instance, dead, BATCH_OP, [DUCKDB_POOL])
+    held.__enter__()  # its process died holding the slot: nothing gives it back but the reaper
+    assert [s.run_id for s in instance.event_log_storage.get_concurrency_info(DUCKDB_POOL).claimed_slots] == [dead]
+    live = batch_run(os.getpid(), ["acme/c"])
+    assert reap_dead_runs(instance) == [dead]
+    assert instance.get_run_by_id(dead).status == DagsterRunStatus.FAILURE
     assert instance.get_run_by_id(live).status == DagsterRunStatus.STARTED
+    assert instance.event_log_storage.get_concurrency_info(DUCKDB_POOL).claimed_slots == []
+    batches = finished_batches(instance)
+    assert [run_history(instance, p, batches, []).failed for p in ("acme/a", "acme/b", "acme/c")] == [1, 1, 0]

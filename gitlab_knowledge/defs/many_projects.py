@@ -1,0 +1,207 @@
+"""Many projects through the layers in one step: what a batch run (defs/batch.py) does.
+
+A `sync_project` partition run per project paid Dagster's fixed cost of a run (run and step
+events, a step per asset and per check group, ~8 s under load) once per project, and inside the
+layers a Tantivy commit, a LanceDB write, version and compaction, and a part-filled embedding batch
+once per project too (docs/ARCHITECTURE.md, "One run per tick", has the measurements). Here each
+project goes through the DuckDB layers with the same `refresh(workspace, project, ...)` functions
+a partition run's assets call (that work is per project: its own fetch, its own rows), and the two
+index layers take every project at once (`refresh_many`: one plan, full embedding batches across
+projects, one commit each).
+
+`carry` yields `(project, layer, metadata)` as each layer of each project commits, so the caller
+records a materialization per partition as it happens (an interrupted batch keeps the record of
+what it committed). A project failing in a layer skips its later layers and the others go on; a
+failure that is not about one project (auth, config, a store that cannot be written) stops the
+rest, which are reported as not attempted.
+"""
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from gitlab_knowledge.defs.failures import original, said_plainly
+from gitlab_knowledge.embeddings.refresh import outage
+from gitlab_knowledge.embeddings.tables import kept_models
+from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError, is_interrupt
+from gitlab_knowledge.layers import DOCUMENTS, EMBEDDINGS, GRAPH, LAYERS, LEXICAL, NORMALIZED, RAW, Layer
+from gitlab_knowledge.progress import SyncProgress
+from gitlab_knowledge.store.db import holding_open
+from gitlab_knowledge.store.queries import project_counts
+from gitlab_knowledge.sync.stats import RawStats
+from gitlab_knowledge.workspace import Workspace
+
+# The batches this process ran, by run id, for the in-process runner (`run_batch`) to read each
+# project's outcome with its error as raised (the event log has only its text).
+FINISHED: dict[str, "Batch"] = {}
+# Failures that are not about one project: the next project would fail the same way.
+STOP_ALL = (AuthError, ConfigError, StoreError)
+NOT_ATTEMPTED = "not attempted: the batch stopped on an earlier failure"
+
+
+@dataclass
+class Carried:
+    """One project's part of a batch: each layer's materialization metadata, or where it failed."""
+
+    project: str
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # asset key -> metadata (as Dagster gets it)
+    error: BaseException | None = None
+    failed_layer: str = ""  # the layer that raised (its later layers did not run)
+    attempted: bool = True  # False: a failure of another project stopped the batch before it finished
+    duration_s: float = 0.0  # this project's layers' own time (its share of the shared index steps)
+
+    @property
+    def done(self) -> set[str]:
+        return set(self.metadata)
+
+
+@dataclass
+class Batch:
+    """What `carry` did, filled in as it goes."""
+
+    carried: dict[str, Carried]
+    stopped: BaseException | None = None  # the failure that stopped the rest
+
+    @property
+    def failed(self) -> list[Carried]:
+        """The projects whose layers failed (not those left unattempted)."""
+        return [c for c in self.carried.values() if c.error is not None and c.attempted]
+
+    @property
+    def unfinished(self) -> list[str]:
+        """Every project whose layers did not all commit: failed, or not attempted."""
+        return [c.project for c in self.carried.values() if c.error is not None]
+
+
+def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: bool = False, force: bool = False,
+          run_id: str | None = None, progress: SyncProgress | None = None,
+          log: Any = None) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """Run every layer for `projects`, yielding each (project, layer, metadata) once committed."""
+    for project in projects:
+        if batch.stopped is not None:
+            break
+        yield from _duckdb_layers(workspace, batch.carried[project], batch, full=full, force=force, run_id=run_id,
+                                  progress=progress, log=log)
+    if batch.stopped is not None:
+        _not_attempted(batch)
+        return
+    # The keyword index first, as in a partition run: an embedding outage must not leave it behind.
+    live = [p for p in projects if batch.carried[p].error is None]
+    yield from _index_layer(workspace, LEXICAL, live, batch, lambda ps: _lexical(workspace, ps))
+    if batch.stopped is None:
+        yield from _index_layer(workspace, EMBEDDINGS, live, batch, lambda ps: _embeddings(workspace, ps, progress, log))
+    if batch.stopped is not None:
+        _not_attempted(batch)
+
+
+def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full: bool, force: bool,
+                   run_id: str | None, progress: SyncProgress | None, log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    project = carried.project
+    with contextlib.ExitStack() as held:  # closed however the generator ends
+        for layer in (RAW, NORMALIZED, GRAPH, DOCUMENTS):
+            started = time.monotonic()
+            try:
+                if layer is NORMALIZED:  # the store layers after the fetch: one open of the file, not a dozen
+                    held.enter_context(holding_open(workspace.config.duckdb_path))
+                with said_plainly(None, layer, workspace):
+                    if layer is RAW:
+                        result = RAW.refresh(workspace, project, full=full, force=force, dagster_run_id=run_id,
+                                             progress=progress)
+                        stats = RawStats.of(result)
+                        metadata = {"summary": dg.MetadataValue.md(stats.summary_markdown(result)), **stats.to_metadata()}
+                    elif layer is NORMALIZED:
+                        normalized = NORMALIZED.refresh(workspace, project, dagster_run_id=run_id)
+                        counts = project_counts(workspace, project)
+                        metadata = {**normalized.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}}
+                    else:
+                        done = layer.refresh(workspace, project, dagster_run_id=run_id)
+                        if layer is DOCUMENTS and done.truncated and log is not None:
+                            log.warning(f"{project}: {done.truncated} document(s) exceeded ~8,000 tokens and were cut "
+                                        "from the middle")
+                        metadata = done.to_metadata()
+            except BaseException as exc:
+                held.close()
+                if not isinstance(exc, Exception) or is_interrupt(exc):
+                    raise
+                _fail(batch, carried, layer, original(exc))
+                return
+            finally:
+                carried.duration_s += time.monotonic() - started
+            carried.metadata[layer.asset] = metadata
+            if layer is DOCUMENTS:
+                held.close()  # before the materialization is recorded: the store is committed and free
+            yield project, layer, metadata
+
+
+def _index_layer(workspace: Workspace, layer: Layer, projects: list[str], batch: Batch,
+                 run: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """One call of an index layer for every project in `projects`; `run` returns, per project, its
+    metadata or the error that project's part ended with."""
+    if not projects:
+        return
+    started = time.monotonic()
+    try:
+        with said_plainly(None, layer, workspace):
+            results: dict[str, dict[str, Any] | BaseException] = run(projects)
+    except Exception as exc:  # noqa: BLE001 - a failure of the shared step is every project's
+        if is_interrupt(exc):
+            raise
+        error = original(exc)
+        for project in projects:
+            _fail(batch, batch.carried[project], layer, error)
+        return
+    share = (time.monotonic() - started) / len(projects)
+    for project in projects:
+        carried = batch.carried[project]
+        carried.duration_s += share
+        outcome = results[project]
+        if isinstance(outcome, BaseException):
+            _fail(batch, carried, layer, outcome)
+            continue
+        carried.metadata[layer.asset] = outcome
+        yield project, layer, outcome
+
+
+def _lexical(workspace: Workspace, projects: list[str]) -> dict[str, dict[str, Any] | BaseException]:
+    from gitlab_knowledge.lexical.refresh import refresh_many
+
+    return {p: stats.to_metadata() for p, stats in refresh_many(workspace, projects).items()}
+
+
+def _embeddings(workspace: Workspace, projects: list[str], progress: SyncProgress | None,
+                log: Any) -> dict[str, dict[str, Any] | BaseException]:
+    """The configured model's vectors, and those of the other models `embedding.models` keeps
+    current, for every project at once; a project whose documents could not be embedded because
+    the provider was down fails this layer (its failures are recorded and retried), as its own run's
+    embeddings step would."""
+    from gitlab_knowledge.embeddings.refresh import refresh_many
+
+    primary = refresh_many(workspace, projects, provider=workspace.embedder(), progress=progress)
+    kept = [refresh_many(workspace, projects, provider=workspace.embedder(other, model), progress=progress)
+            for other, model in kept_models(workspace.config)]
+    out: dict[str, dict[str, Any] | BaseException] = {}
+    for project in projects:
+        stats = primary[project]
+        down = outage([stats, *(k[project] for k in kept)])
+        out[project] = down if down is not None else stats.to_metadata()
+        if stats.failed and down is None and log is not None:
+            log.warning(f"{project}: {stats.failed} document(s) failed to embed and will be retried next run: "
+                        f"{stats.last_error or ''}")
+    return out
+
+
+def _fail(batch: Batch, carried: Carried, layer: Layer, error: BaseException) -> None:
+    carried.error, carried.failed_layer = error, layer.name
+    if isinstance(error, STOP_ALL) and batch.stopped is None:
+        batch.stopped = error
+
+
+def _not_attempted(batch: Batch) -> None:
+    """The projects whose layers a stopping failure left unfinished."""
+    for carried in batch.carried.values():
+        if carried.error is None and len(carried.metadata) < len(LAYERS):
+            carried.error, carried.attempted = KnowledgeError(NOT_ATTEMPTED), False

@@ -1,0 +1,46 @@
+"""A batch keeps the DuckDB store open across a project's store layers (`db.holding_open`): the
+layers' many short opens become cursors of one connection, so the file is opened (and, on the
+last close, checkpointed) once for them, not once per open; outside the hold, opens are short and
+the file is free for other processes again."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gitlab_knowledge.store.db as db
+
+
+def other_process_can_read(path: Path) -> bool:
+    code = f"import duckdb; duckdb.connect({str(path)!r}, read_only=True).close()"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def test_opens_inside_a_hold_are_cursors_of_one_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "store.duckdb"
+    with db.write_connection(path) as con:  # created, schema ensured
+        con.execute("CREATE TABLE t (x INTEGER)")
+    opens: list[bool] = []
+    real_open = db._open
+
+    def counting(p: Path, read_only: bool, wait: float):
+        opens.append(read_only)
+        return real_open(p, read_only, wait)
+
+    monkeypatch.setattr(db, "_open", counting)
+    with db.holding_open(path):
+        for i in range(5):
+            with db.write_connection(path) as con:
+                con.execute("INSERT INTO t VALUES (?)", [i])
+            with db.read_connection(path) as con:
+                assert con.execute("SELECT count(*) FROM t").fetchone() == (i + 1,)
+        with pytest.raises(RuntimeError), db.write_connection(path) as con:  # a failed write rolls back
+            con.execute("BEGIN")
+            con.execute("INSERT INTO t VALUES (99)")
+            raise RuntimeError("boom")
+    assert opens == [False]  # one open for the ten, not ten
+    assert other_process_can_read(path)  # released: the file is free again
+    with db.read_connection(path) as con:
+        assert con.execute("SELECT count(*) FROM t").fetchone() == (5,)
+    assert opens == [False, True]  # and opens are ordinary again
