@@ -74,8 +74,9 @@ def test_sync_checks_sensor_and_search_through_the_real_dagster(sample_dagster):
         deadline = time.monotonic() + 120
         sensor_runs: list = []
         while time.monotonic() < deadline and not sensor_runs:
+            # One batch run per tick (defs/batch.py), naming the projects it carries.
             sensor_runs = [r for r in dagster.runs("gitlab_knowledge/trigger", "sensor")
-                           if {"key": "dagster/partition", "value": project} in r["tags"]]
+                           if {"key": "gitlab_knowledge/project", "value": project} in r["tags"]]
             time.sleep(0.5)
         assert sensor_runs, "the sensor did not launch a run for the changed project"
         assert dagster.wait_run(sensor_runs[0]["runId"]) == "SUCCESS"
