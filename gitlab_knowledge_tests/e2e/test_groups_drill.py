@@ -13,7 +13,7 @@ the Dagster instance's run records. The latencies are asserted only after everyt
 for (up to a deadline, polling), so a run that misses the bound still reports the numbers.
 
 Slow (a first sync of 200 projects, then several sensor intervals): run with --runslow, by hand
-(not by .ci/run: the first sync alone outlasts what is left of CI's 20 minutes). DRILL_PROJECTS / DRILL_CHANGES shrink it for a trial run."""
+(not by .ci/run: its ~10 minutes do not fit in what is left of CI's 20). DRILL_PROJECTS / DRILL_CHANGES shrink it for a trial run."""
 
 import os
 import statistics
