@@ -194,3 +194,13 @@ def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: f
                 child.kill()
                 child.wait(30)
     return landed
+
+
+class Clock:
+    """A clock a test moves by hand (`clock.now += 300`): injected where code asks the time."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -51,19 +51,24 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
         yield made
 
 
+def step_started(dagster: DagsterDev, run_id: str, step: str, timeout: float = 240) -> bool:
+    """Wait until the run's `step` has started (the run still in progress all along)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = dagster.timings(run_id)
+        assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), run
+        if any(s["stepKey"] == step and s["startTime"] for s in run["stepStats"]):
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def test_stopping_the_ui_cancels_the_run_in_progress(servers, capsys):
     dagster = servers["run"].ready()
     project = "acme/platform"
     dagster.add_partition(project)
     run_id = dagster.launch("sync_project", project)
-    deadline = time.monotonic() + 240
-    steps: list = []
-    while time.monotonic() < deadline and not steps:  # the raw step has started fetching
-        run = dagster.timings(run_id)
-        assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), run
-        steps = [s for s in run["stepStats"] if s["stepKey"] == "raw_gitlab_payloads" and s["startTime"]]
-        time.sleep(0.5)
-    assert steps, "the run never started its first step"
+    assert step_started(dagster, run_id, "raw_gitlab_payloads"), "the run never started its first step"
     canceled = stop(dagster, wait_s=120)
     assert canceled == [run_id]
     with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
@@ -75,14 +80,7 @@ def test_stopping_the_ui_cancels_the_run_in_progress(servers, capsys):
 def test_stopping_the_ui_cancels_a_batch_run_in_progress_and_keeps_its_record(servers):
     dagster = servers["batch"].ready()
     batch_id = dagster.launch("sync_projects", None)  # every configured project, one run
-    deadline = time.monotonic() + 240
-    steps: list = []
-    while time.monotonic() < deadline and not steps:  # its step is carrying the projects
-        run = dagster.timings(batch_id)
-        assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), run
-        steps = [s for s in run["stepStats"] if s["stepKey"] == "sync_each_project" and s["startTime"]]
-        time.sleep(0.5)
-    assert steps, "the batch never started its step"
+    assert step_started(dagster, batch_id, "sync_each_project"), "the batch never started its step"
     canceled = stop(dagster, wait_s=120)
     assert canceled == [batch_id]
     with dg.DagsterInstance.from_config(str(dagster.home)) as instance:

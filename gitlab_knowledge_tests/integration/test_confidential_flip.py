@@ -27,6 +27,7 @@ from gitlab_knowledge.mcp.http import listen, transport_security, whole_body
 from gitlab_knowledge.mcp.resident import Resident
 from gitlab_knowledge_sandbox import SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_sandbox.users import GUEST, REPORTER, set_visibility
+from gitlab_knowledge_tests.helpers import Clock
 
 PLATFORM, WEB = 101, 102
 FLIPPED_IID, FLIPPED_ID, CLOSER = 196, 48446, 812  # "Users are logged out on every deploy", closed by !812
@@ -35,14 +36,6 @@ TITLE = "Users are logged out on every deploy"
 REF = f"acme/platform#{FLIPPED_IID}"
 TOKENS = {"gus": "glpat-flip-gus-0123456", "janedoe": "glpat-flip-jane-012345", "rita": "glpat-flip-rita-012345"}
 BOUND = 300.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")

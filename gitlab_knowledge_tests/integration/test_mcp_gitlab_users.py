@@ -36,18 +36,11 @@ from gitlab_knowledge.viewer import MAINTAINER, NO_ACCESS, PLANNER, REPORTER
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
 from gitlab_knowledge_sandbox.users import GUEST, set_visibility
 from gitlab_knowledge_tests.conftest import REPO, subprocess_env
+from gitlab_knowledge_tests.helpers import Clock
 
 PLATFORM, WEB = 101, 102
 TOKENS = {"rita": "glpat-rita-0123456789", "paula": "glpat-paula-0123456789", "xena": "glpat-xena-0123456789",
           "ada": "glpat-ada-0123456789"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")

@@ -175,11 +175,14 @@ def test_stdio_every_tool_a_sync_while_serving_and_the_search_command(config_pat
                 assert not during.is_error, during.content[0].text
                 await asyncio.sleep(0.2)
             await syncing
-            deadline = time.monotonic() + 15
+            # Each index is followed on its own (Tantivy's reader reloads after the commit, the warm
+            # vectors on the new table version): until both have, the new issue may be found by one
+            # retriever only, and ranked below a document both find. Waited for, not assumed.
+            deadline = time.monotonic() + 90
             while True:
                 found = await client.call_tool("search", {"query": "quokka zebrafish checklist", "limit": 3})
                 titles = [r["title"] for r in found.structured_content["results"]]
-                if NEW_TITLE in titles or time.monotonic() > deadline:
+                if titles[:1] == [NEW_TITLE] or time.monotonic() > deadline:
                     break
                 await asyncio.sleep(0.3)
             assert titles[0] == NEW_TITLE
