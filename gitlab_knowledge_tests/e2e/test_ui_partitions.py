@@ -70,10 +70,13 @@ def test_an_operator_finds_one_project_among_300_partitions(tmp_path: Path) -> N
         env = subprocess_env(GITLAB_KNOWLEDGE_CONFIG=str(config), GITLAB_KNOWLEDGE_AUTOMATION="off")
         dagster = DagsterDev(tmp_path, env)
         ensure_partitions(DagsterInstance.from_config(str(dagster.home)), paths)
-        sync = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "sync",
-                               *[a for p in synced for a in ("--project", p)]],
-                              env=dagster.env, capture_output=True, text=True, timeout=900)
-        assert sync.returncode == 0, sync.stderr[-3000:]
+        # One project per sync: each its own `sync_project` partition run, whose checks the check's
+        # Partitions tab shows. (A batch run's per-partition check evaluations are in its event log
+        # but that tab does not count them yet: issue 24, open.)
+        for project in synced:
+            sync = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "sync", "--project", project],
+                                  env=dagster.env, capture_output=True, text=True, timeout=900)
+            assert sync.returncode == 0, sync.stderr[-3000:]
 
         with dagster, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=browser_path, args=FLAGS)
