@@ -12,6 +12,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.mcp.bounds import DESCRIPTION_CHARS, ITEM_LINKS, cut
 from gitlab_knowledge.mcp.context import Context
+from gitlab_knowledge.mcp.tools import plain
 
 SCHEMA_VERSION = 1
 KIND = kinds.RELEASE
@@ -30,10 +31,6 @@ RELEASE_INPUT: dict[str, Any] = {
 }
 
 
-def _iso(value: Any) -> str | None:
-    return value.isoformat() + "Z" if value is not None else None
-
-
 def get_release(workspace: Any, tag: str, project: str | None) -> dict[str, Any]:
     from gitlab_knowledge.store.keyed_queries import show_keyed
 
@@ -42,7 +39,7 @@ def get_release(workspace: Any, tag: str, project: str | None) -> dict[str, Any]
     return {
         "schema_version": SCHEMA_VERSION, "project": release["project"], "tag": release["tag_name"],
         "reference": release["reference"], "name": release["title"], "url": release["web_url"],
-        "released_at": _iso(release["released_at"]), "upcoming": bool(release["upcoming_release"]),
+        "released_at": plain(release["released_at"]), "upcoming": bool(release["upcoming_release"]),
         "author": release["author_username"], "milestones": list(release["milestones"] or []),
         "notes": cut(notes, DESCRIPTION_CHARS, release["web_url"]), "notes_chars": len(notes),
         "truncated": len(notes) > DESCRIPTION_CHARS,
