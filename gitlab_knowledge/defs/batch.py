@@ -115,7 +115,8 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
         if is_interrupt(exc):  # stopped (the UI's Terminate, `ui` stopping): canceled, not failed
             raise DagsterExecutionInterruptedError(f"stopped after {_progress(batch)}") from None
         raise
-    for evaluation in evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()}):
+    for evaluation in evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()},
+                                          context.instance):
         context.log_event(evaluation)  # type: ignore[arg-type]  # accepted at run time (Dagster 1.13)
     _failed_to_materialize(context, batch)
     _record_unfinished(context, batch.unfinished)

@@ -26,6 +26,7 @@ from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.workspace import Workspace
 
 FRESHNESS = timedelta(minutes=30)
+TARGETS_PER_QUERY = 500  # storage ids in one `IN (...)` of the event log (SQLite's limit is in the thousands)
 # Partitioned asset checks are a preview feature of Dagster 1.13 (pinned in pyproject.toml): the
 # warning would print on every command that loads the definitions.
 warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
@@ -160,11 +161,13 @@ def _severity(name: str) -> dg.AssetCheckSeverity:
     return dg.AssetCheckSeverity.WARN if name in integrity.WARN_ONLY else dg.AssetCheckSeverity.ERROR
 
 
-def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> list[dg.AssetCheckEvaluation]:
+def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]],
+                        instance: dg.DagsterInstance) -> list[dg.AssetCheckEvaluation]:
     """The per-partition checks of each project in `done` (project -> the asset keys it
-    materialized), as the check steps of its own run would evaluate them, for a run that carries
-    many projects in one step (defs/batch.py): the same rules, one read connection, one index
-    status and one backlog for all of them instead of a check step per project."""
+    materialized, recorded on `instance` already), as the check steps of its own run would
+    evaluate them, for a run that carries many projects in one step (defs/batch.py): the same
+    rules, one read connection, one index status and one backlog for all of them instead of a
+    check step per project."""
     from gitlab_knowledge.backlog import backlog
     from gitlab_knowledge.index_status import index_status
 
@@ -172,11 +175,14 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> l
     out: list[dg.AssetCheckEvaluation] = []
     if not projects:
         return out
+    targets = latest_materializations(instance, {asset: {p for p in projects if asset in done[p]}
+                                                 for asset in {a for p in projects for a in done[p]}})
 
     def add(asset: str, name: str, outcome: integrity.Outcome, project: str, severity: dg.AssetCheckSeverity) -> None:
         out.append(dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=name, passed=outcome.passed,
                                            metadata=_metadata(outcome, project), severity=severity,
-                                           description=outcome.description, partition=project))
+                                           description=outcome.description, partition=project,
+                                           target_materialization_data=targets.get((asset, project))))
 
     rules = _by_asset()
     with workspace.read(wait=120.0) as con:
@@ -201,6 +207,35 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> l
     for project in projects:
         behind = list(work[project].behind) if project in work else []
         add(layers.RAW.asset, "layers_caught_up", _caught_up(behind), project, dg.AssetCheckSeverity.WARN)
+    return out
+
+
+def latest_materializations(instance: dg.DagsterInstance,
+                            partitions: Mapping[str, set[str]]) -> dict[tuple[str, str], Any]:
+    """(asset, partition) -> that partition's latest materialization, as the target of a check
+    result on it. A check step's result carries it (Dagster looks it up per partition); a partition's
+    result the UI counts (a check's Partitions tab, "Latest check results") is one whose target is
+    the partition's latest materialization, so a batch's results without it would show "Missing".
+    Two event-log queries per asset for every partition, not one per check and partition."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    out: dict[tuple[str, str], Any] = {}
+    for asset, keys in partitions.items():
+        if not keys:
+            continue
+        key = dg.AssetKey(asset)
+        ids = sorted(instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION,
+                                                                 set(keys)).values())
+        for start in range(0, len(ids), TARGETS_PER_QUERY):
+            chunk = ids[start:start + TARGETS_PER_QUERY]
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(key, storage_ids=chunk),
+                                                      limit=len(chunk)).records
+            for record in records:
+                if record.partition_key is not None:
+                    out[(asset, record.partition_key)] = AssetCheckEvaluationTargetMaterializationData(
+                        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
     return out
 
 
