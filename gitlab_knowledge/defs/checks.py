@@ -161,13 +161,11 @@ def _severity(name: str) -> dg.AssetCheckSeverity:
     return dg.AssetCheckSeverity.WARN if name in integrity.WARN_ONLY else dg.AssetCheckSeverity.ERROR
 
 
-def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]],
-                        instance: dg.DagsterInstance) -> list[dg.AssetCheckEvaluation]:
+def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> list[dg.AssetCheckEvaluation]:
     """The per-partition checks of each project in `done` (project -> the asset keys it
-    materialized, recorded on `instance` already), as the check steps of its own run would
-    evaluate them, for a run that carries many projects in one step (defs/batch.py): the same
-    rules, one read connection, one index status and one backlog for all of them instead of a
-    check step per project."""
+    materialized), as the check steps of its own run would evaluate them, for a run that carries
+    many projects in one step (defs/batch.py): the same rules, one read connection, one index
+    status and one backlog for all of them instead of a check step per project."""
     from gitlab_knowledge.backlog import backlog
     from gitlab_knowledge.index_status import index_status
 
@@ -175,14 +173,11 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]],
     out: list[dg.AssetCheckEvaluation] = []
     if not projects:
         return out
-    targets = latest_materializations(instance, {asset: {p for p in projects if asset in done[p]}
-                                                 for asset in {a for p in projects for a in done[p]}})
 
     def add(asset: str, name: str, outcome: integrity.Outcome, project: str, severity: dg.AssetCheckSeverity) -> None:
         out.append(dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=name, passed=outcome.passed,
                                            metadata=_metadata(outcome, project), severity=severity,
-                                           description=outcome.description, partition=project,
-                                           target_materialization_data=targets.get((asset, project))))
+                                           description=outcome.description, partition=project))
 
     rules = _by_asset()
     with workspace.read(wait=120.0) as con:
@@ -210,35 +205,6 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]],
     return out
 
 
-def latest_materializations(instance: dg.DagsterInstance,
-                            partitions: Mapping[str, set[str]]) -> dict[tuple[str, str], Any]:
-    """(asset, partition) -> that partition's latest materialization, as the target of a check
-    result on it. A check step's result carries it (Dagster looks it up per partition); a partition's
-    result the UI counts (a check's Partitions tab, "Latest check results") is one whose target is
-    the partition's latest materialization, so a batch's results without it would show "Missing".
-    Two event-log queries per asset for every partition, not one per check and partition."""
-    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-        AssetCheckEvaluationTargetMaterializationData,
-    )
-
-    out: dict[tuple[str, str], Any] = {}
-    for asset, keys in partitions.items():
-        if not keys:
-            continue
-        key = dg.AssetKey(asset)
-        ids = sorted(instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION,
-                                                                 set(keys)).values())
-        for start in range(0, len(ids), TARGETS_PER_QUERY):
-            chunk = ids[start:start + TARGETS_PER_QUERY]
-            records = instance.fetch_materializations(dg.AssetRecordsFilter(key, storage_ids=chunk),
-                                                      limit=len(chunk)).records
-            for record in records:
-                if record.partition_key is not None:
-                    out[(asset, record.partition_key)] = AssetCheckEvaluationTargetMaterializationData(
-                        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
-    return out
-
-
 def _index_status_of(workspace: Workspace, projects: list[str], index_status: Any) -> dict[str, Any]:
     return index_status(workspace, projects_only=projects) if projects else {}
 
@@ -247,3 +213,45 @@ def _caught_up(behind: list[str]) -> integrity.Outcome:
     return integrity.Outcome(not behind, len(behind), "every layer is caught up with its upstream" if not behind
                              else f"{len(behind)} layer(s) behind their upstream: the change sensor's next run "
                                   "(or a run of the whole sync_project job) brings them up to date", behind)
+
+
+def aimed_at_latest(instance: dg.DagsterInstance,
+                    evaluations: list[dg.AssetCheckEvaluation]) -> list[dg.AssetCheckEvaluation]:
+    """`evaluations` (of partitions whose materializations are recorded on `instance`), each
+    pointing at its partition's latest materialization, as a check step's result does (Dagster
+    looks it up for the step's partition). A check's Partitions tab and the asset's "Latest check
+    results" count a partition's result only while it targets the partition's latest
+    materialization: without it a batch's results showed "Missing"."""
+    partitions: dict[dg.AssetKey, set[str]] = {}
+    for evaluation in evaluations:
+        if evaluation.partition is not None:
+            partitions.setdefault(evaluation.asset_key, set()).add(evaluation.partition)
+    targets = latest_materializations(instance, partitions)
+    return [dg.AssetCheckEvaluation(asset_key=e.asset_key, check_name=e.check_name, passed=e.passed,
+                                    metadata=e.metadata, severity=e.severity, description=e.description,
+                                    blocking=e.blocking, partition=e.partition,
+                                    target_materialization_data=targets.get((e.asset_key, e.partition)))
+            for e in evaluations]
+
+
+def latest_materializations(instance: dg.DagsterInstance,
+                            partitions: Mapping[dg.AssetKey, set[str]]) -> dict[tuple[dg.AssetKey, str | None], Any]:
+    """(asset, partition) -> that partition's latest materialization, as a check result's target:
+    two event-log queries per asset for all its partitions, not one per check and partition."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    out: dict[tuple[dg.AssetKey, str | None], Any] = {}
+    for key, keys in partitions.items():
+        ids = sorted(instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION,
+                                                                 set(keys)).values())
+        for start in range(0, len(ids), TARGETS_PER_QUERY):
+            chunk = ids[start:start + TARGETS_PER_QUERY]
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(key, storage_ids=chunk),
+                                                      limit=len(chunk)).records
+            for record in records:
+                if record.partition_key is not None:
+                    out[(key, record.partition_key)] = AssetCheckEvaluationTargetMaterializationData(
+                        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+    return out
