@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.defs import build_defs, defs
+from gitlab_knowledge.defs import build_defs, checks, defs
 from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP, UNFINISHED_TAG, batch_run_config
 from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.defs.failures import FAILURE_TAG
@@ -56,6 +56,7 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
     sb.set_faults(f"500:path=/projects/({broken.replace('/', '%2F')}|{scalar_id(sb, broken)})(/|$)")
     workspace = Workspace.load(path)
     writes = count_index_writes(monkeypatch)
+    monkeypatch.setattr(checks, "TARGETS_PER_QUERY", 3)  # the 4 healthy projects' targets: two lookups per asset
     job = build_defs(workspace).resolve_job_def(BATCH_JOB)
     result = job.execute_in_process(run_config=batch_run_config(projects), instance=instance, raise_on_error=False,
                                     tags={"gitlab_knowledge/trigger": "sensor"})
