@@ -30,7 +30,7 @@ from typing import Any
 
 import dagster as dg
 
-from gitlab_knowledge.defs.checks import evaluate_partitions
+from gitlab_knowledge.defs.checks import aimed_at_latest, evaluate_partitions
 from gitlab_knowledge.defs.failures import original, plain_failure, said_plainly, tag_cause
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.many_projects import FINISHED, Batch, Carried, carry
@@ -115,7 +115,8 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
         if is_interrupt(exc):  # stopped (the UI's Terminate, `ui` stopping): canceled, not failed
             raise DagsterExecutionInterruptedError(f"stopped after {_progress(batch)}") from None
         raise
-    for evaluation in evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()}):
+    evaluated = evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()})
+    for evaluation in aimed_at_latest(context.instance, evaluated):
         context.log_event(evaluation)  # type: ignore[arg-type]  # accepted at run time (Dagster 1.13)
     _failed_to_materialize(context, batch)
     _record_unfinished(context, batch.unfinished)

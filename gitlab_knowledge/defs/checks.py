@@ -26,6 +26,7 @@ from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.workspace import Workspace
 
 FRESHNESS = timedelta(minutes=30)
+TARGETS_PER_QUERY = 500  # storage ids in one `IN (...)` of the event log (SQLite's limit is in the thousands)
 # Partitioned asset checks are a preview feature of Dagster 1.13 (pinned in pyproject.toml): the
 # warning would print on every command that loads the definitions.
 warnings.filterwarnings("ignore", message="Specifying a partitions_def on an AssetCheckSpec",
@@ -212,3 +213,45 @@ def _caught_up(behind: list[str]) -> integrity.Outcome:
     return integrity.Outcome(not behind, len(behind), "every layer is caught up with its upstream" if not behind
                              else f"{len(behind)} layer(s) behind their upstream: the change sensor's next run "
                                   "(or a run of the whole sync_project job) brings them up to date", behind)
+
+
+def aimed_at_latest(instance: dg.DagsterInstance,
+                    evaluations: list[dg.AssetCheckEvaluation]) -> list[dg.AssetCheckEvaluation]:
+    """`evaluations` (of partitions whose materializations are recorded on `instance`), each
+    pointing at its partition's latest materialization, as a check step's result does (Dagster
+    looks it up for the step's partition). A check's Partitions tab and the asset's "Latest check
+    results" count a partition's result only while it targets the partition's latest
+    materialization: without it a batch's results showed "Missing"."""
+    partitions: dict[dg.AssetKey, set[str]] = {}
+    for evaluation in evaluations:
+        if evaluation.partition is not None:
+            partitions.setdefault(evaluation.asset_key, set()).add(evaluation.partition)
+    targets = latest_materializations(instance, partitions)
+    return [dg.AssetCheckEvaluation(asset_key=e.asset_key, check_name=e.check_name, passed=e.passed,
+                                    metadata=e.metadata, severity=e.severity, description=e.description,
+                                    blocking=e.blocking, partition=e.partition,
+                                    target_materialization_data=targets.get((e.asset_key, e.partition)))
+            for e in evaluations]
+
+
+def latest_materializations(instance: dg.DagsterInstance,
+                            partitions: Mapping[dg.AssetKey, set[str]]) -> dict[tuple[dg.AssetKey, str | None], Any]:
+    """(asset, partition) -> that partition's latest materialization, as a check result's target:
+    two event-log queries per asset for all its partitions, not one per check and partition."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    out: dict[tuple[dg.AssetKey, str | None], Any] = {}
+    for key, keys in partitions.items():
+        ids = sorted(instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION,
+                                                                 set(keys)).values())
+        for start in range(0, len(ids), TARGETS_PER_QUERY):
+            chunk = ids[start:start + TARGETS_PER_QUERY]
+            records = instance.fetch_materializations(dg.AssetRecordsFilter(key, storage_ids=chunk),
+                                                      limit=len(chunk)).records
+            for record in records:
+                if record.partition_key is not None:
+                    out[(key, record.partition_key)] = AssetCheckEvaluationTargetMaterializationData(
+                        storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+    return out

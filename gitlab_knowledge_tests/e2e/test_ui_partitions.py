@@ -2,6 +2,9 @@
 projects in nested groups, three of them synced (so their partitions have materializations and
 check results), photographed in headless Chromium driven by Playwright.
 
+The three are synced by one `sync` (one batch run, `sync_projects`: one step for every project, as
+the change sensor's runs are); the UI shows each project's partition from it.
+
 What an operator does to find one project among hundreds, asserted on what the page shows:
 the asset page of `raw_gitlab_payloads`; its Partitions tab (300 partitions, 3 materialized, 297
 missing); the tab's filter box, typed in another case, narrowing the list to the project; the
@@ -70,13 +73,16 @@ def test_an_operator_finds_one_project_among_300_partitions(tmp_path: Path) -> N
         env = subprocess_env(GITLAB_KNOWLEDGE_CONFIG=str(config), GITLAB_KNOWLEDGE_AUTOMATION="off")
         dagster = DagsterDev(tmp_path, env)
         ensure_partitions(DagsterInstance.from_config(str(dagster.home)), paths)
-        # One project per sync: each its own `sync_project` partition run, whose checks the check's
-        # Partitions tab shows. (A batch run's per-partition check evaluations are in its event log
-        # but that tab does not count them yet: issue 24, open.)
-        for project in synced:
-            sync = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "sync", "--project", project],
-                                  env=dagster.env, capture_output=True, text=True, timeout=900)
-            assert sync.returncode == 0, sync.stderr[-3000:]
+        # The three in one sync: one batch run (`sync_projects`, one step), as the change sensor and
+        # the weekly reconciliation sync many projects; the UI shows each project's partition from it.
+        sync = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "sync",
+                               *(arg for project in synced for arg in ("--project", project))],
+                              env=dagster.env, capture_output=True, text=True, timeout=900)
+        assert sync.returncode == 0, sync.stderr[-3000:]
+        instance = DagsterInstance.from_config(str(dagster.home))
+        [batch] = instance.get_runs()
+        assert batch.job_name == "sync_projects"
+        short_id = batch.run_id[:8]  # how the UI names a run
 
         with dagster, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=browser_path, args=FLAGS)
@@ -119,6 +125,8 @@ def test_an_operator_finds_one_project_among_300_partitions(tmp_path: Path) -> N
             expect(page).to_have_url(f"{asset}?view=partitions&partition={target.replace('/', '%2F')}")
             shows("Materialized", exact=True)
             expect(page.locator("body")).to_contain_text(f"{target} (incremental sync")  # the summary names it
+            shows(short_id)  # the batch run materialized it, in the job of many projects
+            shows("sync_projects")
             page.mouse.move(1500, 900)  # off the row: its tooltip would cover the list
             page.screenshot(path=str(shots / "3-partition-filtered.png"))
 
@@ -136,6 +144,8 @@ def test_an_operator_finds_one_project_among_300_partitions(tmp_path: Path) -> N
                 row(target).click()
                 shows("Passed", exact=True)
                 shows("Latest execution")
+                shows(short_id)  # evaluated by the batch run, on the partition's latest materialization
+                shows("Target materialization")
                 expect(page.locator("body")).to_contain_text(f"scope{target}")  # the result's metadata
                 page.mouse.move(1500, 900)
                 page.screenshot(path=str(shots / f"4-check-{check}.png"))

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.defs import build_defs, defs
+from gitlab_knowledge.defs import build_defs, checks, defs
 from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP, UNFINISHED_TAG, batch_run_config
 from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.defs.failures import FAILURE_TAG
@@ -56,6 +56,7 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
     sb.set_faults(f"500:path=/projects/({broken.replace('/', '%2F')}|{scalar_id(sb, broken)})(/|$)")
     workspace = Workspace.load(path)
     writes = count_index_writes(monkeypatch)
+    monkeypatch.setattr(checks, "TARGETS_PER_QUERY", 3)  # the 4 healthy projects' targets: two lookups per asset
     job = build_defs(workspace).resolve_job_def(BATCH_JOB)
     result = job.execute_in_process(run_config=batch_run_config(projects), instance=instance, raise_on_error=False,
                                     tags={"gitlab_knowledge/trigger": "sensor"})
@@ -89,6 +90,12 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
     partitioned = {spec.key.name for check in ALL_CHECKS for spec in check.check_specs if spec.partitions_def}
     assert len(partitioned) == 13  # every per-partition check (the 14th, freshness, is over all projects)
     assert evaluated == {(name, p) for name in partitioned for p in projects if p != broken}
+    # A check's Partitions tab in the UI counts each healthy project's result (not "Missing").
+    statuses = check_partition_statuses(instance)
+    assert set(statuses) == partitioned
+    for name, status in statuses.items():
+        assert sorted(status["succeededPartitions"] + status["failedPartitions"]) == sorted(set(projects) - {broken}), name
+        assert not status["inProgressPartitions"] and not status["executionFailedPartitions"], name
     synced = scalar(load_config(path), "SELECT list(DISTINCT path_with_namespace ORDER BY path_with_namespace) "
                                        "FROM projects")
     assert synced == sorted(set(projects) - {broken})  # the other four projects' layers all committed
@@ -96,6 +103,49 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
     histories = {p: run_history(instance, p, finished_batches(instance), projects) for p in projects}
     assert histories[broken].failed == 1 and histories[broken].failed_at is not None
     assert all(h.failed == 0 for p, h in histories.items() if p != broken)
+
+
+CHECK_STATUSES = """
+query ($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode {
+      assetChecksOrError {
+        ... on AssetChecks {
+          checks {
+            name
+            partitionStatuses {
+              ... on AssetCheckDefaultPartitionStatuses {
+                succeededPartitions failedPartitions inProgressPartitions skippedPartitions executionFailedPartitions
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def check_partition_statuses(instance: dg.DagsterInstance) -> dict[str, dict[str, list[str]]]:
+    """Each partitioned check's per-partition statuses as the UI's check Partitions tab reads them:
+    the webserver's GraphQL (the `AssetCheckLiveFragment` fields), in process over these definitions."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="gitlab_knowledge.defs", attribute="defs"))
+    out: dict[str, dict[str, list[str]]] = {}
+    with (WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process,
+          process.create_request_context() as context):  # as the webserver enters it per request
+        for layer in LAYERS:
+            result = execute_dagster_graphql(context, CHECK_STATUSES, {"key": {"path": [layer.asset]}})
+            for check in result.data["assetNodeOrError"]["assetChecksOrError"]["checks"]:
+                if check["partitionStatuses"] is not None:  # the check over every project has none
+                    out[check["name"]] = check["partitionStatuses"]
+    return out
 
 
 def count_index_writes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
