@@ -116,12 +116,12 @@ def refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
 
 
 async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    from gitlab_knowledge.graph import queries
+    from gitlab_knowledge.graph.history import history
 
     limit = args.get("limit", HISTORY_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= HISTORY_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {HISTORY_LIMIT}, got {limit!r}")
-    out = (await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
+    out = (await asyncio.to_thread(history, ctx.workspace(visible_only=True), str(args["path"]),
                                    args.get("project") or None, limit)).as_dict()
     mrs = out["merge_requests"]
     for mr in mrs:  # a directory's history of an MR touching 100,000 files was 12 MB
