@@ -78,9 +78,12 @@ def _change(row: dict[str, Any]) -> str:
     return "renamed" if row["renamed_file"] else "modified"
 
 
-# What history says of an MR, read with the rows that name the path (the MRs come with them).
-_MR = ("m.id AS merge_request_id, m.iid, m.title, m.state, m.web_url, m.project_id, m.merged_at, m.updated_at, "
-       "m.author_username, p.path_with_namespace AS project, COALESCE(m.merged_at, m.updated_at) AS touched_at")
+# What the rows naming a path carry of their MR: what orders and scopes them. What the answer says
+# of an MR is read for the MRs it shows only (turning a row into Python costs more than reading it:
+# ~4 ms for 900 rows of nine columns).
+_MR = "m.id AS merge_request_id, m.project_id, COALESCE(m.merged_at, m.updated_at) AS touched_at"
+_SHOWN = ("m.id, m.iid, m.title, m.state, m.web_url, m.project_id, m.merged_at, m.updated_at, m.author_username, "
+          "p.path_with_namespace AS project")
 
 
 def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
@@ -97,7 +100,8 @@ def _file_rows(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, f
     scope, scope_params = target.scope()
     file_sql, file_params = _either(target, "f")
     found = rows(con, f"""
-        SELECT {_MR}, f.position AS pos, f.old_path, f.new_path, f.new_file, f.renamed_file, f.deleted_file
+        SELECT {_MR}, m.iid, p.path_with_namespace AS project, f.position AS pos, f.old_path, f.new_path,
+               f.new_file, f.renamed_file, f.deleted_file
         FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
         WHERE {file_sql}{scope}
         ORDER BY touched_at, merge_request_id, pos""", [*file_params, *scope_params])
@@ -114,31 +118,27 @@ def _file_rows(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, f
 
 
 def _note_rows(con: duckdb.DuckDBPyConnection, targets: list[_Target]) -> list[dict[str, Any]]:
-    """The review notes positioned on any of `targets`, with their MRs, in one read of the notes;
-    the first note of a thread (position 0) brings what the thread's line in the answer shows."""
+    """The review notes positioned on any of `targets`, with their MRs, in one read of the notes
+    (`first`: the note's id when it is its thread's first, at position 0)."""
     either = [_either(t, "np") for t in targets]
     scopes = {t.project_id for t in targets}
     # Every path followed is in one project when the root is: narrow the MRs in SQL too.
     scope, params = (" AND m.project_id = ?", [scopes.pop()]) if len(scopes) == 1 and None not in scopes else ("", [])
     return rows(con, f"""
         SELECT {_MR}, n.position AS pos, np.old_path, np.new_path, n.discussion_id, np.new_line, np.old_line,
-               n.author_username, n.created_at, CASE WHEN n.position = 0 THEN n.body END AS body
+               CASE WHEN n.position = 0 THEN n.id END AS first
         FROM note_positions np JOIN notes n ON n.id = np.note_id
         JOIN {kinds.MERGE_REQUEST.table} m ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND m.id = n.noteable_id
-        JOIN projects p ON p.id = m.project_id
         WHERE ({' OR '.join(sql for sql, _ in either)}){scope}""",
                 [p for _, ps in either for p in ps] + params)
 
 
 def _record(target: _Target, files: list[dict[str, Any]], notes: list[dict[str, Any]],
-            hits: dict[int, dict[str, Any]], found: dict[int, dict[str, Any]]) -> None:
-    """Record the MRs whose file list (`files`, in MR order) or review notes name `target` (in
-    `found`, the MRs themselves): the notes in thread order, after the files, as one query read them."""
+            hits: dict[int, dict[str, Any]]) -> None:
+    """Record the MRs whose file list (`files`, in MR order) or review notes name `target`: the
+    notes in thread order, after the files, as one query per path read them."""
     mine = sorted((r for r in notes if target.holds(r)), key=lambda r: (r["discussion_id"], r["pos"]))
     for r in [*files, *mine]:
-        found.setdefault(r["merge_request_id"], {k: r[k] for k in (
-            "iid", "title", "state", "web_url", "project_id", "merged_at", "updated_at", "author_username", "project")}
-                         | {"id": r["merge_request_id"]})
         entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
                                                          "rename": target.rename})
         if "discussion_id" in r:
@@ -158,38 +158,49 @@ def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any
     """The review threads positioned on the path (of every MR at once): who opened them, how, and
     whether resolved, by thread id, oldest first. A thread is shown when the read's discussions
     hold it (a lens hides a thread holding a note it hides, so every note of a shown thread is
-    read, and its first is the one at position 0)."""
+    read, and its first is the one at position 0), and its first note comes with it by id."""
     if not positioned:
         return {}
     wanted = list(positioned)
-    first = {r["discussion_id"]: r for r in notes if r["pos"] == 0 and r["discussion_id"] in positioned}
-    missing = [t for t in wanted if t not in first]
+    firsts = sorted({r["first"] for r in notes if r["first"] is not None and r["discussion_id"] in positioned})
+    shown = rows(con, f"""
+        WITH f AS (SELECT discussion_id, author_username, body, created_at FROM notes
+                   WHERE id IN (SELECT unnest(?::BIGINT[])))
+        SELECT d.id, d.resolvable, d.resolved, f.discussion_id IS NOT NULL AS has_first, f.author_username, f.body,
+               f.created_at
+        FROM discussions d LEFT JOIN f ON f.discussion_id = d.id
+        WHERE d.{kinds.MERGE_REQUEST.thread_column} IN (SELECT unnest(?::BIGINT[])) AND list_contains(?::TEXT[], d.id)""",
+                 [firsts, mr_ids, wanted])
+    missing = [d["id"] for d in shown if not d["has_first"]]
     if missing:
         # A thread whose first note is not on the path (or not positioned): its notes are read.
-        for r in rows(con, f"""
+        first = {r["discussion_id"]: r["note"] for r in rows(con, f"""
                 SELECT n.discussion_id, arg_min({{'author': n.author_username, 'body': n.body, 'at': n.created_at}},
                                                n.position) AS note
                 FROM notes n
                 WHERE n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}'
                   AND n.noteable_id IN (SELECT unnest(?::BIGINT[])) AND list_contains(?::TEXT[], n.discussion_id)
-                GROUP BY n.discussion_id""", [mr_ids, missing]):
-            first[r["discussion_id"]] = {"author_username": r["note"]["author"], "body": r["note"]["body"],
-                                         "created_at": r["note"]["at"]}
-    shown = rows(con, f"""
-        SELECT d.id, d.resolvable, d.resolved FROM discussions d
-        WHERE d.{kinds.MERGE_REQUEST.thread_column} IN (SELECT unnest(?::BIGINT[])) AND list_contains(?::TEXT[], d.id)""",
-                 [mr_ids, wanted])
-    shown = [d for d in shown if d["id"] in first]
+                GROUP BY n.discussion_id""", [mr_ids, missing])}
+        for d in shown:
+            if not d["has_first"] and d["id"] in first:
+                note = first[d["id"]]
+                d.update(has_first=True, author_username=note["author"], body=note["body"], created_at=note["at"])
     # Oldest first (a note without a time last, as SQL orders NULLs), then by thread id.
-    shown.sort(key=lambda d: (first[d["id"]]["created_at"] is None, first[d["id"]]["created_at"] or datetime.min, d["id"]))
-    out = {}
-    for d in shown:
-        note = first[d["id"]]
-        out[d["id"]] = {"discussion_id": d["id"], "path": positioned[d["id"]]["path"],
-                        "line": positioned[d["id"]]["line"], "author": note["author_username"],
-                        "created_at": iso(note["created_at"]), "excerpt": excerpt(note["body"]),
-                        "resolvable": bool(d["resolvable"]), "resolved": bool(d["resolved"])}
-    return out
+    shown = sorted((d for d in shown if d["has_first"]),
+                   key=lambda d: (d["created_at"] is None, d["created_at"] or datetime.min, d["id"]))
+    return {d["id"]: {"discussion_id": d["id"], "path": positioned[d["id"]]["path"],
+                      "line": positioned[d["id"]]["line"], "author": d["author_username"],
+                      "created_at": iso(d["created_at"]), "excerpt": excerpt(d["body"]),
+                      "resolvable": bool(d["resolvable"]), "resolved": bool(d["resolved"])} for d in shown}
+
+
+def _shown(con: duckdb.DuckDBPyConnection, mr_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """What the answer says of the MRs it shows, by id."""
+    if not mr_ids:
+        return {}
+    return {r["id"]: r for r in rows(con, f"SELECT {_SHOWN} FROM {kinds.MERGE_REQUEST.table} m "
+                                          "JOIN projects p ON p.id = m.project_id WHERE m.id IN (SELECT unnest(?::BIGINT[]))",
+                                     [mr_ids])}
 
 
 def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> History:
@@ -210,13 +221,13 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
             files.append(_file_rows(con, targets[len(files)], root, targets, seen, renames))
         notes = _note_rows(con, targets)
         hits: dict[int, dict[str, Any]] = {}
-        found: dict[int, dict[str, Any]] = {}
         # Path by path as they were followed, each path's file rows before its notes: an MR is
         # counted under the first path that names it (the rename it came through).
         for target, rows_of_target in zip(targets, files, strict=True):
-            _record(target, rows_of_target, notes, hits, found)
+            _record(target, rows_of_target, notes, hits)
         newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
-        # Their links and their threads in a few queries for all of them, not per MR.
+        # What they are, their links and their threads in a few queries for all of them, not per MR.
+        found = _shown(con, newest)
         links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found])
         threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()}, newest, notes)
         out = []
