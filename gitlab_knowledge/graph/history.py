@@ -95,26 +95,49 @@ def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
 
 def _file_rows(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, follow: list[_Target],
                seen: set[tuple[int, str]], renames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The file-list rows naming `target` (the MRs come with them), in MR order; queues the paths
-    renamed into it (not a path the history asks about anyway: all of its MRs are in already)."""
+    """The MRs whose file list names `target`, one row each in MR order, with the files they
+    renamed; queues the paths renamed into it (not a path the history asks about anyway: all of
+    its MRs are in already). Which files an MR changed is read for the MRs shown (`_files`)."""
     scope, scope_params = target.scope()
     file_sql, file_params = _either(target, "f")
     found = rows(con, f"""
-        SELECT {_MR}, m.iid, p.path_with_namespace AS project, f.position AS pos, f.old_path, f.new_path,
-               f.new_file, f.renamed_file, f.deleted_file
+        SELECT {_MR}, m.iid, p.path_with_namespace AS project,
+               list([f.old_path, f.new_path] ORDER BY f.position) FILTER (
+                   WHERE f.renamed_file AND NOT coalesce(f.new_file, false) AND NOT coalesce(f.deleted_file, false)
+                   AND f.old_path <> '') AS renamed
         FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
         WHERE {file_sql}{scope}
-        ORDER BY touched_at, merge_request_id, pos""", [*file_params, *scope_params])
+        GROUP BY ALL ORDER BY touched_at, merge_request_id""", [*file_params, *scope_params])
     for r in found:
-        old = r["old_path"]
-        if _change(r) == "renamed" and old and target.matches(r["new_path"]) and not target.matches(old) \
-                and not root.matches(old) and (r["project_id"], old) not in seen:
-            seen.add((r["project_id"], old))
-            rename = {"from": old, "to": r["new_path"],
-                      "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]), "at": iso(r["touched_at"])}
-            renames.append(rename)
-            follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
+        for old, new in r["renamed"] or []:
+            if target.matches(new) and not target.matches(old) and not root.matches(old) \
+                    and (r["project_id"], old) not in seen:
+                seen.add((r["project_id"], old))
+                rename = {"from": old, "to": new,
+                          "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]), "at": iso(r["touched_at"])}
+                renames.append(rename)
+                follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
     return found
+
+
+def _files(con: duckdb.DuckDBPyConnection, targets: list[_Target], hits: dict[int, dict[str, Any]],
+           mr_ids: list[int]) -> None:
+    """The files the shown MRs changed on the paths followed, path by path as they were followed,
+    each MR's in GitLab's order (the first row of a file is the one said)."""
+    either = [_either(t, "f") for t in targets]
+    found = rows(con, f"""
+        SELECT {_MR}, f.position AS pos, f.old_path, f.new_path, f.new_file, f.renamed_file, f.deleted_file
+        FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id
+        WHERE f.merge_request_id IN (SELECT unnest(?::BIGINT[])) AND ({' OR '.join(sql for sql, _ in either)})
+        ORDER BY merge_request_id, pos""", [mr_ids, *[p for _, ps in either for p in ps]])
+    for target in targets:
+        for r in found:
+            if not target.holds(r):
+                continue
+            change = _change(r)
+            path = r["new_path"] or r["old_path"]
+            hits[r["merge_request_id"]]["files"].setdefault(
+                path, {"path": path, "old_path": r["old_path"] if change == "renamed" else None, "change": change})
 
 
 def _note_rows(con: duckdb.DuckDBPyConnection, targets: list[_Target]) -> list[dict[str, Any]]:
@@ -135,8 +158,8 @@ def _note_rows(con: duckdb.DuckDBPyConnection, targets: list[_Target]) -> list[d
 
 def _record(target: _Target, files: list[dict[str, Any]], notes: list[dict[str, Any]],
             hits: dict[int, dict[str, Any]]) -> None:
-    """Record the MRs whose file list (`files`, in MR order) or review notes name `target`: the
-    notes in thread order, after the files, as one query per path read them."""
+    """Record the MRs whose file list (`files`, one row per MR) or review notes name `target`:
+    the notes in thread order, after the files, as one query per path read them."""
     mine = sorted((r for r in notes if target.holds(r)), key=lambda r: (r["discussion_id"], r["pos"]))
     for r in [*files, *mine]:
         entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
@@ -146,11 +169,6 @@ def _record(target: _Target, files: list[dict[str, Any]], notes: list[dict[str, 
             line = r["new_line"] if path == r["new_path"] and r["new_line"] is not None else r["old_line"]
             entry["threads"].setdefault(r["discussion_id"], {"path": path, "line": line})
             entry.setdefault("noted_paths", set()).add(path)
-            continue
-        change = _change(r)
-        path = r["new_path"] or r["old_path"]
-        entry["files"].setdefault(path, {"path": path, "old_path": r["old_path"] if change == "renamed" else None,
-                                         "change": change})
 
 
 def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any]], mr_ids: list[int],
@@ -228,6 +246,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
         newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
         # What they are, their links and their threads in a few queries for all of them, not per MR.
         found = _shown(con, newest)
+        _files(con, targets, hits, newest)
         links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found])
         threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()}, newest, notes)
         out = []
