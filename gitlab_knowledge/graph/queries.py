@@ -32,6 +32,9 @@ VIA = ("title", "description", "note", "system_note", "text")  # text: a wiki pa
 EXCERPT_CHARS = 200
 ITEM_COLUMNS = ("t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.created_at, t.updated_at, t.closed_at, "
                 "t.author_username, t.labels, p.path_with_namespace AS project")
+# What a link says of the stored item on its other side (`public_item`) and what keys it: the
+# rows of every iid linked, in every project, are read, and each column costs their conversion.
+_LINKED_COLUMNS = "t.id, t.iid, t.title, t.state, t.web_url, t.project_id, p.path_with_namespace AS project"
 
 
 def iso(value: Any) -> str | None:
@@ -201,7 +204,7 @@ def _items_keyed(con: duckdb.DuckDBPyConnection, keys: set[tuple[str, int, int]]
     if not wanted:
         return by_key, by_id
     found = rows(con, " UNION ALL ".join(
-        f"SELECT '{k.name}' AS kind_name, {ITEM_COLUMNS} FROM {k.table} t JOIN projects p ON p.id = t.project_id "
+        f"SELECT '{k.name}' AS kind_name, {_LINKED_COLUMNS} FROM {k.table} t JOIN projects p ON p.id = t.project_id "
         "WHERE list_contains(?::BIGINT[], t.iid) OR list_contains(?::BIGINT[], t.id)" for k, _, _ in wanted),
                  [p for _, iids, item_ids in wanted for p in (iids, item_ids)])
     for r in found:
