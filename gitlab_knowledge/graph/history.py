@@ -93,36 +93,45 @@ def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
     return f"({new_sql} OR {old_sql})", [*new_params, *old_params]
 
 
-def _file_rows(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, follow: list[_Target],
-               seen: set[tuple[int, str]], renames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The MRs whose file list names `target`, one row each; queues the paths renamed into it
-    (not a path the history asks about anyway: all of its MRs are in already), in MR order. Which
-    files an MR changed is read for the MRs shown only (`_files`)."""
-    scope, scope_params = target.scope()
-    file_sql, file_params = _either(target, "f")
-    # The MRs by a semi-join, and the rows that may be renames beside them (a row per file of
-    # every MR, or a list per MR, cost ~2-3 ms more at 100K documents).
-    found = rows(con, f"""
-        SELECT {_MR}, NULL::BIGINT AS iid, NULL::TEXT AS project, NULL::INTEGER AS pos, NULL::TEXT AS old_path,
-               NULL::TEXT AS new_path
-        FROM merge_requests m WHERE m.id IN (SELECT f.merge_request_id FROM mr_files f WHERE {file_sql}){scope}
-        UNION ALL
-        SELECT {_MR}, m.iid, p.path_with_namespace, f.position, f.old_path, f.new_path
-        FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
-        WHERE {file_sql}{scope} AND f.renamed_file AND NOT coalesce(f.new_file, false)
-          AND NOT coalesce(f.deleted_file, false) AND f.old_path <> ''""",
-                 [*file_params, *scope_params, *file_params, *scope_params])
-    renamed = sorted((r for r in found if r["pos"] is not None), key=lambda r: (
-        r["touched_at"] is None, r["touched_at"] or datetime.min, r["merge_request_id"], r["pos"]))
-    for r in renamed:
-        old, new = r["old_path"], r["new_path"]
-        if target.matches(new) and not target.matches(old) and not root.matches(old) and (r["project_id"], old) not in seen:
-            seen.add((r["project_id"], old))
-            rename = {"from": old, "to": new, "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]),
-                      "at": iso(r["touched_at"])}
-            renames.append(rename)
-            follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
-    return [r for r in found if r["pos"] is None]
+def _file_rows(con: duckdb.DuckDBPyConnection, targets: list[_Target], root: _Target, follow: list[_Target],
+               seen: set[tuple[int, str]], renames: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """For each of `targets` (the paths found at one step of following renames, read together),
+    the MRs whose file list names it, one row each; queues the paths renamed into it (not a path
+    the history asks about anyway: all of its MRs are in already), target by target in MR order.
+    Which files an MR changed is read for the MRs shown only (`_files`)."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for k, target in enumerate(targets):
+        scope, scope_params = target.scope()
+        file_sql, file_params = _either(target, "f")
+        # The MRs by a semi-join, and the rows that may be renames beside them (a row per file of
+        # every MR, or a list per MR, cost ~2-3 ms more at 100K documents).
+        parts += [f"""
+            SELECT {k} AS k, {_MR}, NULL::BIGINT AS iid, NULL::TEXT AS project, NULL::INTEGER AS pos,
+                   NULL::TEXT AS old_path, NULL::TEXT AS new_path
+            FROM merge_requests m WHERE m.id IN (SELECT f.merge_request_id FROM mr_files f WHERE {file_sql}){scope}""",
+                  f"""
+            SELECT {k}, {_MR}, m.iid, p.path_with_namespace, f.position, f.old_path, f.new_path
+            FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
+            WHERE {file_sql}{scope} AND f.renamed_file AND NOT coalesce(f.new_file, false)
+              AND NOT coalesce(f.deleted_file, false) AND f.old_path <> ''"""]
+        params += [*file_params, *scope_params, *file_params, *scope_params]
+    found = rows(con, " UNION ALL ".join(parts), params)
+    out: list[list[dict[str, Any]]] = []
+    for k, target in enumerate(targets):
+        renamed = sorted((r for r in found if r["k"] == k and r["pos"] is not None), key=lambda r: (
+            r["touched_at"] is None, r["touched_at"] or datetime.min, r["merge_request_id"], r["pos"]))
+        for r in renamed:
+            old, new = r["old_path"], r["new_path"]
+            if target.matches(new) and not target.matches(old) and not root.matches(old) \
+                    and (r["project_id"], old) not in seen:
+                seen.add((r["project_id"], old))
+                rename = {"from": old, "to": new, "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]),
+                          "at": iso(r["touched_at"])}
+                renames.append(rename)
+                follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
+        out.append([r for r in found if r["k"] == k and r["pos"] is None])
+    return out
 
 
 def _files(con: duckdb.DuckDBPyConnection, targets: list[_Target], hits: dict[int, dict[str, Any]],
@@ -244,7 +253,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
         seen: set[tuple[int, str]] = set()
         files: list[list[dict[str, Any]]] = []
         while len(files) < len(targets):
-            files.append(_file_rows(con, targets[len(files)], root, targets, seen, renames))
+            files += _file_rows(con, targets[len(files):], root, targets, seen, renames)
         notes = _note_rows(con, targets)
         hits: dict[int, dict[str, Any]] = {}
         # Path by path as they were followed, each path's file rows before its notes: an MR is
