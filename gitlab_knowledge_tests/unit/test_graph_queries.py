@@ -13,9 +13,9 @@ import jsonschema
 import pytest
 
 from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.graph.history import history
 from gitlab_knowledge.graph.mentions import mentioned_names, mentions_user
 from gitlab_knowledge.graph.people import me, person
-from gitlab_knowledge.graph.history import history
 from gitlab_knowledge.graph.queries import related
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
