@@ -2,8 +2,9 @@
 
 Each calls the function its CLI command calls (graph/queries.py, graph/history.py, graph/people.py)
 and returns that command's --json document, validated by the same schema (cli/schemas/<name>.json),
-plus a short text rendering. The reads go through a workspace that sees only what agents may see (store/visibility.py), so a
-confidential issue or an internal note never reaches an answer without the config's opt-in.
+plus a short text rendering. The reads go through a workspace that sees only what agents may see
+(store/visibility.py), so a confidential issue or an internal note never reaches an answer without
+the config's opt-in.
 Lists are cut at GRAPH_LIST entries; the text says when one was. A merge request in
 `file_history` lists at most ITEM_FILES files, GRAPH_LIST threads and GRAPH_LIST links per group
 (as `related` cuts its groups; `files_omitted` / `threads_omitted` / `links_omitted` say how many
