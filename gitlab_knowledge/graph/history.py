@@ -138,6 +138,8 @@ def _files(con: duckdb.DuckDBPyConnection, targets: list[_Target], hits: dict[in
            mr_ids: list[int]) -> None:
     """The files the shown MRs changed on the paths followed, path by path as they were followed,
     each MR's in GitLab's order (the first row of a file is the one said)."""
+    if not mr_ids:
+        return
     either = [_either(t, "f") for t in targets]
     found = rows(con, f"""
         SELECT {_MR}, f.position AS pos, f.old_path, f.new_path, f.new_file, f.renamed_file, f.deleted_file
