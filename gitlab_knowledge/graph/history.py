@@ -22,7 +22,8 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.answers import History
 from gitlab_knowledge.graph.paths import repo_path
-from gitlab_knowledge.graph.queries import excerpt, iso, links_for, project_id, public_item, rows
+from gitlab_knowledge.graph.queries import excerpt, iso, links_for, public_item, rows
+from gitlab_knowledge.store.queries import project_id_of
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -247,7 +248,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
         raise UsageError(f"history's limit must be at least 1, got {limit}")
     base = _clean_path(path)
     with workspace.read() as con:
-        pid = project_id(con, project)
+        pid = project_id_of(workspace, con, project)
         renames: list[dict[str, Any]] = []
         root = _Target(base, True, pid, None, None)
         targets = [root]
