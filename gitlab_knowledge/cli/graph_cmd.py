@@ -89,7 +89,7 @@ def related_cmd(args: argparse.Namespace, config: Config) -> int:
 
 
 def history_cmd(args: argparse.Namespace, config: Config) -> int:
-    from gitlab_knowledge.graph.queries import history
+    from gitlab_knowledge.graph.history import history
     from gitlab_knowledge.workspace import Workspace
 
     result = history(Workspace(config), args.path, args.project, args.limit)

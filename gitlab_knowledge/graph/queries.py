@@ -1,4 +1,5 @@
-"""Questions the knowledge graph answers: what an item links to, and which MRs touched a file.
+"""Questions the knowledge graph answers: what an item links to (which MRs touched a file:
+graph/history.py, who did what: graph/people.py).
 
 `related`, `history`, `me` and `person` answer what the CLI commands of the same names print and
 the MCP tools return: each a typed record (graph/answers.py) whose `as_dict()` is the --json
@@ -7,7 +8,6 @@ store only.
 """
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,8 +17,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.config import Config
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import NoteNotStored, resolve
-from gitlab_knowledge.graph.answers import History, Related
-from gitlab_knowledge.graph.paths import repo_path
+from gitlab_knowledge.graph.answers import Related
 from gitlab_knowledge.graph.refs import INVERSE
 from gitlab_knowledge.store.queries import check_project
 from gitlab_knowledge.workspace import Workspace
@@ -33,6 +32,9 @@ VIA = ("title", "description", "note", "system_note", "text")  # text: a wiki pa
 EXCERPT_CHARS = 200
 ITEM_COLUMNS = ("t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.created_at, t.updated_at, t.closed_at, "
                 "t.author_username, t.labels, p.path_with_namespace AS project")
+# What a link says of the stored item on its other side (`public_item`) and what keys it: the
+# rows of every iid linked, in every project, are read, and each column costs their conversion.
+_LINKED_COLUMNS = "t.id, t.iid, t.title, t.state, t.web_url, t.project_id, p.path_with_namespace AS project"
 
 
 def iso(value: Any) -> str | None:
@@ -202,7 +204,7 @@ def _items_keyed(con: duckdb.DuckDBPyConnection, keys: set[tuple[str, int, int]]
     if not wanted:
         return by_key, by_id
     found = rows(con, " UNION ALL ".join(
-        f"SELECT '{k.name}' AS kind_name, {ITEM_COLUMNS} FROM {k.table} t JOIN projects p ON p.id = t.project_id "
+        f"SELECT '{k.name}' AS kind_name, {_LINKED_COLUMNS} FROM {k.table} t JOIN projects p ON p.id = t.project_id "
         "WHERE list_contains(?::BIGINT[], t.iid) OR list_contains(?::BIGINT[], t.id)" for k, _, _ in wanted),
                  [p for _, iids, item_ids in wanted for p in (iids, item_ids)])
     for r in found:
@@ -247,174 +249,3 @@ def related(workspace: Workspace, ref: str, project: str | None = None) -> Relat
         kind, item = resolve_item(con, ref, project)
         links = links_of(con, workspace.config, kind, item)
     return Related(item=public_item(kind, item), links=links)
-
-
-# -- history ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Target:
-    """A path the history follows: the one asked about, or one a file had before a rename."""
-
-    base: str
-    prefix: bool  # also every file under base/ (the path asked about may name a directory)
-    project_id: int | None
-    before: datetime | None  # a path a file was renamed from counts only until the rename
-    rename: dict[str, Any] | None
-
-    def sql(self, column: str) -> tuple[str, list[Any]]:
-        # starts_with, not LIKE: a path may hold % or _.
-        if self.prefix:
-            return f"({column} = ? OR starts_with({column}, ?))", [self.base, self.base + "/"]
-        return f"{column} = ?", [self.base]
-
-    def matches(self, value: str | None) -> bool:
-        return value is not None and (value == self.base or (self.prefix and value.startswith(self.base + "/")))
-
-    def scope(self) -> tuple[str, list[Any]]:
-        params: list[Any]
-        where, params = "", []
-        if self.project_id is not None:
-            where, params = " AND m.project_id = ?", [self.project_id]
-        if self.before is not None:
-            where, params = where + " AND COALESCE(m.merged_at, m.updated_at) <= ?", [*params, self.before]
-        return where, params
-
-
-def _clean_path(path: str) -> str:
-    text = repo_path(path)
-    if text is None:
-        raise UsageError(f"history expects a file or directory path of the repository, e.g. src/app.py, got {path!r}")
-    return text
-
-
-def _change(row: dict[str, Any]) -> str:
-    if row["new_file"]:
-        return "new"
-    if row["deleted_file"]:
-        return "deleted"
-    return "renamed" if row["renamed_file"] else "modified"
-
-
-# What history says of an MR, read with the rows that name the path (the MRs come with them).
-_MR = ("m.id AS merge_request_id, m.iid, m.title, m.state, m.web_url, m.project_id, m.merged_at, m.updated_at, "
-       "m.author_username, p.path_with_namespace AS project, COALESCE(m.merged_at, m.updated_at) AS touched_at")
-
-
-def _touches(con: duckdb.DuckDBPyConnection, target: _Target, root: _Target, hits: dict[int, dict[str, Any]],
-             follow: list[_Target], seen: set[tuple[int, str]], renames: list[dict[str, Any]],
-             found: dict[int, dict[str, Any]]) -> None:
-    """Record the MRs whose file list or DiffNotes name `target` (in `found`, the MRs themselves);
-    queue the paths renamed into it (not a path the history asks about anyway: all of its MRs are
-    in already). The file rows and the review notes come in one query, each in its own order."""
-    scope, scope_params = target.scope()
-    file_sql, file_params = _either(target, "f")
-    note_sql, note_params = _either(target, "np")
-    touched = rows(con, f"""
-        SELECT 0 AS src, {_MR}, f.position AS pos, f.old_path, f.new_path, f.new_file, f.renamed_file, f.deleted_file,
-               NULL::TEXT AS discussion_id, NULL::INTEGER AS new_line, NULL::INTEGER AS old_line
-        FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
-        WHERE {file_sql}{scope}
-        UNION ALL
-        SELECT 1, {_MR}, n.position, np.old_path, np.new_path, NULL, NULL, NULL, n.discussion_id,
-               np.new_line, np.old_line
-        FROM note_positions np JOIN notes n ON n.id = np.note_id
-        JOIN {kinds.MERGE_REQUEST.table} m ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND m.id = n.noteable_id
-        JOIN projects p ON p.id = m.project_id
-        WHERE {note_sql}{scope}
-        ORDER BY src, CASE WHEN src = 0 THEN touched_at END, CASE WHEN src = 0 THEN merge_request_id END,
-                 discussion_id, pos""", [*file_params, *scope_params, *note_params, *scope_params])
-    for r in touched:
-        found.setdefault(r["merge_request_id"], {k: r[k] for k in (
-            "iid", "title", "state", "web_url", "project_id", "merged_at", "updated_at", "author_username", "project")}
-                         | {"id": r["merge_request_id"]})
-        entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
-                                                         "rename": target.rename})
-        if r["src"] == 1:
-            path = r["new_path"] if target.matches(r["new_path"]) else r["old_path"]
-            line = r["new_line"] if path == r["new_path"] and r["new_line"] is not None else r["old_line"]
-            entry["threads"].setdefault(r["discussion_id"], {"path": path, "line": line})
-            entry.setdefault("noted_paths", set()).add(path)
-            continue
-        change = _change(r)
-        path = r["new_path"] or r["old_path"]
-        entry["files"].setdefault(path, {"path": path, "old_path": r["old_path"] if change == "renamed" else None,
-                                         "change": change})
-        old = r["old_path"]
-        if change == "renamed" and old and target.matches(r["new_path"]) and not target.matches(old) \
-                and not root.matches(old) and (r["project_id"], old) not in seen:
-            seen.add((r["project_id"], old))
-            rename = {"from": old, "to": r["new_path"],
-                      "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]), "at": iso(r["touched_at"])}
-            renames.append(rename)
-            follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
-
-
-def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
-    """A row of `table` whose new or old path is the target."""
-    new_sql, new_params = target.sql(f"{table}.new_path")
-    old_sql, old_params = target.sql(f"{table}.old_path")
-    return f"({new_sql} OR {old_sql})", [*new_params, *old_params]
-
-
-def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any]],
-             mr_ids: list[int]) -> dict[str, dict[str, Any]]:
-    """The review threads positioned on the path (of every MR at once): who opened them, how, and
-    whether resolved, by thread id, oldest first. The notes are narrowed to the MRs' (an integer
-    lookup) and those threads before the first of each is picked, as one value (a window over
-    every note cost ~40 ms per MR at 100K documents; a text semi-join with the threads ~15 ms)."""
-    if not positioned:
-        return {}
-    wanted = list(positioned)
-    firsts = rows(con, f"""
-        WITH first AS (SELECT n.discussion_id, arg_min({{'author': n.author_username, 'body': n.body,
-                                                        'at': n.created_at}}, n.position) AS note
-                       FROM notes n
-                       WHERE n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}'
-                         AND n.noteable_id IN (SELECT unnest(?::BIGINT[])) AND list_contains(?::TEXT[], n.discussion_id)
-                       GROUP BY n.discussion_id)
-        SELECT d.id, d.resolvable, d.resolved, f.note.author AS author_username, f.note.body AS body,
-               f.note.at AS created_at
-        FROM first f JOIN discussions d ON d.id = f.discussion_id
-        WHERE d.{kinds.MERGE_REQUEST.thread_column} IN (SELECT unnest(?::BIGINT[]))
-        ORDER BY f.note.at, d.id""", [mr_ids, wanted, mr_ids])
-    return {t["id"]: {"discussion_id": t["id"], "path": positioned[t["id"]]["path"],
-                      "line": positioned[t["id"]]["line"], "author": t["author_username"],
-                      "created_at": iso(t["created_at"]), "excerpt": excerpt(t["body"]),
-                      "resolvable": bool(t["resolvable"]), "resolved": bool(t["resolved"])} for t in firsts}
-
-
-def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> History:
-    """The merge requests that touched `path` (a file, or every file under a directory), newest
-    first, following renames back: an MR that renamed X to the path brings in the MRs on X before it."""
-    if limit < 1:
-        raise UsageError(f"history's limit must be at least 1, got {limit}")
-    base = _clean_path(path)
-    with workspace.read() as con:
-        pid = project_id(con, project)
-        hits: dict[int, dict[str, Any]] = {}
-        renames: list[dict[str, Any]] = []
-        root = _Target(base, True, pid, None, None)
-        follow = [root]
-        # The cycle guard: a path is followed once per project (A → B, then B → A again).
-        seen: set[tuple[int, str]] = set()
-        found: dict[int, dict[str, Any]] = {}
-        while follow:
-            _touches(con, follow.pop(0), root, hits, follow, seen, renames, found)
-        newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
-        # Their links and their threads in a few queries for all of them, not per MR.
-        links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found])
-        threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()}, newest)
-        out = []
-        for mr_id in newest:
-            hit, mr = hits[mr_id], found[mr_id]
-            files = list(hit["files"].values()) or [
-                {"path": p, "old_path": None, "change": None} for p in sorted(hit.get("noted_paths", ()))]
-            out.append({**public_item(kinds.MERGE_REQUEST, mr), "merged_at": iso(mr["merged_at"]),
-                        "updated_at": iso(mr["updated_at"]), "author": mr["author_username"], "files": files,
-                        "followed_rename": hit["rename"],
-                        "closes": [{k: c[k] for k in ("reference", "title", "state", "url")} for c in links[mr_id]["closes"]],
-                        "links": {g: [{k: c[k] for k in ("reference", "type", "title", "state", "url")} for c in group]
-                                  for g, group in links[mr_id].items()},
-                        "threads": [thread for t, thread in threads.items() if t in hit["threads"]]})
-    return History(path=base, project=project, total=len(hits), renames=renames, merge_requests=out)

@@ -1,9 +1,10 @@
 """The knowledge-graph tools: `related`, `file_history`, `me`.
 
-Each calls the function its CLI command calls (graph/queries.py, graph/people.py) and returns that command's --json
-document, validated by the same schema (cli/schemas/<name>.json), plus a short text rendering. The
-reads go through a workspace that sees only what agents may see (store/visibility.py), so a
-confidential issue or an internal note never reaches an answer without the config's opt-in.
+Each calls the function its CLI command calls (graph/queries.py, graph/history.py, graph/people.py)
+and returns that command's --json document, validated by the same schema (cli/schemas/<name>.json),
+plus a short text rendering. The reads go through a workspace that sees only what agents may see
+(store/visibility.py), so a confidential issue or an internal note never reaches an answer without
+the config's opt-in.
 Lists are cut at GRAPH_LIST entries; the text says when one was. A merge request in
 `file_history` lists at most ITEM_FILES files, GRAPH_LIST threads and GRAPH_LIST links per group
 (as `related` cuts its groups; `files_omitted` / `threads_omitted` / `links_omitted` say how many
@@ -116,12 +117,12 @@ def refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
 
 
 async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    from gitlab_knowledge.graph import queries
+    from gitlab_knowledge.graph.history import history
 
     limit = args.get("limit", HISTORY_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= HISTORY_LIMIT:
         raise UsageError(f"limit must be a whole number from 1 to {HISTORY_LIMIT}, got {limit!r}")
-    out = (await asyncio.to_thread(queries.history, ctx.workspace(visible_only=True), str(args["path"]),
+    out = (await asyncio.to_thread(history, ctx.workspace(visible_only=True), str(args["path"]),
                                    args.get("project") or None, limit)).as_dict()
     mrs = out["merge_requests"]
     for mr in mrs:  # a directory's history of an MR touching 100,000 files was 12 MB

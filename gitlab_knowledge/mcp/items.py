@@ -48,7 +48,7 @@ def get_item(workspace: Workspace, kind: kinds.Kind, iid: int, project: str | No
     # One read for the item, its threads, links and files: each read attaches the store anew.
     with workspace.read() as con:
         try:
-            item = item_with_threads(con, kind, iid, project)
+            item = item_with_threads(con, kind, iid, project, workspace)
         except UsageError:
             if kind is kinds.ISSUE:
                 _refuse_hidden(con, workspace.lens, iid, project)

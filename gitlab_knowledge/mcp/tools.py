@@ -3,7 +3,7 @@
 search → `Searcher.search` (the resident one) and the search JSON contract; get_issue /
 get_merge_request → `store.queries.show_item` and the graph's links; gitlab_get_mr_comments →
 comments.py; explain → `explain.explain`; index_status → `index_status.index_status`; related,
-file_history, me → graph/queries.py (graph_tools.py). Handlers return
+file_history, me → graph/queries.py, graph/history.py, graph/people.py (graph_tools.py). Handlers return
 (short text, structured output); a failure raises `KnowledgeError`, which the server turns into a
 one-line tool error.
 """

@@ -36,6 +36,19 @@ def author_label(username: str | None, name: str | None) -> str:
     return UNKNOWN_AUTHOR
 
 
+def project_id_of(workspace: "Workspace | None", con: duckdb.DuckDBPyConnection, project: str | None) -> int | None:
+    """`check_project`'s answer, remembered per version of the store by a long-lived reader (the
+    MCP server's, store/reader.py `remembered`): the path's id is read through the lens's
+    `raw_payloads`, ~5 ms at 100K documents, and every item tool names a project."""
+    if not project:
+        return None
+    reader = workspace.reader if workspace is not None else None
+    if reader is None:
+        return check_project(con, project)
+    return reader.remembered(workspace.lens if workspace is not None else None, ("project_id", project),
+                             lambda: check_project(con, project))
+
+
 def _project_filter(con: duckdb.DuckDBPyConnection, project: str | None,
                     column: str = "project_id") -> tuple[str, list[Any]]:
     """A clause keeping one project's rows, by the GitLab id its path resolves to (the path may be
@@ -187,15 +200,16 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
 def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
     """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
     with workspace.read() as con:
-        return item_with_threads(con, kind, iid, project)
+        return item_with_threads(con, kind, iid, project, workspace)
 
 
-def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
+def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None,
+                      workspace: "Workspace | None" = None) -> dict[str, Any]:
     """`show_item` on a connection the caller holds (the MCP item tools read the links and files
-    in the same read)."""
+    in the same read); `workspace`: the one `con` reads for, whose reader may know the project."""
     table = kind.table
     noteable = kind.noteable_type
-    where, params = _project_filter(con, project, "t.project_id")
+    where, params = (" AND t.project_id = ?", [project_id_of(workspace, con, project)]) if project else ("", [])
     found = _rows(con, f"""
         SELECT t.*, p.path_with_namespace AS project FROM {table} t JOIN projects p ON p.id = t.project_id
         WHERE t.iid = ?{where}

@@ -18,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.graph import people, queries
+from gitlab_knowledge.graph.history import history as file_history
 from gitlab_knowledge.mcp.bounds import GRAPH_LIST
 from gitlab_knowledge.mcp.tools import schema
 from gitlab_knowledge.workspace import Workspace
@@ -145,8 +146,8 @@ def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[
         queries.related(workspace, "acme/platform!847").as_dict(),
         queries.related(workspace, "acme/platform!827").as_dict(),
         queries.related(workspace, "acme/platform#234").as_dict(),
-        queries.history(workspace, "services/auth/jwt.py", "acme/platform").as_dict(),
-        queries.history(workspace, "./services/", None, 3).as_dict(),
+        file_history(workspace, "services/auth/jwt.py", "acme/platform").as_dict(),
+        file_history(workspace, "./services/", None, 3).as_dict(),
         people.me(workspace, "johndoe", since).as_dict(),
         people.me(workspace, "sam.okafor", since, "acme/platform").as_dict(),
     ]
@@ -250,7 +251,7 @@ def test_file_history_cuts_each_group_of_links_as_related_does(configs: dict[str
     total = before + 130
     assert len(mr["links"]["mentions"]) == GRAPH_LIST and mr["links_omitted"] == {"mentions": total - GRAPH_LIST}
     # The newest GRAPH_LIST of what the CLI's function lists through the same lens.
-    whole = queries.history(ctx.workspace(visible_only=True), file, "acme/platform").as_dict()["merge_requests"]
+    whole = file_history(ctx.workspace(visible_only=True), file, "acme/platform").as_dict()["merge_requests"]
     [full] = [m for m in whole if m["reference"] == "acme/platform!847"]
     assert mr["links"]["mentions"] == full["links"]["mentions"][:GRAPH_LIST]
     assert f"[{total - GRAPH_LIST:,} more link(s) (mentions) not shown" in text

@@ -396,6 +396,36 @@ def test_a_viewer_never_calls_gitlab_with_the_syncs_token(served: Any) -> None:
     assert _Recorder.seen and set(_Recorder.seen) == {("Bearer glpat-viewer-own-token", None)}
 
 
+def test_file_history_leaves_out_the_merge_requests_a_guest_does_not_see(served: Any) -> None:
+    """The MRs a private project's Guest does not see are not in `file_history`, neither by their
+    file lists nor by their review notes on the path, nor in its count; the same Guest of an
+    internal project, and an admin, get them all."""
+    resident, store = served
+    with read_connection(resident.context.config.duckdb_path, 5) as con:
+        # Paths a platform MR's file list names, and paths only its review notes are on.
+        listed = {r[0] for r in con.execute(
+            f"SELECT f.new_path FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id "
+            f"WHERE m.project_id = {PLATFORM} AND f.new_path IS NOT NULL").fetchall()}
+        noted = {r[0] for r in con.execute(
+            f"SELECT np.new_path FROM note_positions np JOIN notes n ON n.id = np.note_id "
+            f"WHERE n.noteable_type = 'MergeRequest' AND n.project_id = {PLATFORM} AND np.new_path IS NOT NULL").fetchall()}
+    paths = sorted(listed)[:3] + sorted(noted - listed)[:2] + sorted(noted & listed)[:2]
+    assert noted and paths
+    seen_hidden = 0
+    for path in paths:
+        args = {"path": path, "limit": 50}
+        every, _ = call(resident, VIEWERS["admin"], "file_history", args)
+        assert every["total"] == len(every["merge_requests"]), path  # all of them listed: the sets compare
+        platform = {m["reference"] for m in every["merge_requests"] if m["reference"].startswith("acme/platform!")}
+        seen_hidden += len(platform)
+        for name, hidden in (("guest_of_private", platform), ("guest", set())):
+            out, _ = call(resident, VIEWERS[name], "file_history", args)
+            shown = {m["reference"] for m in out["merge_requests"]}
+            assert shown == {m["reference"] for m in every["merge_requests"]} - hidden, (name, path)
+            assert out["total"] == len(shown), (name, path)
+    assert seen_hidden  # something to hide, else the check proves nothing
+
+
 def test_the_configs_opt_outs_still_apply_to_a_viewer(sample: Any) -> None:
     """A reporter sees confidential issues as GitLab allows, unless the operator keeps them from
     every agent (`[mcp] include_confidential = false`, the default)."""

@@ -13,9 +13,10 @@ import jsonschema
 import pytest
 
 from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.graph.history import history
 from gitlab_knowledge.graph.mentions import mentioned_names, mentions_user
 from gitlab_knowledge.graph.people import me, person
-from gitlab_knowledge.graph.queries import history, related
+from gitlab_knowledge.graph.queries import related
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import store_config
@@ -135,6 +136,14 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
                resolvable=True)
         thread(con, "d-820", "mr", 2009, [(5004, "janedoe", "Rotate these keys monthly", at("2024-11-01"))],
                resolvable=True, resolved=True, position=("services/auth/keys.py", 7))
+        # A review thread whose first note is not on the diff, only its reply (history reads the
+        # thread's first note apart: it is not among the notes positioned on the path).
+        mr(con, 2010, 830, "Guide fixes", "merged", "erin", [], at("2024-12-01"),
+           [("docs/guide.md", "docs/guide.md", "modified")])
+        thread(con, "d-830", "mr", 2010, [(5010, "erin", "Before merging: the guide's\n\nexamples", at("2024-12-01")),
+                                          (5011, "frank", "This line is wrong", at("2024-12-02"))], resolvable=True)
+        con.execute("INSERT INTO note_positions (note_id, old_path, new_path, new_line) VALUES (5011, NULL, "
+                    "'docs/guide.md', 3)")
         thread(con, "d-234", "issue", 1001, [(5005, "carol", "Seen on staging too", RECENT - timedelta(days=30))])
         ref(con, ("merge_request", 2001), "description", "closes", ("issue", "acme/platform", 234), PLATFORM)
         ref(con, ("issue", 1001), "system_note", "mentioned_in", ("merge_request", "acme/platform", 847), PLATFORM,
@@ -210,6 +219,15 @@ def test_history_follows_renames_back_and_stops_at_a_cycle(ws):
                                "resolved": False}]
     assert [m["reference"] for m in history(ws, "services/auth/jwt.py", limit=2).as_dict()["merge_requests"]] == [
         "acme/platform!847", "acme/platform!800"]
+
+
+def test_history_says_who_opened_a_thread_whose_first_note_is_not_on_the_diff(ws):
+    out = validate("history", history(ws, "docs/guide.md").as_dict())
+    assert [m["reference"] for m in out["merge_requests"]] == ["acme/platform!830"]
+    assert out["merge_requests"][0]["threads"] == [
+        {"discussion_id": "d-830", "path": "docs/guide.md", "line": 3, "author": "erin",
+         "created_at": "2024-12-01T00:00:00Z", "excerpt": "Before merging: the guide's examples", "resolvable": True,
+         "resolved": False}]
 
 
 def test_history_of_a_directory_matches_files_under_it_only(ws):
