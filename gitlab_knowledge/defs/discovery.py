@@ -2,8 +2,9 @@
 made partitions, and the projects that left them purged by a run the UI shows.
 
 `group_discovery_sensor` calls `sync.groups.discover`, the code path `sync` uses. A new project
-becomes a partition here; the change sensor then finds it never synced and syncs it, as it does a
-project added to `projects`. A project that left every configured group on positive evidence (a
+becomes a partition here and is synced by a `sync_projects` run this same tick asks for (the change
+sensor does not name a project a queued batch names): left to the change sensor's next tick, it
+waited up to a whole interval more, plus that tick's probing of every project. A project that left every configured group on positive evidence (a
 complete listing without it, then its own GET: deleted, archived, moved out; sync/groups.py) is
 purged by a `purge_removed_projects` run: the automation has no terminal to ask, so it answers as
 `sync --yes` would, for those projects only. A project taken out of `projects` or matched by a new
@@ -24,9 +25,10 @@ from typing import Any
 
 import dagster as dg
 
+from gitlab_knowledge.defs.batch import batch_run_config, projects_in_flight, sync_projects_job
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
-from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
+from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG
 from gitlab_knowledge.defs.sensors import REAPER_INTERVAL_SECONDS, SENSOR_STATUS
 from gitlab_knowledge.errors import KnowledgeError, StoreBusyError
 from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
@@ -79,6 +81,20 @@ def _purge_request(workspace: Workspace, discovered_at: str) -> dg.RunRequest | 
         job_name=PURGE_JOB, run_key=f"purge|{','.join(map(str, ids))}|{discovered_at}",
         run_config={"ops": {"find_removed": {"config": {"project_ids": ids}}}, **QUIET_LOGS},
         tags={TRIGGER_TAG: "discovery", DISCOVERY_TAG: discovered_at})
+
+
+def _sync_request(context: dg.SensorEvaluationContext, new: list[str], discovered_at: str) -> dg.RunRequest | None:
+    """One batch run for the projects this discovery made partitions, unless a batch queued or
+    running already names them all."""
+    from gitlab_knowledge.backlog import digest
+
+    wanted = [p for p in new if p not in projects_in_flight(context.instance, new)]
+    if not wanted:
+        return None
+    return dg.RunRequest(job_name=sync_projects_job.name, run_key=f"discovered|{digest(wanted)}|{discovered_at}",
+                         run_config=batch_run_config(wanted),
+                         tags={TRIGGER_TAG: "discovery", DISCOVERY_TAG: discovered_at,
+                               PROJECT_TAG: ", ".join(wanted) if len(wanted) <= 5 else f"{len(wanted)} new projects"})
 
 
 def _removed(workspace: Workspace, wanted: set[int]) -> list[Any]:
@@ -160,11 +176,11 @@ def purge_removed_projects_job() -> None:
 
 @dg.sensor(
     name="group_discovery_sensor",
-    jobs=[purge_removed_projects_job],
+    jobs=[sync_projects_job, purge_removed_projects_job],
     minimum_interval_seconds=REAPER_INTERVAL_SECONDS,
     default_status=SENSOR_STATUS,
     description="Lists the configured groups at most every sync.discovery_minutes (and at once when the groups "
-                "change): new projects become partitions (the change sensor syncs them); projects that left every "
+                "change): new projects become partitions, synced by a sync_projects run of the same tick; projects that left every "
                 "group (deleted, archived, moved out; shown by a complete listing and their own GET) are purged by "
                 "a purge_removed_projects run. A failed or partial listing changes and purges nothing.",
 )
@@ -195,6 +211,9 @@ def group_discovery_sensor(context: dg.SensorEvaluationContext,
     paths = groups.project_paths(config)
     new = [p for p in paths if p not in existing]
     requests, busy = [], None
+    sync = _sync_request(context, new, at) if new else None
+    if sync is not None:  # first: the new projects' first sync is short, the purge can wait for it
+        requests.append(sync)
     if discovery.complete:
         try:
             purge = _purge_request(workspace, at)

@@ -1,5 +1,6 @@
 """Discovery in the automation (defs/discovery.py) against the sandbox: the groups' projects become
-partitions without a change to the config and the change sensor syncs a new one; a project that
+partitions without a change to the config and a batch run the same tick asks for syncs a new one
+(unless a queued batch names it already); a project that
 is archived, deleted or moved out is purged by a purge_removed_projects run only after a complete
 listing, never after a failed one; discovery waits `discovery_minutes` between listings."""
 
@@ -12,7 +13,7 @@ import pytest
 import tomli_w
 
 from gitlab_knowledge.defs import build_defs, defs
-from gitlab_knowledge.defs.batch import BATCH_OP
+from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP
 from gitlab_knowledge.defs.discovery import PURGE_JOB
 from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.store import groups as record_store
@@ -75,7 +76,10 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
     sb, path, instance = env
     members = sorted(p["path_with_namespace"] for p in sb.state.group_projects("acme", include_subgroups=True))
     first = discovery_tick(instance, path)
-    assert sorted(first.dynamic_partitions_requests[0].partition_keys) == members and not first.run_requests
+    assert sorted(first.dynamic_partitions_requests[0].partition_keys) == members
+    # Every member is new: the same tick asks for one batch run of them (the first sync).
+    assert sorted(batch_projects(first.run_requests)) == members
+    assert first.run_requests[0].tags["gitlab_knowledge/trigger"] == "discovery"
     add_partitions(instance, first)
     assert "less than 60 minutes" in discovery_tick(instance, path, first.cursor).skip_reason.skip_message
     # The change sensor probes the groups' projects like configured ones: all never synced.
@@ -100,7 +104,9 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
 
     found = discovery_tick(instance, path, failed.cursor)  # due at once: the last one did not list everything
     assert found.dynamic_partitions_requests[0].partition_keys == [added]
-    [purge] = found.run_requests
+    # The new project is synced by a run of this tick, not at the change sensor's next one; the purge after it.
+    sync, purge = found.run_requests
+    assert sync.job_name == BATCH_JOB and batch_projects([sync]) == [added]
     assert purge.job_name == PURGE_JOB and purge.run_config["ops"]["find_removed"]["config"] == {
         "project_ids": [archived_id]}
     add_partitions(instance, found)
@@ -123,17 +129,39 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
     assert run is not None and run.tags["gitlab_knowledge/trigger"] == "discovery"  # what the UI lists
 
 
+def test_discovery_asks_no_second_sync_of_a_new_project_a_queued_batch_names(env) -> None:
+    """The change sensor (or an earlier tick) created a batch naming the new project: discovery
+    adds the partition but asks for no run of it; a new project nobody names yet gets one."""
+    from dagster._core.test_utils import create_run_for_test
+
+    from gitlab_knowledge.defs.batch import batch_run_config
+
+    sb, path, instance = env
+    first = discovery_tick(instance, path)
+    add_partitions(instance, first)
+    named = sb.state.add_project("acme/new-team", "queued")["path_with_namespace"]
+    create_run_for_test(instance, job_name=BATCH_JOB, run_config=batch_run_config([named]),
+                        status=dg.DagsterRunStatus.NOT_STARTED)
+    found = discovery_tick(instance, path, aged(first))
+    assert found.dynamic_partitions_requests[0].partition_keys == [named] and found.run_requests == []
+    add_partitions(instance, found)
+    other = sb.state.add_project("acme/new-team", "unnamed")["path_with_namespace"]
+    again = discovery_tick(instance, path, aged(found))
+    assert batch_projects(again.run_requests) == [other]
+
+
 def test_a_purge_run_removes_nothing_the_groups_list_again(env) -> None:
     """Between the discovery and its purge run, the project came back (unarchived): the run finds
     it configured again and leaves it."""
     sb, path, instance = env
     first = discovery_tick(instance, path)
+    add_partitions(instance, first)
     workspace = Workspace.load(path)
     project = record_store.project_paths(workspace.config)[0]
     pid = sb.state.project(project).data["id"]
     assert run_sync(workspace, [project], instance=instance, selection=SYNC_LAYERS)[0].success
     sb.state.archive_project(project)
-    purge = discovery_tick(instance, path, aged(first)).run_requests[0]
+    [purge] = discovery_tick(instance, path, aged(first)).run_requests
     sb.state.archive_project(project, False)
     discovery_tick(instance, path, aged(first, 120))
     result = build_defs(workspace).resolve_job_def(PURGE_JOB).execute_in_process(
