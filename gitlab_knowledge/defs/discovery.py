@@ -16,26 +16,38 @@ purge run checks again against the store before it removes anything (`find_remov
 
 The purge is four steps, each store's writer under its own pool, in the order `purge.purge` keeps:
 vectors, lexical index, then DuckDB in one transaction (a crash in between leaves the project for
-the next purge to find again).
+the next purge to find again). Its own work is ~2 s on a store of 200 projects
+(`benchmarks/purge_bench.py`); launched while a batch run holds the pools, it waits for that
+batch. Each step takes its pool's slot itself (`_pool_slot`), asking every second, instead of
+leaving the wait to Dagster's pool queue: that re-checks a waiting step on a growing backoff (1 s,
+then 1.1x each time, up to 15 s), so a purge behind a batch of a minute started seconds after the
+batch let go, and the runs behind it waited for it meanwhile; and its wait is a busy loop that
+no Terminate reaches, where this one can be stopped and gives up after `PURGE_WAIT_S` (the next
+discovery asks again).
 """
 
+import contextlib
 import json
+import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
-from gitlab_knowledge.defs.batch import batch_run_config, projects_in_flight, sync_projects_job
+from gitlab_knowledge.defs.batch import _tag_process, batch_run_config, projects_in_flight, sync_projects_job
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
-from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG
+from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG, holding_pools
 from gitlab_knowledge.defs.sensors import REAPER_INTERVAL_SECONDS, SENSOR_STATUS
-from gitlab_knowledge.errors import KnowledgeError, StoreBusyError
+from gitlab_knowledge.errors import KnowledgeError, StoreBusyError, SyncInProgressError
 from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
 PURGE_JOB = "purge_removed_projects"
+PURGE_WAIT_S = 900.0  # how long a purge step waits for its pool before the run fails (as a batch waits)
+POOL_POLL_S = 1.0
 DISCOVERY_TAG = "gitlab_knowledge/discovery"  # on a purge run: the discovery that found the projects gone
 
 
@@ -129,25 +141,57 @@ def find_removed(context: dg.OpExecutionContext, config: PurgeConfig) -> list[An
     return found
 
 
-@dg.op(required_resource_keys={"workspace"}, pool=LANCEDB_POOL)
+@contextlib.contextmanager
+def _pool_slot(context: dg.OpExecutionContext, pool: str) -> Iterator[None]:
+    """Hold `pool`'s slot for this step (the one-writer rule every run keeps), asking again every
+    `POOL_POLL_S` while another run holds it; `SyncInProgressError` after `PURGE_WAIT_S`."""
+    deadline = time.monotonic() + PURGE_WAIT_S
+    said = False
+    while True:
+        slot = holding_pools(context.instance, context.run_id, str(context.op_handle), [pool])
+        try:
+            slot.__enter__()
+            break
+        except SyncInProgressError:
+            if time.monotonic() >= deadline:
+                raise SyncInProgressError(f"another run held the {pool} pool for {PURGE_WAIT_S:.0f}s: nothing more "
+                                          "purged; the next discovery asks again") from None
+            if not said:
+                context.log.info(f"waiting for the {pool} pool (another run writes that store)")
+                said = True
+            time.sleep(POOL_POLL_S)
+    try:
+        yield
+    finally:
+        slot.__exit__(None, None, None)
+
+
+@dg.op(required_resource_keys={"workspace"})
 def purge_vectors(context: dg.OpExecutionContext, removed: list[Any]) -> list[Any]:
     from gitlab_knowledge import purge
 
-    for project in removed:
-        purge.purge_vectors(context.resources.workspace, project)
+    if not removed:
+        return removed
+    _tag_process(context)  # the reaper frees the slots of a run whose process died
+    with _pool_slot(context, LANCEDB_POOL):
+        for project in removed:
+            purge.purge_vectors(context.resources.workspace, project)
     return removed
 
 
-@dg.op(required_resource_keys={"workspace"}, pool=TANTIVY_POOL)
+@dg.op(required_resource_keys={"workspace"})
 def purge_lexical(context: dg.OpExecutionContext, removed: list[Any]) -> list[Any]:
     from gitlab_knowledge import purge
 
-    for project in removed:
-        purge.purge_lexical(context.resources.workspace, project)
+    if not removed:
+        return removed
+    with _pool_slot(context, TANTIVY_POOL):
+        for project in removed:
+            purge.purge_lexical(context.resources.workspace, project)
     return removed
 
 
-@dg.op(required_resource_keys={"workspace"}, pool=DUCKDB_POOL)
+@dg.op(required_resource_keys={"workspace"})
 def purge_store(context: dg.OpExecutionContext, removed: list[Any]) -> dg.Output[int]:
     """DuckDB last; then the project's partition goes (its runs stay in the history)."""
     from gitlab_knowledge import purge
@@ -156,8 +200,11 @@ def purge_store(context: dg.OpExecutionContext, removed: list[Any]) -> dg.Output
     workspace = context.resources.workspace
     keep = {p.casefold() for p in groups.project_paths(workspace.config)}
     partitions = context.instance.get_dynamic_partitions(PARTITIONS_NAME)
+    if removed:
+        with _pool_slot(context, DUCKDB_POOL):
+            for project in removed:
+                purge.purge_store(workspace, project)
     for project in removed:
-        purge.purge_store(workspace, project)
         for key in partitions:
             if key.casefold() == project.path.casefold() and key.casefold() not in keep:
                 context.instance.delete_dynamic_partition(PARTITIONS_NAME, key)

@@ -5,8 +5,10 @@ is archived, deleted or moved out is purged by a purge_removed_projects run only
 listing, never after a failed one; discovery waits `discovery_minutes` between listings."""
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -168,6 +170,86 @@ def test_a_purge_run_removes_nothing_the_groups_list_again(env) -> None:
         run_config=purge.run_config, instance=instance)
     assert result.success and result.output_for_node("purge_store") == 0
     assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) > 0
+
+
+@pytest.fixture
+def purge_behind_a_holder(env):
+    """A synced project archived, the discovery's purge request for it, an instance whose pools
+    take one run each, and a holder of the three stores' slots (a batch run that took them first)."""
+    from gitlab_knowledge.defs.run_slots import holding_pools
+    from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
+
+    sb, path, instance = env
+    first = discovery_tick(instance, path)
+    add_partitions(instance, first)
+    workspace = Workspace.load(path)
+    project = record_store.project_paths(workspace.config)[0]
+    assert run_sync(workspace, [project], instance=instance, selection=SYNC_LAYERS)[0].success
+    sb.state.archive_project(project)
+    [purge] = discovery_tick(instance, path, aged(first)).run_requests
+    pid = sb.state.project(project).data["id"]
+    with dg.instance_for_test(overrides={"concurrency": {"pools": {"default_limit": 1}}}) as pooled:
+        holder = holding_pools(pooled, "a-batch-run", "sync_each_project", [DUCKDB_POOL, TANTIVY_POOL, LANCEDB_POOL])
+        holder.__enter__()
+        try:
+            yield workspace, pid, purge, pooled, holder
+        finally:
+            holder.__exit__(None, None, None)
+
+
+def _purge_in_thread(workspace: Workspace, purge: dg.RunRequest, instance: dg.DagsterInstance) -> tuple[Any, list[Any]]:
+    import threading
+
+    out: list[Any] = []
+    job = build_defs(workspace).resolve_job_def(PURGE_JOB)
+    thread = threading.Thread(target=lambda: out.append(job.execute_in_process(
+        run_config=purge.run_config, instance=instance, raise_on_error=False)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _purge_log(instance: dg.DagsterInstance) -> str:
+    runs = instance.get_runs(dg.RunsFilter(job_name=PURGE_JOB), limit=1)
+    return "\n".join(e.user_message for e in instance.all_logs(runs[0].run_id)) if runs else ""
+
+
+def test_a_purge_behind_a_run_holding_the_pools_says_so_waits_and_purges_once_they_are_free(
+        purge_behind_a_holder) -> None:
+    """The purge waits for its pools in a wait of its own that the run's log shows (not Dagster's
+    pool queue, which re-checks on a backoff of up to 15 s), writes nothing meanwhile, and purges
+    once the holder lets go."""
+    workspace, pid, purge, pooled, holder = purge_behind_a_holder
+    thread, out = _purge_in_thread(workspace, purge, pooled)
+    deadline = time.monotonic() + 120
+    while "waiting for the gitlab_knowledge_lancedb pool" not in _purge_log(pooled):
+        assert time.monotonic() < deadline, f"the purge run never said what it waits for:\n{_purge_log(pooled)}"
+        time.sleep(0.2)
+    assert thread.is_alive()
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) > 0
+    holder.__exit__(None, None, None)
+    thread.join(120)
+    assert not thread.is_alive() and out[0].success and out[0].output_for_node("purge_store") == 1
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) == 0
+
+
+def test_a_purge_gives_up_while_the_pools_stay_held_and_the_next_run_finishes_it(
+        purge_behind_a_holder, monkeypatch) -> None:
+    from gitlab_knowledge.defs import discovery
+
+    workspace, pid, purge, pooled, holder = purge_behind_a_holder
+    monkeypatch.setattr(discovery, "PURGE_WAIT_S", 0.0)
+    thread, out = _purge_in_thread(workspace, purge, pooled)
+    thread.join(120)
+    assert not thread.is_alive(), "the purge run was still waiting in the pools' queue"
+    [failure] = out[0].get_step_failure_events()
+    assert not out[0].success and failure.step_key == "purge_vectors"
+    assert "another run held the gitlab_knowledge_lancedb pool" in failure.event_specific_data.error.to_string()
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) > 0
+    holder.__exit__(None, None, None)
+    again = build_defs(workspace).resolve_job_def(PURGE_JOB).execute_in_process(
+        run_config=purge.run_config, instance=pooled)
+    assert again.success and again.output_for_node("purge_store") == 1
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) == 0
 
 
 def test_without_groups_the_discovery_sensor_does_nothing(env, tmp_path) -> None:
