@@ -64,17 +64,19 @@ def canary_word(n: int) -> str:
     return "zqdrill" + chr(97 + n // 26 % 26) + chr(97 + n % 26)
 
 
-def searchable(config_path: Path, canaries: list[Canary]) -> None:
-    """Mark every canary a lexical search now finds (in its own project)."""
+def searchable(config_path: Path, canaries: list[Canary]) -> bool:
+    """Mark every canary a lexical search now finds (in its own project); False when the index
+    could not be read (being swapped under us: ask again)."""
     searcher = Workspace(load_config(config_path)).searcher()
     for canary in canaries:
         if canary.found is None:
             try:
                 hits = searcher.search(canary.word, Filters(), "lexical", 5).results
-            except StoreError:  # the index is being swapped under us: ask again on the next poll
-                return
+            except StoreError:
+                return False
             if any(h.fields.project == canary.project for h in hits):
                 canary.found = time.monotonic()
+    return True
 
 
 class StoreStamp:
@@ -131,13 +133,13 @@ def stored_issues(config_path: Path, project: str | None) -> int:
         return 0
 
 
-def found_in_search(config_path: Path, canary: Canary) -> bool:
-    """The canary's word finds its project (a search that could not read the index says yes: it
+def found_in_search(config_path: Path, canary: Canary) -> bool | None:
+    """Whether the canary's word finds its project; None when the index could not be read (that
     proves nothing gone)."""
     try:
         hits = Workspace(load_config(config_path)).searcher().search(canary.word, Filters(), "lexical", 5).results
     except StoreError:
-        return True
+        return None
     return any(h.fields.project == canary.project for h in hits)
 
 
@@ -235,11 +237,17 @@ def test_two_hundred_projects_in_groups_stay_fresh_under_the_daemon(tmp_path: Pa
             left_search = False
             while time.monotonic() < deadline:
                 if index_stamp.changed():
-                    searchable(config_path, [*canaries, new_canary])
-                    left_search = left_search or not found_in_search(config_path, archived_canary)
-                if left_search and purged_at is None and duckdb_stamp.changed() \
-                        and stored_issues(config_path, archived) == 0:
-                    purged_at = time.monotonic()
+                    read = searchable(config_path, [*canaries, new_canary])
+                    still = None if left_search else found_in_search(config_path, archived_canary)
+                    left_search = left_search or still is False
+                    if not read or still is None:
+                        index_stamp.last = None  # the index could not be read: look again next poll
+                if left_search and purged_at is None and duckdb_stamp.changed():
+                    try:
+                        if stored_issues(config_path, archived) == 0:
+                            purged_at = time.monotonic()
+                    except StoreError:  # the writer held the file past the read's wait: look again
+                        duckdb_stamp.last = None
                 if purged_at is not None and all(c.found for c in [*canaries, new_canary]):
                     break
                 time.sleep(0.5)
