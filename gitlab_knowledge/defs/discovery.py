@@ -4,7 +4,8 @@ made partitions, and the projects that left them purged by a run the UI shows.
 `group_discovery_sensor` calls `sync.groups.discover`, the code path `sync` uses. A new project
 becomes a partition here and is synced by a `sync_projects` run this same tick asks for (the change
 sensor does not name a project a queued batch names): left to the change sensor's next tick, it
-waited up to a whole interval more, plus that tick's probing of every project. A project that left every configured group on positive evidence (a
+waited up to a whole interval more, plus that tick's probing of every project. A project that left
+every configured group on positive evidence (a
 complete listing without it, then its own GET: deleted, archived, moved out; sync/groups.py) is
 purged by a `purge_removed_projects` run: the automation has no terminal to ask, so it answers as
 `sync --yes` would, for those projects only. A project taken out of `projects` or matched by a new
