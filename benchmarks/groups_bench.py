@@ -6,7 +6,8 @@ what a project costs beyond its data shows. The CLI syncs several projects in on
     python -m benchmarks.groups_bench --projects 300 --group-depth 3 --issues 600 --mrs 300 --out DIR
 
 Each side runs the CLI in its own process against a sandbox in its own process; `count` (from
-`stats --json`) is checked against what the generator wrote.
+`stats --json`) is checked against what the generator wrote. `--purge` then times the purge of one
+of the groups' projects on a copy of that store (benchmarks/purge_bench.py).
 """
 
 import argparse
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--issues", type=int, default=600)
     parser.add_argument("--mrs", type=int, default=300)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--purge", action="store_true", help="then time a purge of one project (purge_bench)")
     args = parser.parse_args(argv)
     env = {**os.environ, "GITLAB_TOKEN": DEFAULT_TOKEN}
     env.pop("DAGSTER_HOME", None)
@@ -76,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     result["load_average"] = [round(x, 1) for x in os.getloadavg()]
     print(json.dumps(result, indent=1))
     print(table(result))
+    if args.purge:
+        from benchmarks import purge_bench
+
+        print(purge_bench.table(purge_bench.measure(args.out / "home-groups" / "gitlab_knowledge.toml", behind=30.0)))
     return 0
 
 

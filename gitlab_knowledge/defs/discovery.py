@@ -2,8 +2,10 @@
 made partitions, and the projects that left them purged by a run the UI shows.
 
 `group_discovery_sensor` calls `sync.groups.discover`, the code path `sync` uses. A new project
-becomes a partition here; the change sensor then finds it never synced and syncs it, as it does a
-project added to `projects`. A project that left every configured group on positive evidence (a
+becomes a partition here and is synced by a `sync_projects` run this same tick asks for (the change
+sensor does not name a project a queued batch names): left to the change sensor's next tick, it
+waited up to a whole interval more, plus that tick's probing of every project. A project that left
+every configured group on positive evidence (a
 complete listing without it, then its own GET: deleted, archived, moved out; sync/groups.py) is
 purged by a `purge_removed_projects` run: the automation has no terminal to ask, so it answers as
 `sync --yes` would, for those projects only. A project taken out of `projects` or matched by a new
@@ -15,25 +17,38 @@ purge run checks again against the store before it removes anything (`find_remov
 
 The purge is four steps, each store's writer under its own pool, in the order `purge.purge` keeps:
 vectors, lexical index, then DuckDB in one transaction (a crash in between leaves the project for
-the next purge to find again).
+the next purge to find again). Its own work is ~2 s on a store of 200 projects
+(`benchmarks/purge_bench.py`); launched while a batch run holds the pools, it waits for that
+batch. Each step takes its pool's slot itself (`_pool_slot`), asking every second, instead of
+leaving the wait to Dagster's pool queue: that re-checks a waiting step on a growing backoff (1 s,
+then 1.1x each time, up to 15 s), so a purge behind a batch of a minute started seconds after the
+batch let go, and the runs behind it waited for it meanwhile; and its wait is a busy loop that
+no Terminate reaches, where this one can be stopped and gives up after `PURGE_WAIT_S` (the next
+discovery asks again).
 """
 
+import contextlib
 import json
+import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import dagster as dg
 
+from gitlab_knowledge.defs.batch import _tag_process, batch_run_config, projects_in_flight, sync_projects_job
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
-from gitlab_knowledge.defs.run_slots import TRIGGER_TAG
+from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG, holding_pools
 from gitlab_knowledge.defs.sensors import REAPER_INTERVAL_SECONDS, SENSOR_STATUS
-from gitlab_knowledge.errors import KnowledgeError, StoreBusyError
+from gitlab_knowledge.errors import KnowledgeError, StoreBusyError, SyncInProgressError
 from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
 PURGE_JOB = "purge_removed_projects"
+PURGE_WAIT_S = 900.0  # how long a purge step waits for its pool before the run fails (as a batch waits)
+POOL_POLL_S = 1.0
 DISCOVERY_TAG = "gitlab_knowledge/discovery"  # on a purge run: the discovery that found the projects gone
 
 
@@ -81,6 +96,20 @@ def _purge_request(workspace: Workspace, discovered_at: str) -> dg.RunRequest | 
         tags={TRIGGER_TAG: "discovery", DISCOVERY_TAG: discovered_at})
 
 
+def _sync_request(context: dg.SensorEvaluationContext, new: list[str], discovered_at: str) -> dg.RunRequest | None:
+    """One batch run for the projects this discovery made partitions, unless a batch queued or
+    running already names them all."""
+    from gitlab_knowledge.backlog import digest
+
+    wanted = [p for p in new if p not in projects_in_flight(context.instance, new)]
+    if not wanted:
+        return None
+    return dg.RunRequest(job_name=sync_projects_job.name, run_key=f"discovered|{digest(wanted)}|{discovered_at}",
+                         run_config=batch_run_config(wanted),
+                         tags={TRIGGER_TAG: "discovery", DISCOVERY_TAG: discovered_at,
+                               PROJECT_TAG: ", ".join(wanted) if len(wanted) <= 5 else f"{len(wanted)} new projects"})
+
+
 def _removed(workspace: Workspace, wanted: set[int]) -> list[Any]:
     """Of `wanted`, the stored projects the configuration no longer names (purge.removed_projects,
     `sync`'s own rule): none while a configured group was never listed or a configured path never
@@ -113,25 +142,57 @@ def find_removed(context: dg.OpExecutionContext, config: PurgeConfig) -> list[An
     return found
 
 
-@dg.op(required_resource_keys={"workspace"}, pool=LANCEDB_POOL)
+@contextlib.contextmanager
+def _pool_slot(context: dg.OpExecutionContext, pool: str) -> Iterator[None]:
+    """Hold `pool`'s slot for this step (the one-writer rule every run keeps), asking again every
+    `POOL_POLL_S` while another run holds it; `SyncInProgressError` after `PURGE_WAIT_S`."""
+    deadline = time.monotonic() + PURGE_WAIT_S
+    said = False
+    while True:
+        slot = holding_pools(context.instance, context.run_id, str(context.op_handle), [pool])
+        try:
+            slot.__enter__()
+            break
+        except SyncInProgressError:
+            if time.monotonic() >= deadline:
+                raise SyncInProgressError(f"another run held the {pool} pool for {PURGE_WAIT_S:.0f}s: nothing more "
+                                          "purged; the next discovery asks again") from None
+            if not said:
+                context.log.info(f"waiting for the {pool} pool (another run writes that store)")
+                said = True
+            time.sleep(POOL_POLL_S)
+    try:
+        yield
+    finally:
+        slot.__exit__(None, None, None)
+
+
+@dg.op(required_resource_keys={"workspace"})
 def purge_vectors(context: dg.OpExecutionContext, removed: list[Any]) -> list[Any]:
     from gitlab_knowledge import purge
 
-    for project in removed:
-        purge.purge_vectors(context.resources.workspace, project)
+    if not removed:
+        return removed
+    _tag_process(context)  # the reaper frees the slots of a run whose process died
+    with _pool_slot(context, LANCEDB_POOL):
+        for project in removed:
+            purge.purge_vectors(context.resources.workspace, project)
     return removed
 
 
-@dg.op(required_resource_keys={"workspace"}, pool=TANTIVY_POOL)
+@dg.op(required_resource_keys={"workspace"})
 def purge_lexical(context: dg.OpExecutionContext, removed: list[Any]) -> list[Any]:
     from gitlab_knowledge import purge
 
-    for project in removed:
-        purge.purge_lexical(context.resources.workspace, project)
+    if not removed:
+        return removed
+    with _pool_slot(context, TANTIVY_POOL):
+        for project in removed:
+            purge.purge_lexical(context.resources.workspace, project)
     return removed
 
 
-@dg.op(required_resource_keys={"workspace"}, pool=DUCKDB_POOL)
+@dg.op(required_resource_keys={"workspace"})
 def purge_store(context: dg.OpExecutionContext, removed: list[Any]) -> dg.Output[int]:
     """DuckDB last; then the project's partition goes (its runs stay in the history)."""
     from gitlab_knowledge import purge
@@ -140,8 +201,11 @@ def purge_store(context: dg.OpExecutionContext, removed: list[Any]) -> dg.Output
     workspace = context.resources.workspace
     keep = {p.casefold() for p in groups.project_paths(workspace.config)}
     partitions = context.instance.get_dynamic_partitions(PARTITIONS_NAME)
+    if removed:
+        with _pool_slot(context, DUCKDB_POOL):
+            for project in removed:
+                purge.purge_store(workspace, project)
     for project in removed:
-        purge.purge_store(workspace, project)
         for key in partitions:
             if key.casefold() == project.path.casefold() and key.casefold() not in keep:
                 context.instance.delete_dynamic_partition(PARTITIONS_NAME, key)
@@ -160,11 +224,11 @@ def purge_removed_projects_job() -> None:
 
 @dg.sensor(
     name="group_discovery_sensor",
-    jobs=[purge_removed_projects_job],
+    jobs=[sync_projects_job, purge_removed_projects_job],
     minimum_interval_seconds=REAPER_INTERVAL_SECONDS,
     default_status=SENSOR_STATUS,
     description="Lists the configured groups at most every sync.discovery_minutes (and at once when the groups "
-                "change): new projects become partitions (the change sensor syncs them); projects that left every "
+                "change): new projects become partitions, synced by a sync_projects run of the same tick; projects that left every "
                 "group (deleted, archived, moved out; shown by a complete listing and their own GET) are purged by "
                 "a purge_removed_projects run. A failed or partial listing changes and purges nothing.",
 )
@@ -195,6 +259,9 @@ def group_discovery_sensor(context: dg.SensorEvaluationContext,
     paths = groups.project_paths(config)
     new = [p for p in paths if p not in existing]
     requests, busy = [], None
+    sync = _sync_request(context, new, at) if new else None
+    if sync is not None:  # first: the new projects' first sync is short, the purge can wait for it
+        requests.append(sync)
     if discovery.complete:
         try:
             purge = _purge_request(workspace, at)

@@ -1,18 +1,21 @@
 """Discovery in the automation (defs/discovery.py) against the sandbox: the groups' projects become
-partitions without a change to the config and the change sensor syncs a new one; a project that
+partitions without a change to the config and a batch run the same tick asks for syncs a new one
+(unless a queued batch names it already); a project that
 is archived, deleted or moved out is purged by a purge_removed_projects run only after a complete
 listing, never after a failed one; discovery waits `discovery_minutes` between listings."""
 
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 import tomli_w
 
 from gitlab_knowledge.defs import build_defs, defs
-from gitlab_knowledge.defs.batch import BATCH_OP
+from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP
 from gitlab_knowledge.defs.discovery import PURGE_JOB
 from gitlab_knowledge.defs.runner import run_sync
 from gitlab_knowledge.store import groups as record_store
@@ -75,7 +78,10 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
     sb, path, instance = env
     members = sorted(p["path_with_namespace"] for p in sb.state.group_projects("acme", include_subgroups=True))
     first = discovery_tick(instance, path)
-    assert sorted(first.dynamic_partitions_requests[0].partition_keys) == members and not first.run_requests
+    assert sorted(first.dynamic_partitions_requests[0].partition_keys) == members
+    # Every member is new: the same tick asks for one batch run of them (the first sync).
+    assert sorted(batch_projects(first.run_requests)) == members
+    assert first.run_requests[0].tags["gitlab_knowledge/trigger"] == "discovery"
     add_partitions(instance, first)
     assert "less than 60 minutes" in discovery_tick(instance, path, first.cursor).skip_reason.skip_message
     # The change sensor probes the groups' projects like configured ones: all never synced.
@@ -100,7 +106,9 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
 
     found = discovery_tick(instance, path, failed.cursor)  # due at once: the last one did not list everything
     assert found.dynamic_partitions_requests[0].partition_keys == [added]
-    [purge] = found.run_requests
+    # The new project is synced by a run of this tick, not at the change sensor's next one; the purge after it.
+    sync, purge = found.run_requests
+    assert sync.job_name == BATCH_JOB and batch_projects([sync]) == [added]
     assert purge.job_name == PURGE_JOB and purge.run_config["ops"]["find_removed"]["config"] == {
         "project_ids": [archived_id]}
     add_partitions(instance, found)
@@ -123,23 +131,125 @@ def test_discovery_makes_partitions_syncs_new_projects_and_purges_only_on_a_comp
     assert run is not None and run.tags["gitlab_knowledge/trigger"] == "discovery"  # what the UI lists
 
 
+def test_discovery_asks_no_second_sync_of_a_new_project_a_queued_batch_names(env) -> None:
+    """The change sensor (or an earlier tick) created a batch naming the new project: discovery
+    adds the partition but asks for no run of it; a new project nobody names yet gets one."""
+    from dagster._core.test_utils import create_run_for_test
+
+    from gitlab_knowledge.defs.batch import batch_run_config
+
+    sb, path, instance = env
+    first = discovery_tick(instance, path)
+    add_partitions(instance, first)
+    named = sb.state.add_project("acme/new-team", "queued")["path_with_namespace"]
+    create_run_for_test(instance, job_name=BATCH_JOB, run_config=batch_run_config([named]),
+                        status=dg.DagsterRunStatus.NOT_STARTED)
+    found = discovery_tick(instance, path, aged(first))
+    assert found.dynamic_partitions_requests[0].partition_keys == [named] and found.run_requests == []
+    add_partitions(instance, found)
+    other = sb.state.add_project("acme/new-team", "unnamed")["path_with_namespace"]
+    again = discovery_tick(instance, path, aged(found))
+    assert batch_projects(again.run_requests) == [other]
+
+
 def test_a_purge_run_removes_nothing_the_groups_list_again(env) -> None:
     """Between the discovery and its purge run, the project came back (unarchived): the run finds
     it configured again and leaves it."""
     sb, path, instance = env
     first = discovery_tick(instance, path)
+    add_partitions(instance, first)
     workspace = Workspace.load(path)
     project = record_store.project_paths(workspace.config)[0]
     pid = sb.state.project(project).data["id"]
     assert run_sync(workspace, [project], instance=instance, selection=SYNC_LAYERS)[0].success
     sb.state.archive_project(project)
-    purge = discovery_tick(instance, path, aged(first)).run_requests[0]
+    [purge] = discovery_tick(instance, path, aged(first)).run_requests
     sb.state.archive_project(project, False)
     discovery_tick(instance, path, aged(first, 120))
     result = build_defs(workspace).resolve_job_def(PURGE_JOB).execute_in_process(
         run_config=purge.run_config, instance=instance)
     assert result.success and result.output_for_node("purge_store") == 0
     assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) > 0
+
+
+@pytest.fixture
+def purge_behind_a_holder(env):
+    """A synced project archived, the discovery's purge request for it, an instance whose pools
+    take one run each, and a holder of the three stores' slots (a batch run that took them first)."""
+    from gitlab_knowledge.defs.run_slots import holding_pools
+    from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, TANTIVY_POOL
+
+    sb, path, instance = env
+    first = discovery_tick(instance, path)
+    add_partitions(instance, first)
+    workspace = Workspace.load(path)
+    project = record_store.project_paths(workspace.config)[0]
+    assert run_sync(workspace, [project], instance=instance, selection=SYNC_LAYERS)[0].success
+    sb.state.archive_project(project)
+    [purge] = discovery_tick(instance, path, aged(first)).run_requests
+    pid = sb.state.project(project).data["id"]
+    with dg.instance_for_test(overrides={"concurrency": {"pools": {"default_limit": 1}}}) as pooled:
+        holder = holding_pools(pooled, "a-batch-run", "sync_each_project", [DUCKDB_POOL, TANTIVY_POOL, LANCEDB_POOL])
+        holder.__enter__()
+        try:
+            yield workspace, pid, purge, pooled, holder
+        finally:
+            holder.__exit__(None, None, None)
+
+
+def _purge_in_thread(workspace: Workspace, purge: dg.RunRequest, instance: dg.DagsterInstance) -> tuple[Any, list[Any]]:
+    import threading
+
+    out: list[Any] = []
+    job = build_defs(workspace).resolve_job_def(PURGE_JOB)
+    thread = threading.Thread(target=lambda: out.append(job.execute_in_process(
+        run_config=purge.run_config, instance=instance, raise_on_error=False)), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _purge_log(instance: dg.DagsterInstance) -> str:
+    runs = instance.get_runs(dg.RunsFilter(job_name=PURGE_JOB), limit=1)
+    return "\n".join(e.user_message for e in instance.all_logs(runs[0].run_id)) if runs else ""
+
+
+def test_a_purge_behind_a_run_holding_the_pools_says_so_waits_and_purges_once_they_are_free(
+        purge_behind_a_holder) -> None:
+    """The purge waits for its pools in a wait of its own that the run's log shows (not Dagster's
+    pool queue, which re-checks on a backoff of up to 15 s), writes nothing meanwhile, and purges
+    once the holder lets go."""
+    workspace, pid, purge, pooled, holder = purge_behind_a_holder
+    thread, out = _purge_in_thread(workspace, purge, pooled)
+    deadline = time.monotonic() + 120
+    while "waiting for the gitlab_knowledge_lancedb pool" not in _purge_log(pooled):
+        assert time.monotonic() < deadline, f"the purge run never said what it waits for:\n{_purge_log(pooled)}"
+        time.sleep(0.2)
+    assert thread.is_alive()
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) > 0
+    holder.__exit__(None, None, None)
+    thread.join(120)
+    assert not thread.is_alive() and out[0].success and out[0].output_for_node("purge_store") == 1
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) == 0
+
+
+def test_a_purge_gives_up_while_the_pools_stay_held_and_the_next_run_finishes_it(
+        purge_behind_a_holder, monkeypatch) -> None:
+    from gitlab_knowledge.defs import discovery
+
+    workspace, pid, purge, pooled, holder = purge_behind_a_holder
+    monkeypatch.setattr(discovery, "PURGE_WAIT_S", 0.0)
+    thread, out = _purge_in_thread(workspace, purge, pooled)
+    thread.join(120)
+    assert not thread.is_alive(), "the purge run was still waiting in the pools' queue"
+    [failure] = out[0].get_step_failure_events()
+    assert not out[0].success and failure.step_key == "purge_vectors"
+    assert "another run held the gitlab_knowledge_lancedb pool" in failure.event_specific_data.error.to_string()
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) > 0
+    holder.__exit__(None, None, None)
+    again = build_defs(workspace).resolve_job_def(PURGE_JOB).execute_in_process(
+        run_config=purge.run_config, instance=pooled)
+    assert again.success and again.output_for_node("purge_store") == 1
+    assert scalar(workspace.config, "SELECT count(*) FROM raw_payloads WHERE project_id = ?", [pid]) == 0
 
 
 def test_without_groups_the_discovery_sensor_does_nothing(env, tmp_path) -> None:
