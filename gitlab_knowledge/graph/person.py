@@ -17,7 +17,7 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.answers import Person
 from gitlab_knowledge.graph.mentioned import mentions_of
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
-from gitlab_knowledge.graph.roles import ROLES, descending, entry, is_user, items_of, plain, username
+from gitlab_knowledge.graph.roles import ROLES, descending, entry, is_user, items_of, newest, plain, username
 from gitlab_knowledge.graph.roles import since as is_since
 from gitlab_knowledge.timeutil import naive_utc
 from gitlab_knowledge.workspace import Workspace
@@ -83,48 +83,48 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
                     for kind, items in roles.items()}
         reviewed = [r for r in roles[kinds.MERGE_REQUEST] if not r["is_author"] and (r["is_reviewer"] or r["notes"])
                     and (start is None or is_since(r["updated_at"], start))]
+        commented = _commented(roles) if start is None else _commented_since(con, u, pid, start)
+        everyone = [(kind, r) for kind in kinds.ITEM_KINDS for r in assigned[kind]]
+        # How many of each, and the entries of the `limit` shown (thousands of commented items
+        # made into entries to show twenty cost more than reading them).
+        counts = {"authored_issues": len(authored[kinds.ISSUE]), "authored_mrs": len(authored[kinds.MERGE_REQUEST]),
+                  "reviewed_mrs": len(reviewed), "assigned": len(everyone), "commented_on": len(commented)}
         lists = {
-            "authored_issues": plain(kinds.ISSUE, authored[kinds.ISSUE]),
-            "authored_mrs": plain(kinds.MERGE_REQUEST, authored[kinds.MERGE_REQUEST]),
+            "authored_issues": plain(kinds.ISSUE, authored[kinds.ISSUE][:limit]),
+            "authored_mrs": plain(kinds.MERGE_REQUEST, authored[kinds.MERGE_REQUEST][:limit]),
             "reviewed_mrs": [entry(kinds.MERGE_REQUEST, {**{k: v for k, v in r.items() if k not in ROLES},
                                                          "review_requested": r["is_reviewer"], "notes": r["notes"] or 0})
-                             for r in reviewed],
-            "assigned": [e for kind in kinds.ITEM_KINDS for e in plain(kind, assigned[kind])],
+                             for r in reviewed[:limit]],
+            "assigned": [plain(kind, [r])[0] for kind, r in newest(everyone, "updated_at", limit)],
+            "commented_on": [{**plain(kind, [r])[0], "notes": r["notes"], "last_note_at": iso(r["last_note_at"])}
+                             for kind, r in newest(commented, "last_note_at", limit)],
         }
-        commented = (_commented(roles) if start is None else _commented_since(con, u, pid, start))
-        commented.sort(key=lambda e: (e["last_note_at"] or "", e["reference"]), reverse=True)
-        lists["assigned"].sort(key=lambda e: (e["updated_at"] or "", e["reference"]), reverse=True)
-        lists["commented_on"] = commented
         lists["mentioned_in"], mentioned = mentions_of(con, name, pid, start, limit=limit)
         labels = _top_labels(authored, assigned)
         paths = _top_paths(con, u, pid, created, noted, start)
         activity = _activity(con, u, pid, start, limit, authored, roles)
     return Person(user=name, name=display or None, project=project, since=iso(start),
-                  counts={**{key: len(value) for key, value in lists.items()}, "mentioned_in": mentioned},
-                  **{key: value[:limit] for key, value in lists.items()},
+                  counts={**counts, "mentioned_in": mentioned}, **lists,
                   top_labels=labels, top_paths=paths, recent_activity=activity)
 
 
-def _commented(roles: dict[kinds.Kind, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def _commented(roles: dict[kinds.Kind, list[dict[str, Any]]]) -> list[tuple[kinds.Kind, dict[str, Any]]]:
     """The items they wrote notes on, with how many and the newest's date (their rows count them)."""
-    return [{**entry(kind, {k: v for k, v in r.items() if k not in ROLES}), "notes": r["notes"],
-             "last_note_at": iso(r["last_note_at"])} for kind in kinds.ITEM_KINDS for r in roles[kind] if r["notes"]]
+    return [(kind, r) for kind in kinds.ITEM_KINDS for r in roles[kind] if r["notes"]]
 
 
-def _commented_since(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime) -> list[dict[str, Any]]:
+def _commented_since(con: duckdb.DuckDBPyConnection, u: str, pid: int | None,
+                     start: datetime) -> list[tuple[kinds.Kind, dict[str, Any]]]:
     """The items they wrote notes on since `start`, counted from the notes (the rows count all
     time). Their notes counted per item before the items are joined."""
     scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
-    return [{**entry(kinds.kind(kind), {k: v for k, v in r.items() if k not in ("notes", "last_note_at")}),
-             "notes": r["notes"], "last_note_at": iso(r["last_note_at"])}
-            for r in rows(con, " UNION ALL ".join(f"""
+    return [(kinds.kind(r.pop("kind_name")), r) for r in rows(con, " UNION ALL ".join(f"""
                 SELECT '{kind.name}' AS kind_name, {ITEM_COLUMNS}, c.notes, c.last_note_at
                 FROM (SELECT n.noteable_id, count(*) AS notes, max(n.created_at) AS last_note_at FROM notes n
                       WHERE n.noteable_type = '{kind.noteable_type}' AND {is_user('n.author_username')}
                         AND n.created_at >= ? GROUP BY n.noteable_id) c
                 JOIN {kind.table} t ON t.id = c.noteable_id JOIN projects p ON p.id = t.project_id
-                WHERE true{scope}""" for kind in kinds.ITEM_KINDS), [p for _ in kinds.ITEM_KINDS for p in (u, start, *scoped)])
-            for kind in (r.pop("kind_name"),)]
+                WHERE true{scope}""" for kind in kinds.ITEM_KINDS), [p for _ in kinds.ITEM_KINDS for p in (u, start, *scoped)])]
 
 
 def _top_labels(authored: dict[kinds.Kind, list[dict[str, Any]]],

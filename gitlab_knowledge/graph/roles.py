@@ -58,6 +58,20 @@ def descending(at: datetime | None) -> tuple[int, int]:
     return (1, 0) if at is None else (0, -((at - datetime.min) // timedelta(microseconds=1)))
 
 
+def newest(found: list[tuple[kinds.Kind, dict[str, Any]]], at: str,
+           limit: int) -> list[tuple[kinds.Kind, dict[str, Any]]]:
+    """The first `limit` of `found` (items with their kind) as the answers order them: by the
+    ISO text of `at` (none last), then reference, descending. Sorted by time first: only items
+    within the second of the `limit`-th can change places by the text (a whole second's text,
+    `…:44Z`, sorts after its fractions', `…:44.5Z`), so only those are made into text."""
+    by_time = sorted(found, key=lambda x: descending(x[1][at]))
+    if len(by_time) > limit and by_time[limit - 1][1][at] is not None:
+        floor = by_time[limit - 1][1][at].replace(microsecond=0)
+        by_time = [x for x in by_time if x[1][at] is not None and x[1][at] >= floor]
+    return sorted(by_time, key=lambda x: (iso(x[1][at]) or "", x[0].ref(x[1]["iid"], x[1]["project"])),
+                  reverse=True)[:limit]
+
+
 def items_of(con: duckdb.DuckDBPyConnection, u: str, pid: int | None,
              roles_only: bool = False) -> dict[kinds.Kind, list[dict[str, Any]]]:
     """Every item the user authored, is assigned to, (an MR) reviews or (unless `roles_only`)
