@@ -15,6 +15,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.graph.mentioned import OPEN_STATES
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, iso, public_item, rows
 
 # The columns ITEM_COLUMNS names: what an entry says is chosen; any other column is an extra.
@@ -72,25 +73,31 @@ def newest(found: list[tuple[kinds.Kind, dict[str, Any]]], at: str,
                   reverse=True)[:limit]
 
 
-def items_of(con: duckdb.DuckDBPyConnection, u: str, pid: int | None,
-             roles_only: bool = False) -> dict[kinds.Kind, list[dict[str, Any]]]:
+def items_of(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, roles_only: bool = False,
+             open_or_since: datetime | None = None) -> dict[kinds.Kind, list[dict[str, Any]]]:
     """Every item the user authored, is assigned to, (an MR) reviews or (unless `roles_only`)
     commented on, newest update first, each with its columns, `merged_at`, the user's roles and
-    their notes there (`notes`, `last_note_at`: None without any), in one query for both kinds."""
+    their notes there (`notes`, `last_note_at`: None without any), in one query for both kinds.
+    `open_or_since`: only the open items and those closed or merged since then."""
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     roles = " AND role <> 'commenter'" if roles_only else ""
-    parts = [f"""
-        SELECT '{kind.name}' AS kind_name, {ITEM_COLUMNS},
-               {'t.merged_at' if kind is kinds.MERGE_REQUEST else 'NULL::TIMESTAMP'} AS merged_at,
-               r.is_author, r.is_assignee, r.is_reviewer, r.notes, r.last_note_at
-        FROM r JOIN {kind.table} t ON r.item_type = '{kind.name}' AND t.id = r.item_id
-        JOIN projects p ON p.id = t.project_id""" for kind in kinds.ITEM_KINDS]
+    parts, params = [], []
+    for kind in kinds.ITEM_KINDS:
+        mr = kind is kinds.MERGE_REQUEST
+        live = "" if open_or_since is None else \
+            f" WHERE t.state IN {OPEN_STATES} OR t.closed_at >= ?{' OR t.merged_at >= ?' if mr else ''}"
+        parts.append(f"""
+            SELECT '{kind.name}' AS kind_name, {ITEM_COLUMNS}, {'t.merged_at' if mr else 'NULL::TIMESTAMP'} AS merged_at,
+                   r.is_author, r.is_assignee, r.is_reviewer, r.notes, r.last_note_at
+            FROM r JOIN {kind.table} t ON r.item_type = '{kind.name}' AND t.id = r.item_id
+            JOIN projects p ON p.id = t.project_id{live}""")
+        params += [] if open_or_since is None else [open_or_since] * (2 if mr else 1)
     found: dict[kinds.Kind, list[dict[str, Any]]] = {kind: [] for kind in kinds.ITEM_KINDS}
     for r in rows(con, f"""
             WITH r AS (SELECT item_type, item_id, bool_or(role = 'author') AS is_author,
                               bool_or(role = 'assignee') AS is_assignee, bool_or(role = 'reviewer') AS is_reviewer,
                               sum(notes)::BIGINT AS notes, max(last_note_at) AS last_note_at
                        FROM user_items WHERE username = ?{scope}{roles} GROUP BY ALL)
-            {' UNION ALL '.join(parts)} ORDER BY updated_at DESC, id DESC""", [u, *scoped]):
+            {' UNION ALL '.join(parts)} ORDER BY updated_at DESC, id DESC""", [u, *scoped, *params]):
         found[kinds.kind(r.pop("kind_name"))].append(r)
     return found
