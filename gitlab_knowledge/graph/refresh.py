@@ -25,7 +25,7 @@ import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.graph import people_rows
-from gitlab_knowledge.graph.mentions import mentioned_names
+from gitlab_knowledge.graph.mentions import around, mentioned_names
 from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, MAX_SCAN, UNRELATED, extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import GRAPH, NORMALIZED
@@ -161,7 +161,8 @@ def _rebuild_mentions(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, ids: lis
     rows: list[dict[str, Any]] = []
 
     def add(row: dict[str, Any], text: str | None) -> None:
-        rows.extend({**row, "item_type": kind.name, "username": name} for name in sorted(mentioned_names(text)))
+        rows.extend({**row, "item_type": kind.name, "username": name, "excerpt": around(text, name)}
+                    for name in sorted(mentioned_names(text)))
 
     for item_id, project_id, title, description, author, created_at in con.execute(f"""
         SELECT id, project_id, title, description, author_username, created_at FROM {kind.table}

@@ -368,7 +368,7 @@ def _releases(con: duckdb.DuckDBPyConnection) -> None:
     """)
 
 
-@migration(10, "people's items")
+@migration(10, "people's items and the words around mentions")
 def _people_items(con: duckdb.DuckDBPyConnection) -> None:
     # Each user's items with their roles, and their notes counted per item (graph/people_rows.py
     # keeps them as the graph layer runs): `me` and `person` read a user's rows here rather than
@@ -401,6 +401,11 @@ def _people_items(con: duckdb.DuckDBPyConnection) -> None:
             internal BOOLEAN NOT NULL
         )
     """)
+    # The words around each mention (graph/mentions.py `around`), so `me` and `person` show its
+    # excerpt without reading the note: the next graph run reads the stored texts again (no GitLab
+    # call); until then they read the text, as before.
+    con.execute("ALTER TABLE mentions ADD COLUMN excerpt TEXT")
+    con.execute("UPDATE layer_state SET watermark = 0 WHERE layer = 'graph'")
     # Filled here from the normalized rows (no GitLab call, a second or two at 100K documents),
     # so `me` and `person` answer at once after the upgrade; the graph layer keeps them from now on.
     for kind, noteable, lists in (("issue", "Issue", (("assignee", "assignees"),)),
