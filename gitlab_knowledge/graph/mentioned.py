@@ -9,28 +9,17 @@ issues are hidden like the notes themselves (store/visibility.py), and the items
 the lens's views.
 """
 
-import re
 from datetime import datetime, timedelta
 from typing import Any
 
 import duckdb
 
 from gitlab_knowledge import kinds
+from gitlab_knowledge.graph.mentions import around
 from gitlab_knowledge.graph.queries import excerpt, iso, note_bodies, public_item, rows
 
 # `reopened` is what GitLabs before 10.x stored for an item opened again.
 OPEN_STATES = ("opened", "reopened")
-EXCERPT_LEAD = 60  # characters of context an excerpt keeps before the @mention it shows
-
-
-def _around(text: str, user: str) -> str:
-    """An excerpt of `text` that shows where it names @user (a long description names people
-    anywhere)."""
-    found = re.search(rf"@{re.escape(user)}", text, re.IGNORECASE)
-    start = found.start() if found else 0
-    if start > EXCERPT_LEAD:
-        text = "…" + text[start - EXCERPT_LEAD:].lstrip()
-    return excerpt(text)
 
 
 def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, start: datetime | None,
@@ -55,7 +44,7 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
     # title's), picked here: a window over the rows in SQL cost ~4 ms at 100K documents.
     kept_rows = rows(con, f"""
         SELECT m.note_id, m.discussion_id, m.found_in, m.item_type, m.item_id, m.author_username AS author,
-               m.created_at, CASE WHEN m.resolvable THEN COALESCE(m.resolved, false) END AS resolved,
+               m.excerpt, m.created_at, CASE WHEN m.resolvable THEN COALESCE(m.resolved, false) END AS resolved,
                t.kind, t.iid, t.title, t.state, t.web_url, t.project
         FROM mentions m JOIN ({items}) t ON t.kind = m.item_type AND t.id = m.item_id
         WHERE m.username = ? AND NOT lower(COALESCE(m.author_username, '')) = ?{scope} AND ({kept})""",
@@ -66,15 +55,19 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
         newest.setdefault(thread, r)
     everyone = sorted(newest.values(), key=lambda r: (_descending(r["created_at"]), -(r["note_id"] or 0)))
     found = everyone[:limit] if limit is not None else everyone
-    texts = _texts(con, found)
+    # The words around each mention as the graph layer kept them; read from the text for rows
+    # written before it kept them (until the graph layer's next run).
+    texts = _texts(con, [r for r in found if r["excerpt"] is None])
     out = []
     for r in found:
-        text = texts.get((r["kind"], r["item_id"], r["note_id"]), "")
+        kept = r["excerpt"]
+        if kept is None:
+            kept = around(texts.get((r["kind"], r["item_id"], r["note_id"]), ""), user)
         out.append({
             "item": public_item(kinds.kind(r["kind"]), r),
             "reason": "mentioned in a note" if r["note_id"] is not None else "mentioned in the description",
             "discussion_id": r["discussion_id"], "note_id": r["note_id"], "author": r["author"],
-            "created_at": iso(r["created_at"]), "excerpt": _around(text, user), "resolved": r["resolved"],
+            "created_at": iso(r["created_at"]), "excerpt": excerpt(kept), "resolved": r["resolved"],
             "url": r["web_url"] if r["note_id"] is None
             else kinds.note_url(r["web_url"], r["note_id"]) if r["web_url"] else None})
     return out, len(everyone)

@@ -1,11 +1,12 @@
-"""People in the graph: `me` (what needs my attention) and `person` (what someone works on).
+"""People in the graph: `me` (what needs my attention); `person` (what someone works on) is in
+graph/person.py and re-exported here.
 
-Usernames compare without case, as GitLab's do. The answers are typed records (graph/answers.py)
-whose `as_dict()` is the JSON document of cli/schemas/me.json and person.json; graph/queries.py
-re-exports both functions.
+The answers are typed records (graph/answers.py) whose `as_dict()` is the JSON document of
+cli/schemas/me.json and person.json; graph/queries.py re-exports both functions. A user's items
+and the notes others wrote on them are read from the graph's rows per user (graph/roles.py,
+graph/people_rows.py), not found by testing every item and joining every note.
 """
 
-from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,71 +14,18 @@ from typing import Any
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import MissingUser, UsageError
-from gitlab_knowledge.graph.answers import Changes, Me, Person
+from gitlab_knowledge.errors import MissingUser
+from gitlab_knowledge.graph.answers import Changes, Me
 from gitlab_knowledge.graph.mentioned import OPEN_STATES, mentions_of
-from gitlab_knowledge.graph.queries import (
-    ITEM_COLUMNS,
-    excerpt,
-    iso,
-    note_bodies,
-    project_id,
-    public_item,
-    rows,
-)
+from gitlab_knowledge.graph.person import person
+from gitlab_knowledge.graph.queries import excerpt, iso, note_bodies, project_id, public_item, rows
+from gitlab_knowledge.graph.roles import ROLES, entry, items_of, since, username
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
+__all__ = ["me", "person", "recorded_username"]
+
 DEFAULT_SINCE = timedelta(days=7)
-TOP = 10  # labels and paths `person` lists
-# The columns ITEM_COLUMNS names: what an entry says is chosen; any other column is an extra.
-_ITEM_KEYS = {c.split(" AS ")[-1].split(".")[-1] for c in ITEM_COLUMNS.split(", ")}
-
-
-def _in(column: str) -> str:
-    """`column` (a TEXT[] of usernames) holds the user (the lowered username is the parameter)."""
-    return f"COALESCE(list_contains(list_transform({column}, lambda x: lower(x)), ?), false)"
-
-
-def _is(column: str) -> str:
-    return f"lower(COALESCE({column}, '')) = ?"
-
-
-def _username(user: str) -> str:
-    name = user.strip().removeprefix("@").strip()
-    if not name or any(c.isspace() for c in name):
-        raise UsageError(f"expected a GitLab username such as janedoe, got {user!r}")
-    return name
-
-
-def _entries(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, where: str, params: list[Any],
-             pid: int | None, order: str = "t.updated_at DESC, t.id DESC", extra: str = "",
-             joins: str = "") -> list[dict[str, Any]]:
-    """Stored items of a kind as answers list them, with any `extra` columns kept as they are
-    (`params` fill `extra`, then `joins`, then `where`)."""
-    scope = " AND t.project_id = ?" if pid is not None else ""
-    found = rows(con, f"SELECT {ITEM_COLUMNS}{extra} FROM {kind.table} t JOIN projects p ON p.id = t.project_id{joins} "
-                      f"WHERE ({where}){scope} ORDER BY {order}", [*params, *([pid] if pid is not None else [])])
-    return [_entry(kind, r) for r in found]
-
-
-def _entry(kind: kinds.Kind, row: dict[str, Any]) -> dict[str, Any]:
-    entry = {**public_item(kind, row), "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
-    for key, value in row.items():
-        if key not in _ITEM_KEYS and key not in entry:
-            entry[key] = iso(value) if isinstance(value, datetime) else value
-    return entry
-
-
-def _plain(kind: kinds.Kind, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Entries of items read with their roles (`_mine_of`), as `_entries` gives them."""
-    return [_entry(kind, {k: v for k, v in r.items() if k not in _ROLES}) for r in items]
-
-
-def _item_of(kind: kinds.Kind) -> str:
-    """SQL joining a note `n` to its item `t` and project `p` of this kind."""
-    return (f"notes n JOIN {kind.table} t ON n.noteable_type = '{kind.noteable_type}' AND t.id = n.noteable_id "
-            "JOIN projects p ON p.id = t.project_id")
 
 
 # -- me -----------------------------------------------------------------------------------------
@@ -91,10 +39,10 @@ def recorded_username(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str | 
 
 
 def _whoami(con: duckdb.DuckDBPyConnection, gitlab_url: str) -> str:
-    username = recorded_username(con, gitlab_url)
-    if username is None:
+    name = recorded_username(con, gitlab_url)
+    if name is None:
         raise MissingUser()
-    return username
+    return name
 
 
 def me(workspace: Workspace, user: str | None = None, since: datetime | None = None,
@@ -106,12 +54,12 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
     start = naive_utc(since) if since is not None else utcnow() - DEFAULT_SINCE
     with workspace.read() as con:
         pid = project_id(con, project)
-        name = _username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
+        name = username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
         u = name.lower()
-        found = _mine_of(con, u, pid)
+        found = items_of(con, u, pid, roles_only=True, open_or_since=start)
         assigned, assigned_mrs, reviewing, authored, states = _my_items(con, found, start)
         mentions, mentioned = mentions_of(con, name, pid, start, attention=True, limit=limit)
-        notes, note_total = _changes(con, u, start, found, limit)
+        notes, note_total = _changes(con, u, pid, start, limit)
     todos = None
     if live:
         from gitlab_knowledge.graph.todos import pending_todos
@@ -134,50 +82,19 @@ def _because(entries: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]
     return [{**e, "reason": reason} for e in entries]
 
 
-def _mine(kind: kinds.Kind) -> str:
-    """The user authored the item, is assigned to it or (an MR) reviews it."""
-    roles = [_is("t.author_username"), _in("t.assignees")]
-    if kind is kinds.MERGE_REQUEST:
-        roles.append(_in("t.reviewers"))
-    return "(" + " OR ".join(roles) + ")"
-
-
-_ROLES = ("is_author", "is_assignee", "is_reviewer", "merged_at")
-
-
-def _mine_of(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> dict[kinds.Kind, list[dict[str, Any]]]:
-    """Every item the user authored, is assigned to or (an MR) reviews, with their roles, newest
-    update first, in one query for both kinds: `me`'s lists and the items whose new notes it counts
-    (each read this once; a query per kind and list cost ~2-5 ms each at 100K documents)."""
-    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
-    found: dict[kinds.Kind, list[dict[str, Any]]] = {kind: [] for kind in kinds.ITEM_KINDS}
-    parts, params = [], []
-    for kind in kinds.ITEM_KINDS:
-        mr = kind is kinds.MERGE_REQUEST
-        parts.append(f"""
-            SELECT '{kind.name}' AS kind_name, {ITEM_COLUMNS}, {'t.merged_at' if mr else 'NULL::TIMESTAMP'} AS merged_at,
-                   {_is('t.author_username')} AS is_author, {_in('t.assignees')} AS is_assignee,
-                   {_in('t.reviewers') if mr else 'false'} AS is_reviewer
-            FROM {kind.table} t JOIN projects p ON p.id = t.project_id WHERE {_mine(kind)}{scope}""")
-        params += [u, u, *([u] if mr else []), *[u] * _mine(kind).count("?"), *scoped]
-    for r in rows(con, " UNION ALL ".join(parts) + " ORDER BY updated_at DESC, id DESC", params):
-        found[kinds.kind(r.pop("kind_name"))].append(r)
-    return found
-
-
 def _my_items(con: duckdb.DuckDBPyConnection, mine: dict[kinds.Kind, list[dict[str, Any]]],
               start: datetime) -> tuple[list[dict[str, Any]], ...]:
     """`me`'s item lists, newest update first: the open issues assigned to the user, the open MRs
     assigned (not authored), to review and authored (with their unresolved threads), and the
     items closed or merged since `start`."""
-    found = {kind: [r for r in items if r["state"] in OPEN_STATES or _since(r["closed_at"], start)
-                    or _since(r["merged_at"], start)] for kind, items in mine.items()}
+    found = {kind: [r for r in items if r["state"] in OPEN_STATES or since(r["closed_at"], start)
+                    or since(r["merged_at"], start)] for kind, items in mine.items()}
 
     def picked(kind: kinds.Kind, keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         return [r for r in found[kind] if r["state"] in OPEN_STATES and keep(r)]
 
     def entries(kind: kinds.Kind, items: list[dict[str, Any]], **extra: Any) -> list[dict[str, Any]]:
-        return [_entry(kind, {**{k: v for k, v in r.items() if k not in _ROLES},
+        return [entry(kind, {**{k: v for k, v in r.items() if k not in ROLES},
                               **{k: v[r["id"]] for k, v in extra.items()}}) for r in items]
 
     issues, mrs = kinds.ISSUE, kinds.MERGE_REQUEST
@@ -201,186 +118,27 @@ def _my_items(con: duckdb.DuckDBPyConnection, mine: dict[kinds.Kind, list[dict[s
             entries(mrs, authored, unresolved_threads={r["id"]: unresolved.get(r["id"], 0) for r in authored}), states)
 
 
-def _since(at: datetime | None, start: datetime) -> bool:
-    return at is not None and at >= start
-
-
-def _descending(at: datetime | None) -> tuple[int, int]:
-    """Newest first, an unknown time last (SQL's `DESC NULLS LAST`), to the microsecond."""
-    return (1, 0) if at is None else (0, -((at - datetime.min) // timedelta(microseconds=1)))
-
-
-def _changes(con: duckdb.DuckDBPyConnection, u: str, start: datetime, mine: dict[kinds.Kind, list[dict[str, Any]]],
+def _changes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime,
              limit: int | None) -> tuple[list[dict[str, Any]], int]:
-    """New notes by others on the user's items (`mine`) since `start`: the newest `limit`, and how
-    many there are."""
-    keys = [(k.noteable_type, k.name, r["id"]) for k, items in mine.items() for r in items]
-    if not keys:
-        return [], 0
-    items = {(k.name, r["id"]): r for k, found in mine.items() for r in found}
-    # The newest first and how many, without a body; then the bodies of those shown only (a
-    # user's items can carry ten thousand notes since a day long ago, and an agent is shown 100).
+    """New notes by others on the user's items (those they authored, are assigned to or review)
+    since `start`: the newest `limit`, and how many there are. Read from the notes kept per user
+    (graph/people_rows.py `user_item_notes`): joining every note to the user's ~1,000 items cost
+    ~10 ms at 100K documents."""
+    scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
+    items = " UNION ALL ".join(f"SELECT '{k.name}' AS kind, id, iid, title, state, web_url, project_id FROM {k.table}"
+                               for k in kinds.ITEM_KINDS)
+    # The newest first and how many, without a body, with their items; then the bodies of those
+    # shown only (a user's items can carry ten thousand notes since a day long ago, and an agent
+    # is shown 100).
     found = rows(con, f"""
-        SELECT n.id AS note_id, n.author_username AS note_author, n.created_at AS note_at, mine.kind, mine.id,
-               count(*) OVER () AS total
-        FROM notes n JOIN (SELECT unnest(?::TEXT[]) AS noteable_type, unnest(?::TEXT[]) AS kind,
-                                  unnest(?::BIGINT[]) AS id) mine
-          ON n.noteable_type = mine.noteable_type AND n.noteable_id = mine.id
-        WHERE n.created_at >= ? AND NOT {_is('n.author_username')}
-        ORDER BY n.created_at DESC, n.id DESC{f' LIMIT {int(limit)}' if limit is not None else ''}""",
-                 [[k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys], start, u])
-    for r in found:
-        item = items[(r["kind"], r["id"])]
-        r.update({key: item[key] for key in ("iid", "title", "state", "web_url", "project")})
+        SELECT n.note_id, n.author_username AS note_author, n.created_at AS note_at, n.item_type AS kind,
+               n.item_id AS id, n.total, t.iid, t.title, t.state, t.web_url, p.path_with_namespace AS project
+        FROM (SELECT *, count(*) OVER () AS total FROM user_item_notes WHERE username = ? AND created_at >= ?{scope}
+              ORDER BY created_at DESC, note_id DESC{f' LIMIT {int(limit)}' if limit is not None else ''}) n
+        JOIN ({items}) t ON t.kind = n.item_type AND t.id = n.item_id JOIN projects p ON p.id = t.project_id
+        ORDER BY n.created_at DESC, n.note_id DESC""", [u, start, *scoped])
     bodies = note_bodies(con, [r["note_id"] for r in found])
     notes = [{"item": public_item(kinds.kind(r["kind"]), r), "note_id": r["note_id"], "author": r["note_author"],
               "created_at": iso(r["note_at"]), "excerpt": excerpt(bodies.get(r["note_id"])),
               "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None} for r in found]
     return notes, found[0]["total"] if found else 0
-
-
-# -- person -------------------------------------------------------------------------------------
-
-
-def _known(con: duckdb.DuckDBPyConnection, u: str, pid: int | None) -> str | None:
-    """The user's display name if they appear anywhere in scope ("" without one), else None."""
-    scope = " AND project_id = ?" if pid is not None else ""
-    scoped = [pid] if pid is not None else []
-    authors = (*(k.table for k in kinds.ITEM_KINDS), "notes")
-    written = " UNION ALL ".join(f"SELECT author_name, author_username FROM {t} WHERE true{scope}" for t in authors)
-    named = con.execute(f"""
-        SELECT author_name FROM ({written})
-        WHERE {_is('author_username')} ORDER BY author_name IS NULL LIMIT 1""", [*scoped * len(authors), u]).fetchone()
-    if named is not None:
-        return named[0] or ""
-    # Named in an item's people lists (assignees, an MR's reviewers) without having written anything.
-    listed = con.execute(" UNION ALL ".join(
-        f"SELECT 1 FROM {k.table} WHERE ({' OR '.join(_in(c) for c in k.people_columns)}){scope}"
-        for k in kinds.ITEM_KINDS) + " LIMIT 1",
-        [p for k in kinds.ITEM_KINDS for p in (*[u] * len(k.people_columns), *scoped)]).fetchone()
-    return "" if listed else None
-
-
-def person(workspace: Workspace, user: str, project: str | None = None, since: datetime | None = None,
-           limit: int = 20) -> Person:
-    """What `user` authored, reviewed, commented on and was assigned (counts, and the newest
-    `limit` of each), the labels and paths they work on most, and their latest activity. With
-    `since`: items created (authored), updated (reviewed, assigned) or notes written since then."""
-    if limit < 1:
-        raise UsageError(f"person's limit must be at least 1, got {limit}")
-    name = _username(user)
-    u = name.lower()
-    start = naive_utc(since)
-    with workspace.read() as con:
-        pid = project_id(con, project)
-        display = _known(con, u, pid)
-        if display is None:
-            raise UsageError(f"no user @{name} in the store" + (f" for {project}" if project else "")
-                             + ": not an author, assignee, reviewer or commenter of any synced item")
-        created = (" AND t.created_at >= ?", [start]) if start else ("", [])
-        updated = (" AND t.updated_at >= ?", [start]) if start else ("", [])
-        noted = " AND n.created_at >= ?" if start else ""
-        # Every item they authored or are assigned, read once for both kinds (a query per list
-        # and kind cost ~5 ms each at 100K documents): the authored and assigned lists, the
-        # labels and the items opened come from it.
-        roles = _mine_of(con, u, pid)
-        authored = {kind: sorted((r for r in items if r["is_author"] and (start is None or _since(r["created_at"], start))),
-                                 key=lambda r: (_descending(r["created_at"]), -r["id"])) for kind, items in roles.items()}
-        assigned = {kind: [r for r in items if r["is_assignee"] and (start is None or _since(r["updated_at"], start))]
-                    for kind, items in roles.items()}
-        lists = {
-            "authored_issues": _plain(kinds.ISSUE, authored[kinds.ISSUE]),
-            "authored_mrs": _plain(kinds.MERGE_REQUEST, authored[kinds.MERGE_REQUEST]),
-            # Their notes on each MR counted once for all of them (an EXISTS and a count per MR
-            # read the notes twice per MR: ~20 ms at 100K documents).
-            "reviewed_mrs": _entries(
-                con, kinds.MERGE_REQUEST, f"NOT {_is('t.author_username')} AND ({_in('t.reviewers')} OR c.n IS NOT NULL)"
-                + updated[0], [u] * 4 + updated[1], pid,
-                extra=f", {_in('t.reviewers')} AS review_requested, COALESCE(c.n, 0) AS notes",
-                joins=f" LEFT JOIN (SELECT noteable_id, count(*) AS n FROM notes WHERE noteable_type = "
-                      f"'{kinds.MERGE_REQUEST.noteable_type}' AND {_is('author_username')} GROUP BY noteable_id) c "
-                      "ON c.noteable_id = t.id"),
-            "assigned": [e for kind in kinds.ITEM_KINDS for e in _plain(kind, assigned[kind])],
-        }
-        # Their notes counted per item before the items are joined (grouping the joined rows by
-        # every item column, a list among them, cost ~10 ms more at 100K documents).
-        scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
-        commented = [{**_entry(kinds.kind(kind), {k: v for k, v in r.items() if k not in ("notes", "last_note_at")}),
-                      "notes": r["notes"], "last_note_at": iso(r["last_note_at"])}
-                     for r in rows(con, " UNION ALL ".join(f"""
-                SELECT '{kind.name}' AS kind_name, {ITEM_COLUMNS}, c.notes, c.last_note_at
-                FROM (SELECT n.noteable_id, count(*) AS notes, max(n.created_at) AS last_note_at FROM notes n
-                      WHERE n.noteable_type = '{kind.noteable_type}' AND {_is('n.author_username')}{noted}
-                      GROUP BY n.noteable_id) c
-                JOIN {kind.table} t ON t.id = c.noteable_id JOIN projects p ON p.id = t.project_id
-                WHERE true{scope}""" for kind in kinds.ITEM_KINDS), [p for _ in kinds.ITEM_KINDS
-                                                                      for p in (u, *([start] if start else []), *scoped)])
-                     for kind in (r.pop("kind_name"),)]
-        commented.sort(key=lambda e: (e["last_note_at"] or "", e["reference"]), reverse=True)
-        lists["assigned"].sort(key=lambda e: (e["updated_at"] or "", e["reference"]), reverse=True)
-        lists["commented_on"] = commented
-        lists["mentioned_in"], mentioned = mentions_of(con, name, pid, start, limit=limit)
-        labels = _top_labels(authored, assigned)
-        paths = _top_paths(con, u, pid, created, noted, start)
-        activity = _activity(con, u, pid, start, limit, authored)
-    return Person(user=name, name=display or None, project=project, since=iso(start),
-                  counts={**{key: len(value) for key, value in lists.items()}, "mentioned_in": mentioned},
-                  **{key: value[:limit] for key, value in lists.items()},
-                  top_labels=labels, top_paths=paths, recent_activity=activity)
-
-
-def _top_labels(authored: dict[kinds.Kind, list[dict[str, Any]]],
-                assigned: dict[kinds.Kind, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The labels of the items the user authored or was assigned, most frequent first (each
-    item's label once)."""
-    counts: Counter[str | None] = Counter()
-    for kind in kinds.ITEM_KINDS:
-        pairs = {(r["id"], label) for r in (*authored[kind], *assigned[kind]) for label in r["labels"] or []}
-        counts.update(label for _, label in pairs)
-    ranked = sorted(counts.items(), key=lambda x: (-x[1], x[0] is None, x[0] or ""))[:TOP]
-    return [{"label": label, "count": n} for label, n in ranked]
-
-
-def _top_paths(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, created: tuple[str, list[Any]],
-               noted: str, start: datetime | None) -> list[dict[str, Any]]:
-    """The files of the user's MRs and of their DiffNotes: how many MRs and review comments each."""
-    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
-    found = rows(con, f"""
-        SELECT path, count(*) AS n FROM (
-            SELECT DISTINCT f.merge_request_id, COALESCE(f.new_path, f.old_path) AS path
-            FROM mr_files f JOIN {kinds.MERGE_REQUEST.table} t ON t.id = f.merge_request_id
-            WHERE {_is('t.author_username')}{created[0]}{scope}
-            UNION ALL
-            SELECT n.id, COALESCE(np.new_path, np.old_path) FROM note_positions np JOIN notes n ON n.id = np.note_id
-            JOIN {kinds.MERGE_REQUEST.table} t ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND t.id = n.noteable_id
-            WHERE {_is('n.author_username')}{noted}{scope})
-        WHERE path IS NOT NULL GROUP BY path ORDER BY n DESC, path LIMIT {TOP}""",
-                 [u, *created[1], *scoped, u, *([start] if start else []), *scoped])
-    return [{"path": r["path"], "count": r["n"]} for r in found]
-
-
-def _activity(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime | None,
-              limit: int, authored: dict[kinds.Kind, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The user's latest notes and the items they opened (`authored`, newest first), newest first."""
-    scope, scoped = (" AND t.project_id = ?", [pid]) if pid is not None else ("", [])
-    since_note = " AND n.created_at >= ?" if start else ""
-    # Per kind, the newest notes, in one query, each part in its own order as the parts come.
-    parts, params = [], []
-    for i, kind in enumerate(kinds.ITEM_KINDS):
-        parts.append(f"""(SELECT {i} AS part, '{kind.name}' AS kind_name, {ITEM_COLUMNS}, n.id AS note_id, n.body,
-                                n.created_at AS sort_at FROM {_item_of(kind)}
-                         WHERE {_is('n.author_username')}{since_note}{scope} ORDER BY n.created_at DESC, n.id DESC
-                         LIMIT {limit})""")
-        params += [u, *([start] if start else []), *scoped]
-    found = rows(con, " UNION ALL ".join(parts) + " ORDER BY part, sort_at DESC, note_id DESC", params)
-    out: list[dict[str, Any]] = []
-    for kind in kinds.ITEM_KINDS:
-        for r in found:
-            if r["kind_name"] == kind.name:
-                out.append({"at": iso(r["sort_at"]), "action": "commented", "item": public_item(kind, r),
-                            "excerpt": excerpt(r["body"]),
-                            "url": kinds.note_url(r['web_url'], r['note_id']) if r["web_url"] else None})
-        out += [{"at": iso(r["created_at"]), "action": "opened", "item": public_item(kind, r), "excerpt": None,
-                 "url": r["web_url"]} for r in authored[kind][:limit]]
-    out.sort(key=lambda a: (a["at"] or "", a["item"]["reference"]), reverse=True)
-    return out[:limit]

@@ -4,8 +4,8 @@ and MR file lists (`mr_files`).
 Like the normalized layer it is driven by `change_seq` and reads only the store: each run takes
 the project's raw rows changed since its watermark, and for every issue or MR they touch rebuilds
 the links written in it (title, description, notes, system notes: graph/refs.py says which words
-make a link), the @usernames written in its title, description and notes (graph/mentions.py)
-and, for an MR, its file list from the stored `/diffs` payload. It runs after the
+make a link), the @usernames written in its title, description and notes (graph/mentions.py),
+its people's rows (graph/people_rows.py: who authored, is assigned, reviews or commented) and, for an MR, its file list from the stored `/diffs` payload. It runs after the
 normalized layer and never ahead of it (its watermark stops at the normalized one), because links
 are read from the normalized rows.
 
@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.graph.mentions import mentioned_names
+from gitlab_knowledge.graph import people_rows
+from gitlab_knowledge.graph.mentions import around, mentioned_names
 from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, MAX_SCAN, UNRELATED, extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
 from gitlab_knowledge.layers import GRAPH, NORMALIZED
@@ -103,6 +104,7 @@ def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: 
     for kind, ids in parents.items():
         _rebuild_references(con, project_id, path, gitlab_url, kinds.kind(kind), sorted(ids), stats)
         _rebuild_mentions(con, kinds.kind(kind), sorted(ids), stats)
+        people_rows.rebuild(con, kinds.kind(kind), sorted(ids))
     for name, ids in keyed.items():
         _rebuild_keyed_references(con, project_id, path, gitlab_url, name, sorted(ids), stats)
     # An MR's changed-file list is its own (merge_request_diffs payloads): no other kind has one.
@@ -159,7 +161,8 @@ def _rebuild_mentions(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, ids: lis
     rows: list[dict[str, Any]] = []
 
     def add(row: dict[str, Any], text: str | None) -> None:
-        rows.extend({**row, "item_type": kind.name, "username": name} for name in sorted(mentioned_names(text)))
+        rows.extend({**row, "item_type": kind.name, "username": name, "excerpt": around(text, name)}
+                    for name in sorted(mentioned_names(text)))
 
     for item_id, project_id, title, description, author, created_at in con.execute(f"""
         SELECT id, project_id, title, description, author_username, created_at FROM {kind.table}

@@ -45,14 +45,14 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.store import overlay
 from gitlab_knowledge.store.reader import ALIAS, Lens
-from gitlab_knowledge.store.visibility import HIDDEN_NOTES
+from gitlab_knowledge.store.visibility import HIDDEN_NOTES, PEOPLE_TABLES
 from gitlab_knowledge.viewer import Viewer
 
 _STORE = f"{ALIAS}.main"
 # Shadowed by name below; any other table with a project_id column is shadowed generically.
 _NAMED = ("projects", "issues", "merge_requests", "labels", "issue_labels", "mr_labels", "discussions", "notes",
           "system_notes", "note_positions", "item_references", "mr_files", "documents", "document_labels",
-          "mentions", "raw_payloads", "gitlab_identity", "project_aliases")
+          "mentions", "raw_payloads", "gitlab_identity", "project_aliases", *PEOPLE_TABLES)
 
 
 def _quote(text: str) -> str:
@@ -181,6 +181,12 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
         f"WHERE {reads()} AND (note_id IS NULL OR note_id NOT IN (SELECT id FROM {at}.hidden_notes)) "
         f"AND NOT (item_type = '{issue.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues)) "
         f"AND (item_type <> '{kinds.MERGE_REQUEST.name}' OR {mr_shown('item_id')})",
+        # A user's items and the notes on them (graph/people_rows.py): as the items' and notes'
+        # views hide them (the item hidden, or a row of internal notes the viewer may not read).
+        *(f"CREATE OR REPLACE VIEW {at}.{table} AS SELECT * FROM {_STORE}.{table} "
+          f"WHERE {reads()} AND NOT (item_type = '{issue.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues)) "
+          f"AND (item_type <> '{kinds.MERGE_REQUEST.name}' OR {mr_shown('item_id')}) AND NOT {internal_hidden}"
+          for table in PEOPLE_TABLES),
         f"CREATE OR REPLACE TABLE {at}.hidden_documents AS SELECT id FROM {_STORE}.documents "
         f"WHERE (parent_type = '{issue.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues)) "
         f"OR (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes)) "

@@ -3,7 +3,7 @@
 The graph tools and the items' links run the CLI's own functions (graph/queries.py), which read
 every row. For the server they read through a lens (store/reader.py's Lens): views named like the
 tables they shadow (`issues`, `notes`, `system_notes`, `discussions`, `item_references`,
-`mentions`, `raw_payloads`), first on the read's search path, so the same SQL reads only what the
+`mentions`, `user_items`, `user_item_notes`, `raw_payloads`), first on the read's search path, so the same SQL reads only what the
 config lets agents see. Confidential issues go with their threads, notes, system notes, payloads,
 the links and mentions written in them and the links to them; internal notes go with their threads
 and the links and mentions written in them (a stored thread payload keeps its other notes, as
@@ -22,7 +22,8 @@ from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.reader import ALIAS, Lens
 
 _STORE = f"{ALIAS}.main"
-HIDDEN_NOTES = "gk_hidden_notes"  # raw_payloads' extra column under a lens: the internal notes cut from a thread
+HIDDEN_NOTES = "gk_hidden_notes"
+PEOPLE_TABLES = ("user_items", "user_item_notes")  # graph/people_rows.py: keyed by item, flagged internal  # raw_payloads' extra column under a lens: the internal notes cut from a thread
 
 
 def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens | None:
@@ -72,6 +73,11 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         f"CREATE OR REPLACE VIEW {at}.mentions AS SELECT * FROM {_STORE}.mentions "
         f"WHERE (note_id IS NULL OR note_id NOT IN (SELECT id FROM {at}.hidden_notes)) "
         f"AND NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))",
+        # A user's items and the notes on them (graph/people_rows.py): not of a confidential issue,
+        # nor (a row of internal notes) where internal notes are hidden, as the notes view hides them.
+        *(f"CREATE OR REPLACE VIEW {at}.{table} AS SELECT * FROM {_STORE}.{table} "
+          f"WHERE NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"
+          + ("" if include_internal else " AND NOT internal") for table in PEOPLE_TABLES),
         _raw_payloads(at, include_confidential=include_confidential, include_internal=include_internal),
     )
     return Lens(schema, statements)

@@ -439,3 +439,61 @@ def test_migration_8_upgrades_a_store_written_before_it(v1_store: Path, make_con
     assert query(v1_store, "SELECT count(*) FROM wiki_pages") == [(served,)]
     sections = query(v1_store, "SELECT count(*) FROM documents WHERE parent_type = 'wiki_page' AND id LIKE '%#%'")
     assert sections[0][0] > 0
+
+
+def test_migration_10_upgrades_a_store_written_before_it(v1_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store at schema 9 (normalized, graph built without rows per user): upgraded, it holds each
+    user's items and the notes on them at once, filled from its normalized rows as the graph layer
+    fills them (the next graph run, due for the mentions' excerpts, rebuilds the same rows), and
+    `me` and `person` answer the same before that run (mentions' excerpts read from the text) and
+    after it (kept in the rows)."""
+    from gitlab_knowledge.config import parse_config
+    from gitlab_knowledge.graph import people
+    from gitlab_knowledge.graph import refresh as graph
+    from gitlab_knowledge.normalized import refresh as normalize
+    from gitlab_knowledge.workspace import Workspace
+
+    every = migrations.MIGRATIONS
+    monkeypatch.setattr(migrations, "MIGRATIONS", every[:9])
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) == 9
+    projects = [r[0] for r in query(v1_store, "SELECT path_with_namespace FROM projects ORDER BY 1")]
+    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": projects,
+                           "storage": {"data_dir": str(v1_store.parent)}}, v1_store.parent, {}, "test")
+    workspace = Workspace(config)
+    for project in projects:
+        normalize.refresh(workspace, project)
+    with write_connection(v1_store) as con:  # the graph as schema 9 built it: mentions without excerpts
+        con.execute("INSERT INTO mentions (project_id, item_type, item_id, note_id, discussion_id, found_in, username, "
+                    "author_username, created_at, resolvable, resolved) SELECT project_id, 'issue', noteable_id, id, "
+                    "discussion_id, 'note', 'axe-core', author_username, created_at, resolvable, resolved FROM notes "
+                    "WHERE noteable_type = 'Issue' AND body LIKE '%@axe-core%'")
+        con.execute("INSERT INTO layer_state (project_id, layer, watermark) SELECT DISTINCT project_id, 'graph', "
+                    "1000000000 FROM raw_payloads WHERE project_id IS NOT NULL")
+    assert query(v1_store, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'user_items'") == [(0,)]
+    monkeypatch.setattr(migrations, "MIGRATIONS", every)
+    forget_schema_cache()
+    with write_connection(v1_store):
+        pass
+    assert version(v1_store) == migrations.latest_version() >= 10
+    assert query(v1_store, "SELECT DISTINCT watermark FROM layer_state WHERE layer = 'graph'") == [(0,)]
+    assert query(v1_store, "SELECT count(*) FROM mentions WHERE excerpt IS NOT NULL") == [(0,)]
+    tables = ("user_items", "user_item_notes")
+    filled = {t: sorted(query(v1_store, f"SELECT * FROM {t}"), key=repr) for t in tables}
+    assert filled["user_items"] and filled["user_item_notes"]
+    users = ["axe-core", *sorted({r[0] for r in filled["user_items"] if r[4] != "commenter"})[:5]]
+    since = datetime(2000, 1, 1)
+
+    def answers() -> list[Any]:  # (axe-core is only mentioned: `person` does not know them)
+        return [(people.me(workspace, u, since).as_dict(), u == "axe-core" or people.person(workspace, u).as_dict())
+                for u in users]
+
+    before = answers()
+    for project in projects:
+        graph.refresh(workspace, project)
+    assert {t: sorted(query(v1_store, f"SELECT * FROM {t}"), key=repr) for t in tables} == filled
+    assert query(v1_store, "SELECT count(*) FROM mentions WHERE excerpt IS NULL") == [(0,)]
+    assert answers() == before
+    mentioned = before[0][0]["mentions"]
+    assert mentioned and "@axe-core" in mentioned[0]["excerpt"]

@@ -13,10 +13,12 @@ import jsonschema
 import pytest
 
 from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.graph import people_rows
 from gitlab_knowledge.graph.history import history
-from gitlab_knowledge.graph.mentions import mentioned_names, mentions_user
+from gitlab_knowledge.graph.mentions import around, mentioned_names, mentions_user
 from gitlab_knowledge.graph.people import me, person
 from gitlab_knowledge.graph.queries import related
+from gitlab_knowledge.kinds import ITEM_KINDS
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_tests.conftest import store_config
@@ -78,9 +80,9 @@ def thread(con: Any, discussion: str, kind: str, item_id: int, notes: list[tuple
                      author, body, created, i, resolvable, resolved])
         # Who the note mentions, as the graph layer records it (graph/refresh.py).
         for name in mentioned_names(body):
-            con.execute("INSERT INTO mentions VALUES (?, ?, ?, ?, ?, 'note', ?, ?, ?, ?, ?)",
+            con.execute("INSERT INTO mentions VALUES (?, ?, ?, ?, ?, 'note', ?, ?, ?, ?, ?, ?)",
                         [PLATFORM, "merge_request" if kind == "mr" else "issue", item_id, note_id, discussion, name,
-                         author, created, resolvable, resolved])
+                         author, created, resolvable, resolved, around(body, name)])
         if position and i == 0:
             con.execute("INSERT INTO note_positions (note_id, old_path, new_path, new_line) VALUES (?, ?, ?, ?)",
                         [note_id, position[0], position[0], position[1]])
@@ -155,6 +157,9 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
         ref(con, ("issue", 1003), "description", "related", ("issue", "ACME/Platform", 234), None)
         ref(con, ("issue", 1002), "system_note", "closed_by", ("merge_request", "acme/platform", 800), PLATFORM)
         con.execute("INSERT INTO gitlab_identity VALUES ('http://127.0.0.1:9', 17, 'janedoe', 'Jane Doe', ?)", [NOW])
+        # Each user's items and the notes on them, as the graph layer records them.
+        for kind in ITEM_KINDS:
+            people_rows.rebuild(con, kind, [r[0] for r in con.execute(f"SELECT id FROM {kind.table}").fetchall()])
     return workspace
 
 
