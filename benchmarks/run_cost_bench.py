@@ -276,9 +276,9 @@ STAGES = {
     "lexical (all projects)": ("gitlab_knowledge/lexical/refresh.py", "refresh_many"),
     "embeddings (all projects)": ("gitlab_knowledge/embeddings/refresh.py", "refresh_many"),
     "checks (evaluate_partitions)": ("gitlab_knowledge/defs/checks.py", "evaluate_partitions"),
-    "store opens (duckdb.connect)": ("~", "<built-in method duckdb.connect>"),
+    "store opens (store/db.py _open)": ("gitlab_knowledge/store/db.py", "_open"),
     "the batch step (sync_each_project)": ("gitlab_knowledge/defs/batch.py", "sync_each_project"),
-    "execute_in_process": ("dagster/_core/definitions/job_definition.py", "execute_in_process"),
+    "the whole run (execute_in_process)": ("dagster/_core/definitions/job_definition.py", "execute_in_process"),
 }
 
 
@@ -294,7 +294,7 @@ def stage_times(profile: Path) -> dict[str, float]:
     return out
 
 
-def note_batch(count: int) -> dict[str, Any]:
+def note_batch(count: int, keep: Path | None = None) -> dict[str, Any]:
     """N generated projects synced, a note in each, then the batch run naming them all, profiled."""
     import tomli_w  # noqa: F401 - write_config's
 
@@ -308,9 +308,10 @@ def note_batch(count: int) -> dict[str, Any]:
             first, _ = cli(config)
             load = [round(x, 2) for x in os.getloadavg()]
             touch_all(sb, projects, "one note each")
-            wall, _run_id = batch_process(config, ",".join(projects), Path(tmp) / "batch.prof")
+            profile = keep or Path(tmp) / "batch.prof"
+            wall, _run_id = batch_process(config, ",".join(projects), profile)
             return {"projects": len(projects), "first_sync_s": round(first, 1), "batch_wall_s": round(wall, 2),
-                    "load_average": load, "stages_s": stage_times(Path(tmp) / "batch.prof")}
+                    "load_average": load, "stages_s": stage_times(profile)}
 
 
 def touch_all(sb: SandboxGitLab, projects: list[str], word: str) -> None:
@@ -366,13 +367,14 @@ def main() -> int:
                         help="a generated dataset of N small projects instead of the bundled sample")
     parser.add_argument("--note-batch", type=int, default=0, metavar="N",
                         help="N generated projects, a note in each, the batch run naming them all, profiled")
+    parser.add_argument("--profile-out", type=Path, help="with --note-batch: keep the cProfile file here")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--product", type=Path, default=REPO,
                         help="the checkout whose code the measured processes run (an older one, to compare)")
     args = parser.parse_args()
     PRODUCT[0] = args.product.resolve()
     if args.note_batch:
-        print(json.dumps(note_batch(args.note_batch), indent=1))
+        print(json.dumps(note_batch(args.note_batch, args.profile_out), indent=1))
         return 0
     dataset = SAMPLE_DATASET
     with tempfile.TemporaryDirectory() as tmp:
