@@ -294,9 +294,51 @@ def stage_times(profile: Path) -> dict[str, float]:
     return out
 
 
-def note_batch(count: int, keep: Path | None = None) -> dict[str, Any]:
-    """N generated projects synced, a note in each, then the batch run naming them all, profiled."""
+def batch_phases(instance: Any, run_id: str) -> dict[str, float]:
+    """A batch run's phases from its event log, in seconds from the step's start: when the last
+    project's raw layer, documents layer and embeddings were recorded, when the checks began and
+    ended; and each layer's own time summed over the projects (`*duration_s` metadata; the raw
+    layer's are each project's fetch, which overlap when fetched concurrently)."""
+    import dagster as dg
+
+    start = end = None
+    last: dict[str, float] = {}
+    own: dict[str, float] = defaultdict(float)
+    checks: list[float] = []
+    for record in instance.get_records_for_run(run_id, limit=100000).records:
+        entry = record.event_log_entry
+        event = entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            start = entry.timestamp
+        elif event.event_type in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
+            end = entry.timestamp
+        elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION and entry.asset_materialization:
+            asset = entry.asset_materialization.asset_key.to_user_string()
+            last[asset] = entry.timestamp
+            for key, value in entry.asset_materialization.metadata.items():
+                if key == "duration_s":
+                    own[asset] += float(getattr(value, "value", value))
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            checks.append(entry.timestamp)
+    if start is None or end is None:
+        return {}
+    out = {f"last {asset} recorded at": round(ts - start, 2) for asset, ts in sorted(last.items(), key=lambda kv: kv[1])}
+    if checks:
+        out["checks from"], out["checks to"] = round(min(checks) - start, 2), round(max(checks) - start, 2)
+    out["step"] = round(end - start, 2)
+    out.update({f"{asset} own (sum)": round(v, 2) for asset, v in own.items()})
+    return out
+
+
+def note_batch(count: int, keep: Path | None = None, profiled: bool = True) -> dict[str, Any]:
+    """N generated projects synced, a note in each, then the batch run naming them all (profiled,
+    unless not `profiled`: cProfile slows Python code, so wall times are taken without it)."""
+    import dagster as dg
     import tomli_w  # noqa: F401 - write_config's
+
+    from gitlab_knowledge.config import load_config
 
     os.environ["GITLAB_TOKEN"] = DEFAULT_TOKEN
     with tempfile.TemporaryDirectory() as tmp:
@@ -308,10 +350,14 @@ def note_batch(count: int, keep: Path | None = None) -> dict[str, Any]:
             first, _ = cli(config)
             load = [round(x, 2) for x in os.getloadavg()]
             touch_all(sb, projects, "one note each")
-            profile = keep or Path(tmp) / "batch.prof"
-            wall, _run_id = batch_process(config, ",".join(projects), profile)
-            return {"projects": len(projects), "first_sync_s": round(first, 1), "batch_wall_s": round(wall, 2),
-                    "load_average": load, "stages_s": stage_times(profile)}
+            profile = (keep or Path(tmp) / "batch.prof") if profiled else None
+            wall, run_id = batch_process(config, ",".join(projects), profile)
+            instance = dg.DagsterInstance.from_config(str(load_config(str(config)).dagster_home))
+            out = {"projects": len(projects), "first_sync_s": round(first, 1), "batch_wall_s": round(wall, 2),
+                   "load_average": load, "phases_s": batch_phases(instance, run_id)}
+            if profile is not None:
+                out["stages_s (main thread, cProfile)"] = stage_times(profile)
+            return out
 
 
 def touch_all(sb: SandboxGitLab, projects: list[str], word: str) -> None:
@@ -368,13 +414,14 @@ def main() -> int:
     parser.add_argument("--note-batch", type=int, default=0, metavar="N",
                         help="N generated projects, a note in each, the batch run naming them all, profiled")
     parser.add_argument("--profile-out", type=Path, help="with --note-batch: keep the cProfile file here")
+    parser.add_argument("--no-profile", action="store_true", help="with --note-batch: wall times without cProfile")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--product", type=Path, default=REPO,
                         help="the checkout whose code the measured processes run (an older one, to compare)")
     args = parser.parse_args()
     PRODUCT[0] = args.product.resolve()
     if args.note_batch:
-        print(json.dumps(note_batch(args.note_batch, args.profile_out), indent=1))
+        print(json.dumps(note_batch(args.note_batch, args.profile_out, not args.no_profile), indent=1))
         return 0
     dataset = SAMPLE_DATASET
     with tempfile.TemporaryDirectory() as tmp:
