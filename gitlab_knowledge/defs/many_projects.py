@@ -120,10 +120,13 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
                 yield landed.project, RAW, carried.metadata[RAW.asset]
             if batch.stopped is not None:
                 fetches.close()
-        if fetches.error is not None and batch.stopped is None:  # the fetching itself failed (no project's fault)
-            first = next(p for p in projects if not batch.carried[p].metadata and batch.carried[p].error is None)
+        # The fetching itself failed (no one project's fault: the client, the store): the first
+        # project it left unfetched fails with it, and the rest are not attempted.
+        first = next((p for p in projects if not batch.carried[p].metadata and batch.carried[p].error is None), None)
+        if fetches.error is not None and batch.stopped is None and first is not None:
             yield from _duckdb_layers(workspace, batch.carried[first], batch, full=full, force=force, run_id=run_id,
                                       progress=progress, log=log, fetched=Landed(first, error=fetches.error))
+            batch.stopped = batch.stopped or batch.carried[first].error
 
 
 def _raw_metadata(result: Any) -> dict[str, Any]:

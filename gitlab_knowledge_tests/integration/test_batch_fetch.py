@@ -3,6 +3,7 @@ counted where the sandbox serves the requests (over 127.0.0.1), and each project
 are what a batch fetching one project at a time stores; a failure that is not about one project
 (the token refused) stops the batch."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,20 @@ def test_a_refused_token_stops_every_fetch_of_the_batch(six_projects, tmp_path, 
     assert order == []
     assert sorted(batch.unfinished) == sorted(projects)
     assert any(c.attempted and isinstance(c.error, AuthError) for c in batch.carried.values())
+
+
+def test_a_client_that_cannot_be_made_fails_the_first_project_and_stops_the_rest(six_projects, tmp_path, token_env):
+    from gitlab_knowledge.errors import ConfigError
+
+    with SandboxGitLab(dataset=six_projects) as sb:
+        projects = project_paths(sb)
+        workspace = workspace_for(sb, tmp_path / "data", IN_FLIGHT)
+
+        def no_client(config):
+            raise ConfigError("config field gitlab.ca_bundle: not a readable PEM certificate file")
+
+        batch, order = run(dataclasses.replace(workspace, gitlab_factory=no_client), projects)
+    assert order == []
+    assert isinstance(batch.stopped, ConfigError)
+    assert batch.carried[projects[0]].attempted and isinstance(batch.carried[projects[0]].error, ConfigError)
+    assert sorted(batch.unfinished) == sorted(projects)
