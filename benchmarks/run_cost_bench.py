@@ -13,6 +13,11 @@ gitlab_knowledge sync`, a new process each time, as a user or a cron job runs it
   opening the Dagster instance, loading the embedding model, opening each store.
 
     python -m benchmarks.run_cost_bench [--repeat 3] [--projects N --generated]
+    python -m benchmarks.run_cost_bench --note-batch 30
+
+`--note-batch N`: N generated projects synced once, then one note added to each and the batch run
+naming all N (what the change sensor launches after such a tick), in a new process under cProfile:
+its wall time and where it went, stage by stage (the cumulative time of each stage's function).
 
 `--generated N` syncs a generated dataset of N small projects instead (first sync and no-op sync
 of all of them; the fixed cost per project is what a many-project sync pays N times).
@@ -228,12 +233,18 @@ print(json.dumps({"run_id": result.run_id, "success": result.success}))
 """
 
 
-def batch_process(config: Path, project: str) -> tuple[float, str]:
-    """The change sensor's run for one changed project (the batch job naming it), in a new
-    process as the daemon's run worker is: its wall time and run id. Any version of the batch job."""
+def batch_process(config: Path, project: str, profile: Path | None = None) -> tuple[float, str]:
+    """The change sensor's run for the changed projects (the batch job naming them; several are
+    comma-separated), in a new process as the daemon's run worker is: its wall time and run id.
+    Any version of the batch job. With `profile`, the process runs under cProfile into that file."""
     started = time.monotonic()
-    proc = subprocess.run([PY, "-c", BATCH_SCRIPT, str(config), project], cwd=config.parent, env=_env(),
+    script = BATCH_SCRIPT.replace("[sys.argv[2]]", "sys.argv[2].split(',')")
+    profiled = ["-m", "cProfile", "-o", str(profile)] if profile else []
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(script)
+    proc = subprocess.run([PY, *profiled, f.name, str(config), project], cwd=config.parent, env=_env(),
                           capture_output=True, text=True, timeout=1800)
+    os.unlink(f.name)
     wall = time.monotonic() - started
     if proc.returncode != 0:
         raise SystemExit(f"batch run failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
@@ -252,6 +263,101 @@ def batch_breakdown(instance: Any, run_id: str) -> dict[str, float]:
                 out[k] = out.get(k, 0.0) + v
         out["partition_runs"] = out.get("partition_runs", 0.0) + 1
     return out
+
+
+# The stages of a batch run, by the function whose cumulative time is the stage's (cProfile).
+STAGES = {
+    "raw fetch (sync/engine.py refresh)": ("gitlab_knowledge/sync/engine.py", "refresh"),
+    "  of which waiting on GitLab (event loop select)": ("selectors.py", "select"),
+    "  of which project GET + identity": ("gitlab_knowledge/sync/identity.py", "refresh_identity"),
+    "normalized": ("gitlab_knowledge/normalized/refresh.py", "refresh"),
+    "graph": ("gitlab_knowledge/graph/refresh.py", "refresh"),
+    "documents": ("gitlab_knowledge/documents/refresh.py", "refresh"),
+    "lexical (all projects)": ("gitlab_knowledge/lexical/refresh.py", "refresh_many"),
+    "embeddings (all projects)": ("gitlab_knowledge/embeddings/refresh.py", "refresh_many"),
+    "checks (evaluate_partitions)": ("gitlab_knowledge/defs/checks.py", "evaluate_partitions"),
+    "store opens (store/db.py _open)": ("gitlab_knowledge/store/db.py", "_open"),
+    "the batch step (sync_each_project)": ("gitlab_knowledge/defs/batch.py", "sync_each_project"),
+    "the whole run (execute_in_process)": ("dagster/_core/definitions/job_definition.py", "execute_in_process"),
+}
+
+
+def stage_times(profile: Path) -> dict[str, float]:
+    """Each stage's cumulative seconds in a cProfile of a batch run (a stage called several times,
+    e.g. once per project, is summed; a recursive call is counted once by cProfile)."""
+    import pstats
+
+    stats = pstats.Stats(str(profile)).stats  # type: ignore[attr-defined]  # the raw table
+    out: dict[str, float] = {}
+    for stage, (file, name) in STAGES.items():
+        out[stage] = round(sum(row[3] for (f, _line, fn), row in stats.items() if fn == name and f.endswith(file)), 2)
+    return out
+
+
+def batch_phases(instance: Any, run_id: str) -> dict[str, float]:
+    """A batch run's phases from its event log, in seconds from the step's start: when the last
+    project's raw layer, documents layer and embeddings were recorded, when the checks began and
+    ended; and each layer's own time summed over the projects (`*duration_s` metadata; the raw
+    layer's are each project's fetch, which overlap when fetched concurrently)."""
+    import dagster as dg
+
+    start = end = None
+    last: dict[str, float] = {}
+    own: dict[str, float] = defaultdict(float)
+    checks: list[float] = []
+    for record in instance.get_records_for_run(run_id, limit=100000).records:
+        entry = record.event_log_entry
+        event = entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type == dg.DagsterEventType.STEP_START:
+            start = entry.timestamp
+        elif event.event_type in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
+            end = entry.timestamp
+        elif event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION and entry.asset_materialization:
+            asset = entry.asset_materialization.asset_key.to_user_string()
+            last[asset] = entry.timestamp
+            for key, value in entry.asset_materialization.metadata.items():
+                if key == "duration_s":
+                    own[asset] += float(getattr(value, "value", value))
+        elif event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            checks.append(entry.timestamp)
+    if start is None or end is None:
+        return {}
+    out = {f"last {asset} recorded at": round(ts - start, 2) for asset, ts in sorted(last.items(), key=lambda kv: kv[1])}
+    if checks:
+        out["checks from"], out["checks to"] = round(min(checks) - start, 2), round(max(checks) - start, 2)
+    out["step"] = round(end - start, 2)
+    out.update({f"{asset} own (sum)": round(v, 2) for asset, v in own.items()})
+    return out
+
+
+def note_batch(count: int, keep: Path | None = None, profiled: bool = True) -> dict[str, Any]:
+    """N generated projects synced, a note in each, then the batch run naming them all (profiled,
+    unless not `profiled`: cProfile slows Python code, so wall times are taken without it)."""
+    import dagster as dg
+    import tomli_w  # noqa: F401 - write_config's
+
+    from gitlab_knowledge.config import load_config
+
+    os.environ["GITLAB_TOKEN"] = DEFAULT_TOKEN
+    with tempfile.TemporaryDirectory() as tmp:
+        dataset = Path(tmp) / "dataset"
+        generate_dataset(dataset, projects=count, issues=3 * count, mrs=count, seed=24, threads_per_parent_mean=1.0)
+        with SandboxGitLab(dataset=dataset) as sb:
+            projects = [p["path_with_namespace"] for p in sb.state.list_projects(order_by="id", sort="asc")]
+            config = write_config(Path(tmp) / "gitlab_knowledge.toml", sb.url, projects)
+            first, _ = cli(config)
+            load = [round(x, 2) for x in os.getloadavg()]
+            touch_all(sb, projects, "one note each")
+            profile = (keep or Path(tmp) / "batch.prof") if profiled else None
+            wall, run_id = batch_process(config, ",".join(projects), profile)
+            instance = dg.DagsterInstance.from_config(str(load_config(str(config)).dagster_home))
+            out = {"projects": len(projects), "first_sync_s": round(first, 1), "batch_wall_s": round(wall, 2),
+                   "load_average": load, "phases_s": batch_phases(instance, run_id)}
+            if profile is not None:
+                out["stages_s (main thread, cProfile)"] = stage_times(profile)
+            return out
 
 
 def touch_all(sb: SandboxGitLab, projects: list[str], word: str) -> None:
@@ -305,11 +411,18 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--generated", type=int, default=0, metavar="N",
                         help="a generated dataset of N small projects instead of the bundled sample")
+    parser.add_argument("--note-batch", type=int, default=0, metavar="N",
+                        help="N generated projects, a note in each, the batch run naming them all, profiled")
+    parser.add_argument("--profile-out", type=Path, help="with --note-batch: keep the cProfile file here")
+    parser.add_argument("--no-profile", action="store_true", help="with --note-batch: wall times without cProfile")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--product", type=Path, default=REPO,
                         help="the checkout whose code the measured processes run (an older one, to compare)")
     args = parser.parse_args()
     PRODUCT[0] = args.product.resolve()
+    if args.note_batch:
+        print(json.dumps(note_batch(args.note_batch, args.profile_out, not args.no_profile), indent=1))
+        return 0
     dataset = SAMPLE_DATASET
     with tempfile.TemporaryDirectory() as tmp:
         if args.generated:

@@ -86,6 +86,7 @@ class SyncSettings:
     stale_after_minutes: float = 15.0  # a running sync silent this long may be taken over with --force
     lock_wait_seconds: float = 10.0  # how long read commands wait for a busy DuckDB file
     discovery_minutes: float = 60.0  # the automation lists the configured groups at most this often
+    projects_in_flight: int = 8  # a run of many projects fetches this many at once (one client, one rate limit)
 
 
 @dataclass(frozen=True)
@@ -302,8 +303,9 @@ def _parse_search(srch: dict[str, Any]) -> SearchSettings:
 
 
 def _parse_sync(snc: dict[str, Any]) -> SyncSettings:
-    unknown(snc, {"stale_after_minutes", "lock_wait_seconds", "discovery_minutes"}, "sync.")
+    unknown(snc, {"stale_after_minutes", "lock_wait_seconds", "discovery_minutes", "projects_in_flight"}, "sync.")
     return SyncSettings(
+        projects_in_flight=int(positive(snc.get("projects_in_flight", 8), "sync.projects_in_flight", integer=True)),
         discovery_minutes=float(positive(snc.get("discovery_minutes", 60.0), "sync.discovery_minutes")),
         stale_after_minutes=float(positive(snc.get("stale_after_minutes", 15.0), "sync.stale_after_minutes")),
         lock_wait_seconds=float(positive(snc.get("lock_wait_seconds", 10.0), "sync.lock_wait_seconds", allow_zero=True)),

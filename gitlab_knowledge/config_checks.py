@@ -57,7 +57,8 @@ def _utf8(text: str) -> bool:
 MAXIMA = {"gitlab.rate_limit": 100_000, "gitlab.concurrency": 256, "gitlab.timeout": 86_400, "gitlab.per_page": 100,
           "gitlab.max_retries": 100, "embedding.batch_size": 100_000, "embedding.timeout": 86_400,
           "search.rrf_k": 1_000_000, "search.candidates": 100_000, "sync.stale_after_minutes": 5_256_000,
-          "sync.lock_wait_seconds": 86_400, "mcp.auth_cache_seconds": 86_400, "sync.discovery_minutes": 525_600}
+          "sync.lock_wait_seconds": 86_400, "mcp.auth_cache_seconds": 86_400, "sync.discovery_minutes": 525_600,
+          "sync.projects_in_flight": 256}
 
 
 def positive(value: Any, name: str, *, allow_zero: bool = False, integer: bool = False) -> float:

@@ -165,7 +165,8 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> l
     """The per-partition checks of each project in `done` (project -> the asset keys it
     materialized), as the check steps of its own run would evaluate them, for a run that carries
     many projects in one step (defs/batch.py): the same rules, one read connection, one index
-    status and one backlog for all of them instead of a check step per project."""
+    status and one backlog for all of them instead of a check step per project, and each store
+    rule in one pass over the store for all of them (`integrity.evaluate_many`)."""
     from gitlab_knowledge.backlog import backlog
     from gitlab_knowledge.index_status import index_status
 
@@ -181,12 +182,18 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> l
 
     rules = _by_asset()
     with workspace.read(wait=120.0) as con:
+        ids = {project: project_id_for(con, project) for project in projects}
+        # One pass of each rule for every project (grouped by project in SQL), not one per project.
+        outcomes = {name: integrity.evaluate_many(con, name, sorted({i for p in projects if (i := ids[p]) is not None}))
+                    for names in rules.values() for name in names}
         for project in projects:
-            project_id = project_id_for(con, project)
             for asset, names in rules.items():
                 if asset in done[project]:
                     for name in names:
-                        add(asset, name, integrity.RULES[name][0](con, project_id), project, _severity(name))
+                        project_id = ids[project]
+                        outcome = (outcomes[name][project_id] if project_id is not None
+                                   else integrity.RULES[name][0](con, None))
+                        add(asset, name, outcome, project, _severity(name))
     indexed = [p for p in projects if {layers.EMBEDDINGS.asset, layers.LEXICAL.asset} & done[p]]
     status = _index_status_of(workspace, indexed, index_status)
     for project in indexed:

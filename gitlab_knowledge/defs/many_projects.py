@@ -27,19 +27,19 @@ import dagster as dg
 from gitlab_knowledge.defs.failures import original, said_plainly
 from gitlab_knowledge.embeddings.refresh import outage
 from gitlab_knowledge.embeddings.tables import kept_models
-from gitlab_knowledge.errors import AuthError, ConfigError, KnowledgeError, StoreError, is_interrupt
+from gitlab_knowledge.errors import KnowledgeError, is_interrupt
 from gitlab_knowledge.layers import DOCUMENTS, EMBEDDINGS, GRAPH, LAYERS, LEXICAL, NORMALIZED, RAW, Layer
 from gitlab_knowledge.progress import SyncProgress
-from gitlab_knowledge.store.db import holding_open
+from gitlab_knowledge.store.db import holding_open, one_writer
 from gitlab_knowledge.store.queries import project_counts
+from gitlab_knowledge.sync.many import STOP_ALL, Fetches, Landed
 from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
 
 # The batches this process ran, by run id, for the in-process runner (`run_batch`) to read each
 # project's outcome with its error as raised (the event log has only its text).
 FINISHED: dict[str, "Batch"] = {}
-# Failures that are not about one project: the next project would fail the same way.
-STOP_ALL = (AuthError, ConfigError, StoreError)
+# STOP_ALL (sync/many.py): failures that are not about one project; the next would fail the same way.
 NOT_ATTEMPTED = "not attempted: the batch stopped on an earlier failure"
 
 
@@ -81,11 +81,16 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
           run_id: str | None = None, progress: SyncProgress | None = None,
           log: Any = None) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
     """Run every layer for `projects`, yielding each (project, layer, metadata) once committed."""
-    for project in projects:
-        if batch.stopped is not None:
-            break
-        yield from _duckdb_layers(workspace, batch.carried[project], batch, full=full, force=force, run_id=run_id,
-                                  progress=progress, log=log)
+    in_flight = workspace.config.sync.projects_in_flight
+    if len(projects) > 1 and in_flight > 1:
+        yield from _fetching_ahead(workspace, projects, batch, in_flight, full=full, force=force, run_id=run_id,
+                                   progress=progress, log=log)
+    else:
+        for project in projects:
+            if batch.stopped is not None:
+                break
+            yield from _duckdb_layers(workspace, batch.carried[project], batch, full=full, force=force,
+                                      run_id=run_id, progress=progress, log=log)
     if batch.stopped is not None:
         _not_attempted(batch)
         return
@@ -98,8 +103,42 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
         _not_attempted(batch)
 
 
+def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch, in_flight: int, *, full: bool,
+                    force: bool, run_id: str | None, progress: SyncProgress | None,
+                    log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """Up to `in_flight` projects' fetches at once (sync/many.py), each project's store layers
+    here as its fetch lands; the store written by one of them at a time (`one_writer`)."""
+    with one_writer(), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
+                               progress=progress) as fetches:
+        for landed in fetches.landed():
+            carried = batch.carried[landed.project]
+            if batch.stopped is None:
+                yield from _duckdb_layers(workspace, carried, batch, full=full, force=force, run_id=run_id,
+                                          progress=progress, log=log, fetched=landed)
+            elif landed.result is not None:  # fetched before the stop: its raw layer did commit
+                carried.metadata[RAW.asset] = _raw_metadata(landed.result)
+                yield landed.project, RAW, carried.metadata[RAW.asset]
+            if batch.stopped is not None:
+                fetches.close()
+        # The fetching itself failed (no one project's fault: the client, the store): the first
+        # project it left unfetched fails with it, and the rest are not attempted.
+        first = next((p for p in projects if not batch.carried[p].metadata and batch.carried[p].error is None), None)
+        if fetches.error is not None and batch.stopped is None and first is not None:
+            yield from _duckdb_layers(workspace, batch.carried[first], batch, full=full, force=force, run_id=run_id,
+                                      progress=progress, log=log, fetched=Landed(first, error=fetches.error))
+            batch.stopped = batch.stopped or batch.carried[first].error
+
+
+def _raw_metadata(result: Any) -> dict[str, Any]:
+    stats = RawStats.of(result)
+    return {"summary": dg.MetadataValue.md(stats.summary_markdown(result)), **stats.to_metadata()}
+
+
 def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full: bool, force: bool,
-                   run_id: str | None, progress: SyncProgress | None, log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+                   run_id: str | None, progress: SyncProgress | None, log: Any,
+                   fetched: Landed | None = None) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """A project's DuckDB layers: its fetch (or, `fetched`, how its fetch elsewhere ended), then
+    its store layers."""
     project = carried.project
     with contextlib.ExitStack() as held:  # closed however the generator ends
         for layer in (RAW, NORMALIZED, GRAPH, DOCUMENTS):
@@ -108,11 +147,14 @@ def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full
                 if layer is NORMALIZED:  # the store layers after the fetch: one open of the file, not a dozen
                     held.enter_context(holding_open(workspace.config.duckdb_path))
                 with said_plainly(None, layer, workspace):
-                    if layer is RAW:
-                        result = RAW.refresh(workspace, project, full=full, force=force, dagster_run_id=run_id,
-                                             progress=progress)
-                        stats = RawStats.of(result)
-                        metadata = {"summary": dg.MetadataValue.md(stats.summary_markdown(result)), **stats.to_metadata()}
+                    if layer is RAW and fetched is not None:
+                        if fetched.result is None:
+                            raise fetched.error or KnowledgeError(f"{project}: its fetch ended without a result")
+                        metadata = _raw_metadata(fetched.result)
+                        started -= fetched.result.duration_s  # its fetch's own time, spent on the fetch thread
+                    elif layer is RAW:
+                        metadata = _raw_metadata(RAW.refresh(workspace, project, full=full, force=force,
+                                                             dagster_run_id=run_id, progress=progress))
                     elif layer is NORMALIZED:
                         normalized = NORMALIZED.refresh(workspace, project, dagster_run_id=run_id)
                         counts = project_counts(workspace, project)

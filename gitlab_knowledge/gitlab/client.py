@@ -22,6 +22,7 @@
 """
 
 import asyncio
+import contextvars
 import json
 import logging
 import random
@@ -57,6 +58,11 @@ MAX_THROTTLE_WAIT = 900.0  # a longer Retry-After is reported rather than slept 
 MAX_BODY_BYTES = 128 * 2**20
 NOTICE_WAIT_S = 5.0  # pauses at least this long are announced: a silent sync looks hung
 log = logging.getLogger(__name__)
+
+
+# The stats of the fetch running in this task, where one client serves several projects' syncs on
+# one loop (a batch: sync/many.py): each project's sync records its own calls, not the batch's.
+_TASK_STATS: contextvars.ContextVar["ClientStats | None"] = contextvars.ContextVar("gitlab_client_stats", default=None)
 
 
 @dataclass
@@ -103,7 +109,7 @@ class GitLabClient:
         so; a personal access token both ways) instead of `PRIVATE-TOKEN`."""
         register_secret(token)
         self.settings = settings
-        self.stats = ClientStats()
+        self._stats = ClientStats()
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._backoff_base = backoff_base
@@ -131,6 +137,19 @@ class GitLabClient:
             follow_redirects=False,
             limits=httpx.Limits(max_connections=max(2, settings.concurrency * 2)),
         )
+
+    @property
+    def stats(self) -> ClientStats:
+        """What this client spent: in a task that `counts_apart`, that task's (and its subtasks') own."""
+        return _TASK_STATS.get() or self._stats
+
+    @staticmethod
+    def counts_apart() -> ClientStats:
+        """From here on in the current task (and the tasks it creates), `stats` counts apart from
+        the client's other users: one project's sync among several sharing the client."""
+        stats = ClientStats()
+        _TASK_STATS.set(stats)
+        return stats
 
     async def __aenter__(self) -> "GitLabClient":
         return self

@@ -30,6 +30,7 @@ _PID_PATTERN = re.compile(r"PID (\d+)")
 _schema_ready: set[str] = set()
 _schema_lock = threading.Lock()
 _held: dict[str, duckdb.DuckDBPyConnection] = {}  # resolved path -> the connection `holding_open` keeps
+_writer: list[threading.RLock] = []  # set by `one_writer`: every connection of this process taken one at a time
 
 
 def one_row(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
@@ -82,17 +83,43 @@ def holding_open(path: Path, wait: float = 120.0) -> Iterator[None]:
     open-write-close cycles on a small store took 1.47 s against 0.10 s with a connection held (a
     loaded machine), and one project's layers open it about a dozen times. No other process can
     open the file meanwhile, so the holder keeps it for pure store work only, never across a wait
-    for GitLab."""
+    for GitLab. Under `one_writer` the open and the close take their turn like any connection (a
+    fetch's commit on another thread may be using a cursor of it), not the whole span."""
     key = str(path.resolve())
     if key in _held:
         yield
         return
-    with write_connection(path, wait) as con:
-        _held[key] = con
-        try:
-            yield
-        finally:
+    opened = contextlib.ExitStack()
+    with _turn():
+        _held[key] = opened.enter_context(_write_connection(path, wait))
+    try:
+        yield
+    finally:
+        with _turn():
             del _held[key]
+            opened.close()
+
+
+@contextlib.contextmanager
+def one_writer() -> Iterator[None]:
+    """While inside, this process's connections to a store are taken one at a time, across
+    threads: a batch fetches several projects at once (sync/many.py), and their commits, on the
+    fetch threads, and the store layers of the projects already fetched, on the batch's own
+    thread, must not write at the same time (DuckDB would let transactions of one process race,
+    and a held connection must not be closed under a cursor in use). A connection is short, so a
+    turn is a commit's length, not a project's."""
+    if _writer:
+        yield
+        return
+    _writer.append(threading.RLock())
+    try:
+        yield
+    finally:
+        _writer.clear()
+
+
+def _turn() -> contextlib.AbstractContextManager[Any]:
+    return _writer[0] if _writer else contextlib.nullcontext()
 
 
 def _cursor_of_held(path: Path) -> duckdb.DuckDBPyConnection | None:
@@ -103,16 +130,23 @@ def _cursor_of_held(path: Path) -> duckdb.DuckDBPyConnection | None:
 @contextlib.contextmanager
 def write_connection(path: Path, wait: float = 120.0) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection, schema ensured, closed on exit (releasing the file lock)."""
-    held = _cursor_of_held(path)
-    if held is not None:
-        try:
-            yield held
-        except BaseException:
-            _rollback_quietly(held)
-            raise
-        finally:
-            held.close()
-        return
+    with _turn():
+        held = _cursor_of_held(path)
+        if held is not None:
+            try:
+                yield held
+            except BaseException:
+                _rollback_quietly(held)
+                raise
+            finally:
+                held.close()
+            return
+        with _write_connection(path, wait) as con:
+            yield con
+
+
+@contextlib.contextmanager
+def _write_connection(path: Path, wait: float) -> Iterator[duckdb.DuckDBPyConnection]:
     try:
         # Owner-only: the store holds confidential issues and internal notes.
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -141,13 +175,14 @@ def read_connection(path: Path, wait: float = 10.0) -> Iterator[duckdb.DuckDBPyC
     with an older schema is migrated first (a brief write open), as a write command would."""
     if not path.exists():
         raise StoreError(f"no data yet at {path}: run `python -m gitlab_knowledge sync` first")
-    held = _cursor_of_held(path)
-    if held is not None:  # this process holds the store open (`holding_open`): read through it
-        try:
-            yield held
-        finally:
-            held.close()
-        return
+    with _turn():
+        held = _cursor_of_held(path)
+        if held is not None:  # this process holds the store open (`holding_open`): read through it
+            try:
+                yield held
+            finally:
+                held.close()
+            return
     con = _open(path, read_only=True, wait=wait)
     try:
         version = _pending_version(con, path)

@@ -5,7 +5,7 @@ evaluate them after every sync and on a schedule; tests break the store on purpo
 one fail.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -26,88 +26,170 @@ class Outcome:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def _scope(project_id: int | None, column: str = "project_id") -> tuple[str, list[Any]]:
-    return (f" AND {column} = ?", [project_id]) if project_id is not None else ("", [])
-
-
-def _count(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], description: str,
-           sample_sql: str | None = None) -> Outcome:
-    n = int(one_row(con.execute(f"SELECT count(*) FROM ({sql})", params))[0])
-    samples = []
-    if n and sample_sql is not None:
-        samples = [str(r[0]) for r in con.execute(f"SELECT {sample_sql} FROM ({sql}) LIMIT 5", params).fetchall()]
+def _outcome(n: int, samples: list[str], description: str) -> Outcome:
     return Outcome(n == 0, n, description if n == 0 else f"{n} violation(s): {description}", samples)
 
 
-def items_have_raw_payloads(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """Every issue and merge request has its live raw payload."""
-    scope, params = _scope(project_id, "t.project_id")
-    sql = " UNION ALL ".join(f"""
-        SELECT '{table}:' || t.id AS ref FROM {table} t LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
-        WHERE (r.id IS NULL OR r.deleted_at IS NOT NULL){scope}""" for table in (k.table for k in kinds.ITEM_KINDS))
-    return _count(con, sql, params * len(kinds.ITEM_KINDS), "every issue and MR has its live raw payload", "ref")
+def _grouped(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], description: str,
+             project_ids: Sequence[int]) -> dict[int, Outcome]:
+    """One pass of a rule over the given projects: `sql` selects a row `(pid, ref)` per violation
+    across the whole store, and the filter on `pid` is pushed into its scans. A project without a
+    violation gets the passing outcome."""
+    out = {pid: _outcome(0, [], description) for pid in project_ids}
+    if not project_ids:
+        return out
+    ids = ", ".join(str(int(pid)) for pid in project_ids)  # ints from the store: safe inline, and a plain IN list
+    for pid, n, samples in con.execute(f"""
+            SELECT pid, count(*), list(CAST(ref AS VARCHAR))[1:5] FROM ({sql}) WHERE pid IN ({ids}) GROUP BY pid
+            """, params).fetchall():
+        out[int(pid)] = _outcome(int(n), [str(x) for x in samples], description)
+    return out
 
 
-def no_system_notes(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """No system note is among the user notes (they have their own table, system_notes)."""
-    scope, params = _scope(project_id, "n.project_id")
-    sql = f"""
-        SELECT n.id FROM notes n JOIN raw_payloads r ON r.id = n.raw_payload_id,
+def _everywhere(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any], description: str) -> Outcome:
+    n, samples = one_row(con.execute(f"SELECT count(*), list(CAST(ref AS VARCHAR))[1:5] FROM ({sql})", params))
+    return _outcome(int(n), [str(x) for x in samples or []] if n else [], description)
+
+
+# Each rule is a query of its violations over the whole store, one row `(pid, ref)` each, and
+# what it asserts. A check of one project and a batch's checks of many run the same query, the
+# batch in one pass grouped by project (`evaluate_many`) instead of once per project.
+Violations = Callable[[], tuple[str, list[Any]]]
+
+
+def _items_without_raw() -> tuple[str, list[Any]]:
+    return " UNION ALL ".join(f"""
+        SELECT t.project_id AS pid, '{table}:' || t.id AS ref FROM {table} t
+        LEFT JOIN raw_payloads r ON r.id = t.raw_payload_id
+        WHERE (r.id IS NULL OR r.deleted_at IS NOT NULL)""" for table in (k.table for k in kinds.ITEM_KINDS)), []
+
+
+def _system_notes_among_notes() -> tuple[str, list[Any]]:
+    return """
+        SELECT n.project_id AS pid, n.id AS ref FROM notes n JOIN raw_payloads r ON r.id = n.raw_payload_id,
              unnest(CAST(json_extract(r.json, '$.notes') AS JSON[])) AS t(note)
         WHERE CAST(json_extract(note, '$.id') AS BIGINT) = n.id
-          AND coalesce(CAST(json_extract(note, '$.system') AS BOOLEAN), false){scope}"""
-    return _count(con, sql, params, "no system note is among the user notes", "id")
+          AND coalesce(CAST(json_extract(note, '$.system') AS BOOLEAN), false)""", []
 
 
-def no_orphans(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """Every note belongs to a thread, every thread to an issue or MR."""
-    scope_n, params = _scope(project_id, "n.project_id")
-    scope_d, _ = _scope(project_id, "d.project_id")
+def _orphans() -> tuple[str, list[Any]]:
     # A thread hangs off one kind of item: one outer join per kind, and none of them found it.
     parents = "\n        ".join(f"LEFT JOIN {k.table} p{i} ON p{i}.id = d.{k.thread_column}"
                                  for i, k in enumerate(kinds.ITEM_KINDS))
     no_parent = " AND ".join(f"p{i}.id IS NULL" for i in range(len(kinds.ITEM_KINDS)))
-    sql = f"""
-        SELECT 'note:' || n.id AS ref FROM notes n LEFT JOIN discussions d ON d.id = n.discussion_id
-        WHERE d.id IS NULL{scope_n}
+    return f"""
+        SELECT n.project_id AS pid, 'note:' || n.id AS ref FROM notes n LEFT JOIN discussions d ON d.id = n.discussion_id
+        WHERE d.id IS NULL
         UNION ALL
-        SELECT 'discussion:' || d.id FROM discussions d
+        SELECT d.project_id, 'discussion:' || d.id FROM discussions d
         {parents}
-        WHERE {no_parent}{scope_d}"""
-    return _count(con, sql, params * 2, "every note belongs to a thread and every thread to an issue or MR", "ref")
+        WHERE {no_parent}""", []
 
 
-def threads_have_their_notes(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """Every thread has at least one note; a standalone (individual_note) thread exactly one."""
-    scope, params = _scope(project_id, "d.project_id")
-    sql = f"""
-        SELECT d.id, d.individual_note, count(n.id) AS notes FROM discussions d
+def _threads_without_notes() -> tuple[str, list[Any]]:
+    return """
+        SELECT d.project_id AS pid, d.id AS ref FROM discussions d
         LEFT JOIN notes n ON n.discussion_id = d.id
-        WHERE true{scope}
-        GROUP BY d.id, d.individual_note, d.note_count
-        HAVING count(n.id) = 0 OR count(n.id) <> d.note_count OR (d.individual_note AND count(n.id) <> 1)"""
-    return _count(con, sql, params, "every thread has at least one note, and a standalone note exactly one", "id")
+        GROUP BY d.project_id, d.id, d.individual_note, d.note_count
+        HAVING count(n.id) = 0 OR count(n.id) <> d.note_count OR (d.individual_note AND count(n.id) <> 1)""", []
 
 
-def note_dates_ordered(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """Every thread's first_note_at is at or before its last_note_at."""
-    scope, params = _scope(project_id)
-    sql = f"SELECT id FROM discussions WHERE first_note_at > last_note_at{scope}"
-    return _count(con, sql, params, "every thread's first_note_at is at or before its last_note_at", "id")
+def _dates_out_of_order() -> tuple[str, list[Any]]:
+    return "SELECT project_id AS pid, id AS ref FROM discussions WHERE first_note_at > last_note_at", []
+
+
+def _mrs_without_files() -> tuple[str, list[Any]]:
+    return """
+        SELECT m.project_id AS pid, m.reference AS ref FROM merge_requests m
+        WHERE NOT EXISTS (SELECT 1 FROM raw_payloads f WHERE f.resource_type = 'merge_request_diffs'
+                          AND f.parent_id = m.id AND f.deleted_at IS NULL)""", []
+
+
+def _unresolved_references() -> tuple[str, list[Any]]:
+    sigils = " ".join("WHEN ? THEN ?" for _ in kinds.ITEM_KINDS)
+    missing = "".join(f"""
+          AND NOT EXISTS (SELECT 1 FROM {k.table} t WHERE r.target_type = ?
+                          AND t.project_id = r.target_project_id AND t.iid = r.target_iid)""" for k in kinds.ITEM_KINDS)
+    sql = f"""
+        SELECT r.project_id AS pid, r.target_path || CASE r.target_type {sigils} END || r.target_iid
+               || ' (' || r.text || ')' AS ref
+        FROM item_references r
+        WHERE NOT r.external{missing}"""
+    return sql, [*(v for k in kinds.ITEM_KINDS for v in (k.name, k.sigil)), *(k.name for k in kinds.ITEM_KINDS)]
+
+
+def _system_notes_in_documents() -> tuple[str, list[Any]]:
+    return """
+        SELECT d.project_id AS pid, d.id AS ref FROM documents d
+        WHERE d.source_type = 'discussion'
+          AND NOT EXISTS (SELECT 1 FROM discussions t WHERE t.id = d.source_id)
+        UNION ALL
+        SELECT d.project_id, d.id FROM documents d JOIN system_notes s ON s.discussion_id = d.source_id
+        WHERE d.source_type = 'discussion' AND s.body <> ''
+          AND contains(d.content_text, '@' || coalesce(s.author_username, 'unknown') || ' ('
+                       || coalesce(strftime(s.created_at, '%Y-%m-%d'), 'unknown date') || '):' || chr(10) || s.body)""", []
+
+
+# The violation queries behind RULES (cursors_within_data is read in Python: `_cursors`).
+VIOLATIONS: dict[str, tuple[Violations, str]] = {
+    "items_have_raw_payloads": (_items_without_raw, "every issue and MR has its live raw payload"),
+    "no_system_notes": (_system_notes_among_notes, "no system note is among the user notes"),
+    "no_orphan_notes_or_threads": (_orphans, "every note belongs to a thread and every thread to an issue or MR"),
+    "threads_have_their_notes": (_threads_without_notes,
+                                 "every thread has at least one note, and a standalone note exactly one"),
+    "note_dates_ordered": (_dates_out_of_order, "every thread's first_note_at is at or before its last_note_at"),
+    "mrs_have_file_lists": (_mrs_without_files, "every merge request has its file list (a sync fetches missing ones)"),
+    "references_resolved": (_unresolved_references, "every link's target is in the store or marked external "
+                            "(a miss: a typo'd number, or an item the token cannot see)"),
+    "no_system_note_in_documents": (_system_notes_in_documents, "no system note reaches a search document"),
+}
+
+
+def _rule(name: str, doc: str) -> Callable[[duckdb.DuckDBPyConnection, int | None], Outcome]:
+    """Rule `name` scoped to one project (or, with None, the whole store)."""
+    violations, description = VIOLATIONS[name]
+
+    def rule(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
+        sql, params = violations()
+        if project_id is None:
+            return _everywhere(con, sql, params, description)
+        return _grouped(con, sql, params, description, [project_id])[project_id]
+
+    rule.__doc__ = doc
+    return rule
+
+
+items_have_raw_payloads = _rule("items_have_raw_payloads", "Every issue and merge request has its live raw payload.")
+no_system_notes = _rule("no_system_notes", "No system note is among the user notes (they have their own table, system_notes).")
+no_orphans = _rule("no_orphan_notes_or_threads", "Every note belongs to a thread, every thread to an issue or MR.")
+threads_have_their_notes = _rule(
+    "threads_have_their_notes", "Every thread has at least one note; a standalone (individual_note) thread exactly one.")
+note_dates_ordered = _rule("note_dates_ordered", "Every thread's first_note_at is at or before its last_note_at.")
 
 
 def cursors_within_data(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
     """Every sync cursor is at or before the newest updated_at stored for its resource."""
-    scope, params = _scope(project_id, "c.project_id")
+    if project_id is None:
+        return _cursors(con, None)[None]
+    return _cursors(con, [project_id])[project_id]
+
+
+def _cursors(con: duckdb.DuckDBPyConnection, project_ids: Sequence[int] | None) -> dict[Any, Outcome]:
+    """The cursor rule per project (None: one outcome for the whole store, keyed None)."""
+    where = f" WHERE c.project_id IN ({', '.join(str(int(p)) for p in project_ids)})" if project_ids else ""
     rows = con.execute(f"""
         SELECT c.project_id, c.resource_type, c.updated_at_cursor,
                (SELECT max(r.updated_at) FROM raw_payloads r WHERE r.project_id = c.project_id
                   AND r.resource_type = c.resource_type)
-        FROM sync_cursors c WHERE true{scope}
-    """, params).fetchall()
-    bad = [f"{p}/{r}: cursor {c} > newest {m}" for p, r, c, m in rows if m is None or (parse_time(c) or m) > m]
-    return Outcome(not bad, len(bad), "every cursor is at or before the newest updated_at stored"
-                   if not bad else f"{len(bad)} cursor(s) ahead of the stored data", bad[:5])
+        FROM sync_cursors c{where}
+    """).fetchall() if project_ids is None or project_ids else []
+    bad: dict[Any, list[str]] = {pid: [] for pid in (project_ids if project_ids is not None else [None])}
+    for p, r, c, m in rows:
+        if m is None or (parse_time(c) or m) > m:
+            bad[p if project_ids is not None else None].append(f"{p}/{r}: cursor {c} > newest {m}")
+    return {pid: Outcome(not lines, len(lines), "every cursor is at or before the newest updated_at stored"
+                         if not lines else f"{len(lines)} cursor(s) ahead of the stored data", lines[:5])
+            for pid, lines in bad.items()}
 
 
 def projects_synced_recently(con: duckdb.DuckDBPyConnection, projects: list[str],
@@ -128,48 +210,11 @@ def projects_synced_recently(con: duckdb.DuckDBPyConnection, projects: list[str]
                    stale, {"minutes_since_last_success": {k: v for k, v in ages.items() if v is not None}})
 
 
-def mrs_have_file_lists(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """Every merge request in the store has its file list (fetched from GitLab's /diffs)."""
-    scope, params = _scope(project_id, "m.project_id")
-    sql = f"""
-        SELECT m.reference AS ref FROM merge_requests m
-        WHERE NOT EXISTS (SELECT 1 FROM raw_payloads f WHERE f.resource_type = 'merge_request_diffs'
-                          AND f.parent_id = m.id AND f.deleted_at IS NULL){scope}"""
-    return _count(con, sql, params, "every merge request has its file list (a sync fetches missing ones)", "ref")
-
-
-def references_resolved(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """Every link's target is in the store, or in a project this store does not sync (external)."""
-    scope, params = _scope(project_id, "r.project_id")
-    sigils = " ".join("WHEN ? THEN ?" for _ in kinds.ITEM_KINDS)
-    missing = "".join(f"""
-          AND NOT EXISTS (SELECT 1 FROM {k.table} t WHERE r.target_type = ?
-                          AND t.project_id = r.target_project_id AND t.iid = r.target_iid)""" for k in kinds.ITEM_KINDS)
-    sql = f"""
-        SELECT r.target_path || CASE r.target_type {sigils} END || r.target_iid
-               || ' (' || r.text || ')' AS ref
-        FROM item_references r
-        WHERE NOT r.external{scope}{missing}"""
-    params = [*(v for k in kinds.ITEM_KINDS for v in (k.name, k.sigil)), *params,
-              *(k.name for k in kinds.ITEM_KINDS)]
-    return _count(con, sql, params, "every link's target is in the store or marked external "
-                  "(a miss: a typo'd number, or an item the token cannot see)", "ref")
-
-
-def no_system_note_in_documents(con: duckdb.DuckDBPyConnection, project_id: int | None) -> Outcome:
-    """No system note reaches a search document: no document of a thread without user notes, and
-    no thread document holding a system note as one of its notes."""
-    scope, params = _scope(project_id, "d.project_id")
-    sql = f"""
-        SELECT d.id FROM documents d
-        WHERE d.source_type = 'discussion'{scope}
-          AND NOT EXISTS (SELECT 1 FROM discussions t WHERE t.id = d.source_id)
-        UNION ALL
-        SELECT d.id FROM documents d JOIN system_notes s ON s.discussion_id = d.source_id
-        WHERE d.source_type = 'discussion'{scope} AND s.body <> ''
-          AND contains(d.content_text, '@' || coalesce(s.author_username, 'unknown') || ' ('
-                       || coalesce(strftime(s.created_at, '%Y-%m-%d'), 'unknown date') || '):' || chr(10) || s.body)"""
-    return _count(con, sql, params * 2, "no system note reaches a search document", "id")
+mrs_have_file_lists = _rule("mrs_have_file_lists", "Every merge request in the store has its file list (fetched from GitLab's /diffs).")
+references_resolved = _rule("references_resolved", "Every link's target is in the store, or in a project this store does not sync (external).")
+no_system_note_in_documents = _rule(
+    "no_system_note_in_documents", "No system note reaches a search document: no document of a thread without user notes, and\n"
+    "    no thread document holding a system note as one of its notes.")
 
 
 RULES: dict[str, tuple[Callable[[duckdb.DuckDBPyConnection, int | None], Outcome], str]] = {
@@ -186,6 +231,14 @@ RULES: dict[str, tuple[Callable[[duckdb.DuckDBPyConnection, int | None], Outcome
 # Rules whose violations are worth a warning, not a failed check: a link to `#99999` is a user's
 # typo or an item the token cannot see, not a broken store.
 WARN_ONLY = {"references_resolved"}
+def evaluate_many(con: duckdb.DuckDBPyConnection, name: str, project_ids: Sequence[int]) -> dict[int, Outcome]:
+    """Rule `name` for each of `project_ids` in one pass over the store (grouped by project): the
+    outcome each would get from `RULES[name][0](con, project_id)`."""
+    if name == "cursors_within_data":
+        return _cursors(con, list(project_ids)) if project_ids else {}
+    violations, description = VIOLATIONS[name]
+    sql, params = violations()
+    return _grouped(con, sql, params, description, list(project_ids))
 
 
 def index_agreement(status: dict[str, Any], project: str | None, index: str) -> Outcome:

@@ -94,6 +94,33 @@ class ProjectSync:
     # -- entry point ------------------------------------------------------------------------
 
     def run(self) -> SyncResult:
+        started = self._begin()
+        client: GitLabClient | None = None
+        try:
+            client = self.workspace.gitlab()
+            asyncio.run(self._run(client))
+        except BaseException as exc:
+            self._failed(started, client, exc)
+            raise
+        self._finish(started, client)
+        return self.result
+
+    async def run_sharing(self, client: GitLabClient) -> SyncResult:
+        """`run` on a loop and a client shared with other projects' syncs (sync/many.py): the
+        client's rate limit and request permits are the batch's, its calls are counted for this
+        project alone, and the store work between the calls is on worker threads, so the loop
+        serves the other projects meanwhile. The caller records the token's user once."""
+        client.counts_apart()
+        started = await asyncio.to_thread(self._begin)
+        try:
+            await self._fetch(client, identity=False)
+        except BaseException as exc:
+            await asyncio.shield(asyncio.to_thread(self._failed, started, client, exc))
+            raise
+        await asyncio.to_thread(self._finish, started, client)
+        return self.result
+
+    def _begin(self) -> float:
         self.config.token()  # fail on a missing token before anything is written
         started = time.monotonic()
         with self.workspace.write() as con, transaction(con):
@@ -101,19 +128,14 @@ class ProjectSync:
                 con, self.project_path, self.result.mode, force=self.force,
                 stale_after=timedelta(minutes=self.config.sync.stale_after_minutes),
                 dagster_run_id=self.dagster_run_id)
-        client: GitLabClient | None = None
-        try:
-            client = self.workspace.gitlab()
-            asyncio.run(self._run(client))
-        except BaseException as exc:
-            self._finish(started, client, error=_describe(exc))
-            # A failed step materializes nothing: the error carries what was done (API calls made,
-            # items committed) to whoever reports it (`sync --json`).
-            with contextlib.suppress(AttributeError, TypeError):
-                exc.raw_stats = RawStats.of(self.result)  # type: ignore[attr-defined]  # any exception carries it
-            raise
-        self._finish(started, client)
-        return self.result
+        return started
+
+    def _failed(self, started: float, client: GitLabClient | None, exc: BaseException) -> None:
+        self._finish(started, client, error=_describe(exc))
+        # A failed step materializes nothing: the error carries what was done (API calls made,
+        # items committed) to whoever reports it (`sync --json`).
+        with contextlib.suppress(AttributeError, TypeError):
+            exc.raw_stats = RawStats.of(self.result)  # type: ignore[attr-defined]  # any exception carries it
 
     def _finish(self, started: float, client: GitLabClient | None, error: str | None = None) -> None:
         self.result.duration_s = time.monotonic() - started
@@ -135,35 +157,39 @@ class ProjectSync:
     async def _run(self, client: GitLabClient) -> None:
         client.notify = self.progress.message  # long waits for GitLab are said where the sync reports
         async with client:
-            project = await client.project(self.project_path)
-            self._project_id = int(project["id"])
-            canonical = project.get("path_with_namespace")
-            if canonical and canonical != self.project_path:
-                # GitLab resolved the path in another case or through a rename's redirect: the
-                # store keys the project by this id (sync_runs records it), not by the path.
-                self.progress.message(f"{self.project_path}: GitLab calls it {canonical} (id {self._project_id})")
-            self.result.project_id = self._project_id
-            self._files = files.FileFetcher(client, self._project_id, self.config.gitlab.per_page)
-            self._commit(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
-            if canonical and canonical.casefold() != self.project_path.casefold():
-                # Links written with the configured (old) path name this project too.
-                self._commit(lambda con, prov: redirects.record(con, self.project_path, project))
+            await self._fetch(client)
+
+    async def _fetch(self, client: GitLabClient, identity: bool = True) -> None:
+        project = await client.project(self.project_path)
+        self._project_id = int(project["id"])
+        canonical = project.get("path_with_namespace")
+        if canonical and canonical != self.project_path:
+            # GitLab resolved the path in another case or through a rename's redirect: the
+            # store keys the project by this id (sync_runs records it), not by the path.
+            self.progress.message(f"{self.project_path}: GitLab calls it {canonical} (id {self._project_id})")
+        self.result.project_id = self._project_id
+        self._files = files.FileFetcher(client, self._project_id, self.config.gitlab.per_page)
+        self._commit(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
+        if canonical and canonical.casefold() != self.project_path.casefold():
+            # Links written with the configured (old) path name this project too.
+            self._commit(lambda con, prov: redirects.record(con, self.project_path, project))
+        if identity:
             await refresh_identity(self.workspace, client)
-            for resource, kind in RESOURCES:
-                stats = self.result.resources.setdefault(resource, ResourceStats())
-                await self._sync_resource(client, resource, kind, stats)
-                if kind == kinds.MERGE_REQUEST.name:
-                    await self._backfill_files(stats)
-            # Kinds not shaped like an issue (kinds.KEYED_KINDS) have a step of their own.
-            await wikis.sync_wiki(client, self._project_id, self.project_path,
-                                  self.result.resources.setdefault(wikis.RESOURCE, ResourceStats()),
-                                  self._commit, self.progress.message)
-            await releases.sync_releases(client, self._project_id, self.project_path, self.config.gitlab.per_page,
-                                         self._commit, self.progress,
-                                         self.result.resources.setdefault(kinds.RELEASE.api_path, ResourceStats()))
-            self.result.file_calls = self._files.calls
-            self._paths.paths.discard(self.project_path.casefold())
-            self.result.path_lookups = await redirects.look_up(self.workspace, client, self._paths.paths)
+        for resource, kind in RESOURCES:
+            stats = self.result.resources.setdefault(resource, ResourceStats())
+            await self._sync_resource(client, resource, kind, stats)
+            if kind == kinds.MERGE_REQUEST.name:
+                await self._backfill_files(stats)
+        # Kinds not shaped like an issue (kinds.KEYED_KINDS) have a step of their own.
+        await wikis.sync_wiki(client, self._project_id, self.project_path,
+                              self.result.resources.setdefault(wikis.RESOURCE, ResourceStats()),
+                              self._commit, self.progress.message)
+        await releases.sync_releases(client, self._project_id, self.project_path, self.config.gitlab.per_page,
+                                     self._commit, self.progress,
+                                     self.result.resources.setdefault(kinds.RELEASE.api_path, ResourceStats()))
+        self.result.file_calls = self._files.calls
+        self._paths.paths.discard(self.project_path.casefold())
+        self.result.path_lookups = await redirects.look_up(self.workspace, client, self._paths.paths)
 
     # -- one resource -----------------------------------------------------------------------
 
@@ -338,7 +364,7 @@ class ProjectSync:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, KnowledgeError):
         return str(exc)
-    if isinstance(exc, KeyboardInterrupt):
+    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
         return "interrupted"
     return f"{type(exc).__name__}: {exc}"
 

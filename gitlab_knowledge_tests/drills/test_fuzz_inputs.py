@@ -39,7 +39,7 @@ FIELDS = {
     "storage": ["data_dir"],
     "embedding": ["provider", "model", "ollama_host", "batch_size", "timeout"],
     "search": ["rrf_k", "candidates"],
-    "sync": ["stale_after_minutes", "lock_wait_seconds"],
+    "sync": ["stale_after_minutes", "lock_wait_seconds", "projects_in_flight"],
 }
 sections = st.fixed_dictionaries({}, optional={
     name: st.fixed_dictionaries({}, optional={key: odd_value for key in keys}) for name, keys in FIELDS.items()})

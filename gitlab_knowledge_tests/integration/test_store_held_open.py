@@ -44,3 +44,39 @@ def test_opens_inside_a_hold_are_cursors_of_one_connection(tmp_path: Path, monke
     with db.read_connection(path) as con:
         assert con.execute("SELECT count(*) FROM t").fetchone() == (5,)
     assert opens == [False, True]  # and opens are ordinary again
+
+
+def test_under_one_writer_a_connection_of_another_thread_waits_for_its_turn(tmp_path: Path):
+    # A batch's fetch threads commit while its own thread runs the store layers of the projects
+    # already fetched (sync/many.py): each connection, held or not, is taken one at a time.
+    import threading
+
+    path = tmp_path / "store.duckdb"
+    with db.write_connection(path) as con:
+        con.execute("CREATE TABLE t (x INTEGER)")
+
+    def other_thread_may_connect() -> bool:
+        free: list[bool] = []
+
+        def probe() -> None:
+            turn = db._turn()  # outside one_writer: a context that never waits
+            got = turn.acquire(blocking=False) if hasattr(turn, "acquire") else True
+            if got and hasattr(turn, "release"):
+                turn.release()
+            free.append(got)
+
+        thread = threading.Thread(target=probe)
+        thread.start()
+        thread.join()
+        return free[0]
+
+    with db.write_connection(path):
+        assert other_thread_may_connect()  # outside a batch: no turns, as before
+    with db.one_writer():
+        with db.write_connection(path):
+            assert not other_thread_may_connect()
+        with db.holding_open(path):
+            assert other_thread_may_connect()  # holding the store open is not a turn held for its span
+            with db.read_connection(path):
+                assert not other_thread_may_connect()
+        assert other_thread_may_connect()

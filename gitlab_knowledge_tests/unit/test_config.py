@@ -118,6 +118,12 @@ def test_missing_sections_take_the_defaults(tmp_path: Path) -> None:
     assert config.data_dir == (tmp_path / "conf" / "data").resolve()
 
 
+def test_projects_in_flight_defaults_to_8_and_is_read_from_the_sync_section(tmp_path: Path) -> None:
+    # A batch of many projects fetches this many at once (sync/many.py).
+    assert load_text(tmp_path, MINIMAL).sync.projects_in_flight == 8
+    assert load_text(tmp_path, MINIMAL + "[sync]\nprojects_in_flight = 3\n").sync.projects_in_flight == 3
+
+
 def test_projects_as_array_of_tables(tmp_path: Path) -> None:
     text = '''
 [gitlab]
@@ -305,6 +311,10 @@ INVALID = {
     "missing ca_bundle": (MINIMAL + 'ca_bundle = "missing-ca.pem"\n', "gitlab.ca_bundle"),
     "boolean batch_size": (MINIMAL + "[embedding]\nbatch_size = false\n", "embedding.batch_size"),
     "negative lock wait": (MINIMAL + "[sync]\nlock_wait_seconds = -1\n", "sync.lock_wait_seconds"),
+    "zero projects in flight": (MINIMAL + "[sync]\nprojects_in_flight = 0\n", "sync.projects_in_flight"),
+    "fractional projects in flight": (MINIMAL + "[sync]\nprojects_in_flight = 2.5\n", "sync.projects_in_flight"),
+    "projects in flight past the maximum": (MINIMAL + "[sync]\nprojects_in_flight = 100000\n",
+                                            "sync.projects_in_flight"),
 }
 
 

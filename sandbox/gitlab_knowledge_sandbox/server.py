@@ -18,6 +18,7 @@ from .clock import SandboxClock, http_date
 from .control import CONTROL_PREFIX, Stats, handle_control
 from .dataset import Dataset, load_dataset
 from .faults import STATUS_TEXT, Fault, FaultInjector
+from .inflight import InFlight
 from .params import nest_form
 from .ratelimit import RateLimiter, rate_headers, synthetic_state, throttled_headers
 from .state import SandboxState
@@ -101,7 +102,8 @@ class _Handler(BaseHTTPRequestHandler):
             if path.startswith(CONTROL_PREFIX):
                 self._send_json(*sandbox.control(self.command, path, raw_body), count=False)
                 return
-            self._api(path, raw_body)
+            with sandbox.in_flight.serving(path):
+                self._api(path, raw_body)
         except _CloseConnection:
             self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
@@ -297,6 +299,7 @@ class SandboxGitLab:
         self.limiter = RateLimiter(rate_limit) if rate_limit else None
         self.injector = FaultInjector(faults)
         self.counters = Stats()
+        self.in_flight = InFlight(lambda ref: self.state.project(ref))  # the projects being served at once (inflight.py)
         self.tls = tls
         self._stopping = threading.Event()
         self._server: _HTTPServer | None = None
