@@ -51,8 +51,8 @@ def build_scaleout_defs(workspace: Any = workspace_resource) -> dg.Definitions:
     jobs = [replaced.get(j.name, j) for j in base.jobs or ()]
     with warnings.catch_warnings():  # with_updated_job copies the sensor's beta `owners` parameter
         warnings.simplefilter("ignore", dg.BetaWarning)
-        sensors = [per_project_sensor(s, sync_job) if s.has_jobs and s.job_name == BATCH_JOB
-                   else s.with_updated_job(replaced[s.job_name]) if s.has_jobs and s.job_name in replaced else s
+        sensors = [per_project_sensor(s, sync_job) if BATCH_JOB in _job_names(s)
+                   else s.with_updated_job(replaced[s.job_name]) if _job_names(s) & set(replaced) else s
                    for s in base.sensors or ()]
     schedules = [s.with_updated_job(replaced[s.job_name])
                  if isinstance(s, dg.ScheduleDefinition) and s.job_name in replaced else s for s in base.schedules or ()]
@@ -61,24 +61,35 @@ def build_scaleout_defs(workspace: Any = workspace_resource) -> dg.Definitions:
                           executor=distributed_executor)
 
 
+def _job_names(sensor: dg.SensorDefinition) -> set[str]:
+    return {j.name for j in sensor.jobs} if sensor.has_jobs else set()
+
+
 def per_project_sensor(base: dg.SensorDefinition, job: Any) -> dg.SensorDefinition:
-    """The change sensor asking for one distributed `sync_project` run per project its tick finds
-    due, where the single-machine deployment asks for one batch run (defs/batch.py): a batch's
-    project runs execute in its own process, and here the steps belong on the workers."""
-    @dg.sensor(name=base.name, job=job, minimum_interval_seconds=base.minimum_interval_seconds,
-               default_status=base.default_status, description=base.description)
+    """A sensor asking for one distributed `sync_project` run per project where the
+    single-machine deployment asks for one batch run (defs/batch.py: the change sensor's tick,
+    discovery's new projects): a batch's projects execute in its own process, and here the steps
+    belong on the workers. Its other requests (discovery's purge) pass through as they are."""
+    others = [j for j in base.jobs if j.name != BATCH_JOB]
+    targets = {"jobs": [job, *others]} if others else {"job": job}
+
+    @dg.sensor(name=base.name, minimum_interval_seconds=base.minimum_interval_seconds,
+               default_status=base.default_status, description=base.description, **targets)
     def sensor(context: dg.SensorEvaluationContext, workspace: dg.ResourceParam[Workspace]) -> dg.SensorResult:
         result = base(context)  # the same decision, from the same context (its workspace resource included)
         assert isinstance(result, dg.SensorResult)
         requests = []
         for request in result.run_requests or []:
+            if others and request.job_name != BATCH_JOB:
+                requests.append(request)
+                continue
             config = request.run_config["ops"][BATCH_OP]["config"]
             for project in config["projects"]:
                 tags = {**request.tags, PROJECT_TAG: project}
                 if project in config.get("retry", {}):
                     tags[RETRY_TAG] = config["retry"][project]
                 requests.append(dg.RunRequest(run_key=f"{request.run_key}|{project}", partition_key=project,
-                                              tags=tags))
+                                              tags=tags, job_name=job.name))
         return dg.SensorResult(run_requests=requests, skip_reason=result.skip_reason,
                                dynamic_partitions_requests=result.dynamic_partitions_requests, cursor=result.cursor)
 

@@ -203,3 +203,30 @@ def test_the_distributed_deployments_sensor_asks_for_a_run_per_project(env):
         result = sensor(context)
     assert [r.partition_key for r in result.run_requests] == project_paths(sb)
     assert sensor.job_name == "sync_project"
+
+
+def test_the_distributed_deployments_discovery_asks_for_a_run_per_new_project_and_keeps_its_purge(env):
+    # Discovery asks for one batch run of its new projects and a purge run in the same tick; on the
+    # workers the batch becomes a sync_project run per project (as the change sensor's does) and the
+    # purge run passes through unchanged.
+    from gitlab_knowledge.defs.batch import sync_projects_job
+    from gitlab_knowledge.defs.discovery import PURGE_JOB, purge_removed_projects_job
+    from gitlab_knowledge.scaleout.definitions import build_scaleout_defs, per_project_sensor
+
+    sb, path, instance = env
+    wrapped = build_scaleout_defs().resolve_sensor_def("group_discovery_sensor")
+    assert {j.name for j in wrapped.jobs} == {"sync_project", PURGE_JOB}
+    purge = dg.RunRequest(job_name=PURGE_JOB, run_key="purge|7|t", run_config={"ops": {"find_removed": {
+        "config": {"project_ids": [7]}}}})
+    batch = dg.RunRequest(job_name=BATCH_JOB, run_key="discovered|d|t", run_config=batch_run_config(["a/x", "a/y"]))
+
+    @dg.sensor(name="group_discovery_sensor", jobs=[sync_projects_job, purge_removed_projects_job])
+    def base(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        return dg.SensorResult(run_requests=[batch, purge])
+
+    sensor = per_project_sensor(base, build_scaleout_defs().resolve_job_def("sync_project"))
+    with dg.build_sensor_context(instance=instance, resources={"workspace": Workspace.load(path)}) as context:
+        result = sensor(context)
+    assert [(r.job_name, r.partition_key, r.run_key) for r in result.run_requests] == [
+        ("sync_project", "a/x", "discovered|d|t|a/x"), ("sync_project", "a/y", "discovered|d|t|a/y"),
+        (PURGE_JOB, None, "purge|7|t")]
