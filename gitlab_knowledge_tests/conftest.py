@@ -218,7 +218,7 @@ def shared_zygote() -> Zygote:
     if _zygote is None:
         import tempfile
 
-        _zygote = Zygote(subprocess_env(), Path(tempfile.mkdtemp(prefix="gk-zygote-")))
+        _zygote = Zygote(subprocess_env(), Path(tempfile.mkdtemp(prefix="gitlab-knowledge-tests-zygote-")))
     return _zygote
 
 
