@@ -1,6 +1,7 @@
 """Shared fixtures: generated datasets, a sandbox GitLab on 127.0.0.1, configs on tmp data dirs."""
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from gitlab_knowledge.config import Config, parse_config
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab, generate_dataset
+from gitlab_knowledge_tests.support.zygote import Zygote
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "GITLAB_TOKEN"
@@ -202,6 +204,46 @@ def write_config_file(path: Path, sb: SandboxGitLab, data_dir: Path, **gitlab: A
     }
     path.write_text(tomli_w.dumps(doc), encoding="utf-8")
     return path
+
+
+_zygote: Zygote | None = None
+
+
+def shared_zygote() -> Zygote:
+    """One parent per test process that imported the product once (support/zygote.py), started
+    on first use: a test that runs `python -m gitlab_knowledge ...` as a process of its own forks
+    it from here instead of paying a fresh interpreter's imports (~2 s of CPU, several on a
+    loaded machine) per command. Closed at the session's end (pytest_sessionfinish)."""
+    global _zygote
+    if _zygote is None:
+        import tempfile
+
+        _zygote = Zygote(subprocess_env(), Path(tempfile.mkdtemp(prefix="gitlab-knowledge-tests-zygote-")))
+    return _zygote
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _zygote
+    if _zygote is not None:
+        import shutil
+
+        _zygote.close()  # SIGKILLs any child still running: no orphans
+        shutil.rmtree(_zygote.workdir, ignore_errors=True)
+        _zygote = None
+
+
+@pytest.fixture
+def zygote() -> Zygote:
+    return shared_zygote()
+
+
+def forked(argv: list[str], *, env: dict[str, str], cwd: Path | None = None,
+           timeout: float | None = None) -> "subprocess.CompletedProcess[str]":
+    """`subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, env=env,
+    cwd=cwd, timeout=timeout)`, the process forked from the shared zygote: the same exit code,
+    stdout and stderr. Not for a test about what a fresh interpreter imports, or one that feeds
+    stdin (the child's is /dev/null)."""
+    return shared_zygote().run(argv[0], argv[1:], cwd=cwd or Path.cwd(), env=env, timeout=timeout)
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:

@@ -2,21 +2,29 @@
 points: the second is refused at once (exit 5, one line) whether it starts while the first fetches
 or at the same moment, a kill of either leaves nothing behind that makes a later sync wait (no
 pool slot held or assigned to a dead run), and the next sync completes with the store of a clean
-sync. GitLab changes before every attempt, so each has work to be killed in."""
+sync, every layer agreeing (documents == vectors == lexical entries) and no run left "running".
+GitLab changes before every attempt, so each has work to be killed in. This is the CLI's kill test
+(its Dagster bookkeeping included); drills/test_kill_drill.py kills the sync job itself 20 times."""
 
 import os
 import random
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
-from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
-from gitlab_knowledge_tests.helpers import change_gitlab, snapshot, sync_all
+from gitlab_knowledge_tests.conftest import write_config_file
+from gitlab_knowledge_tests.helpers import (
+    REFERENCE_LAYERS,
+    change_gitlab,
+    layer_counts,
+    run_layers,
+    scalar,
+    snapshot,
+)
 from gitlab_knowledge_tests.support.zygote import Child, Zygote
 
 ATTEMPTS = 2  # each attempt is two CLI processes (each a full sync, embeddings included): the suite's budget
@@ -27,14 +35,6 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("concurrent")
     generate_dataset(out, projects=1, issues=12, mrs=6, seed=3, threads_per_parent_mean=2.0)
     return out
-
-
-@pytest.fixture(scope="module")
-def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
-    """Each `python -m gitlab_knowledge sync` below is a process of its own, forked from one that
-    imported the product once (support/zygote.py), not five fresh interpreters importing Dagster."""
-    with Zygote(subprocess_env(), tmp_path_factory.mktemp("zygote")) as parent:
-        yield parent  # its close SIGKILLs any child still running
 
 
 def cli_sync(zygote: Zygote, config: Path, cwd: Path) -> Child:
@@ -96,11 +96,20 @@ def test_a_second_sync_is_refused_at_once_and_killing_either_never_wedges_the_st
             children.append(final)
             err = final.communicate(timeout=120)[1].decode()
             assert final.returncode == 0, err[-2000:]
-            reference = write_config_file(tmp_path / "reference.toml", sb, tmp_path / "reference", per_page=3)
-            sync_all(load_config(reference))
+            # A clean sync of the same GitLab, up to its documents (what the layer counts compare to).
+            reference = load_config(write_config_file(tmp_path / "reference.toml", sb, tmp_path / "reference",
+                                                      per_page=3))
+            run_layers(reference, reference.projects, REFERENCE_LAYERS)
     finally:
         for child in children:
             if child.poll() is None:
                 child.kill()
                 child.wait(30)
-    assert snapshot(load_config(config)) == snapshot(load_config(reference))
+    victim = load_config(config)
+    assert snapshot(victim) == snapshot(reference)
+    # Every layer agrees after a killed CLI sync (the kill drill kills the sync job itself 20 times),
+    # and the killed runs are not left "running".
+    documents, vectors, lexical = layer_counts(victim)
+    assert documents == vectors == lexical == scalar(reference, "SELECT count(*) FROM documents") > 0
+    assert scalar(victim, "SELECT count(*) - count(DISTINCT id) FROM documents") == 0
+    assert scalar(victim, "SELECT count(*) FROM sync_runs WHERE status = 'running'") == 0

@@ -10,7 +10,6 @@ import contextlib
 import json
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.layers import EMBEDDINGS, LAYERS
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SandboxGitLab
-from gitlab_knowledge_tests.conftest import store_config, subprocess_env, write_config_file
+from gitlab_knowledge_tests.conftest import forked, store_config, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import layer_counts, run_layers, scalar, shared_instance, snapshot
 from gitlab_knowledge_tests.support.tmpfs import mounted_tmpfs
 
@@ -40,8 +39,7 @@ def remount(mount: Path, options: str) -> None:
 
 
 def sync(config: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "sync"],
-                          capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    return forked(["gitlab_knowledge", "--config", str(config), "sync"], env=subprocess_env(), timeout=300)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> None:
@@ -105,8 +103,8 @@ def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_d
         remount(tmpfs, "ro")
         try:
             assert_one_line_error(sync(config), "read-only")
-            embed = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), "embed",
-                                    "--all"], capture_output=True, text=True, env=subprocess_env(), timeout=300)
+            embed = forked(["gitlab_knowledge", "--config", str(config), "embed", "--all"], env=subprocess_env(),
+                           timeout=300)
             assert_one_line_error(embed, "embeddings layer cannot write", str(tmpfs / "data"), "read-only file system")
             # One line for the whole command (the next project would meet the same disk), no raw
             # OSError, and stdout does not claim the vectors are current.
@@ -114,9 +112,8 @@ def test_a_read_only_data_directory_fails_cleanly_and_search_still_reads(small_d
             assert "OSError" not in embed.stderr and "current" not in embed.stdout, embed.stdout
             assert embed.returncode == 1
             for mode in ("hybrid", "lexical"):
-                search = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", title, "--json",
-                                         "--mode", mode, "--config", str(config)], capture_output=True, text=True,
-                                        env=subprocess_env(), timeout=120)
+                search = forked(["gitlab_knowledge.search", title, "--json", "--mode", mode, "--config", str(config)],
+                                env=subprocess_env(), timeout=120)
                 assert search.returncode == 0, search.stderr[-2000:]
                 answer = json.loads(search.stdout)
                 # Both retrievers read a read-only store: no silent fall back to one of them.

@@ -6,23 +6,20 @@ is back the next sync embeds exactly those documents."""
 
 import json
 import subprocess
-import sys
 
 from gitlab_knowledge_sandbox import SandboxGitLab
-from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.conftest import forked, subprocess_env, write_config_file
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
 NOTE = "Ownership of the zeppelin-cache migration moves to the platform team"
 
 
 def cli(*args: str, config, env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config), *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+    return forked(["gitlab_knowledge", "--config", str(config), *args], env=env, timeout=300)
 
 
 def search(query: str, config, env) -> dict:
-    run = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", query, "--json", "--config", str(config)],
-                         capture_output=True, text=True, env=env, timeout=120)
+    run = forked(["gitlab_knowledge.search", query, "--json", "--config", str(config)], env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 

@@ -25,7 +25,7 @@ import tomli_w
 
 from gitlab_knowledge.config import Config, load_config
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
-from gitlab_knowledge_tests.conftest import REPO, subprocess_env, write_config_file
+from gitlab_knowledge_tests.conftest import REPO, forked, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import scalar
 from gitlab_knowledge_tests.support.hostile_proxy import HostileProxy, Rule
 
@@ -62,8 +62,8 @@ class World:
 
 
 def cli(world: World, *args: str, module: str = "gitlab_knowledge", **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", module, *args, "--config", str(world.config_path)],
-                          capture_output=True, text=True, cwd=world.home, env=subprocess_env(**env), timeout=300)
+    return forked([module, *args, "--config", str(world.config_path)], cwd=world.home, env=subprocess_env(**env),
+                  timeout=300)
 
 
 def search(world: World, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

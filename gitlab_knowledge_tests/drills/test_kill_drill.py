@@ -7,14 +7,13 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
-from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.conftest import write_config_file
 from gitlab_knowledge_tests.helpers import (
     REFERENCE_LAYERS,
     kill_at_random_points,
@@ -27,14 +26,6 @@ from gitlab_knowledge_tests.helpers import (
 from gitlab_knowledge_tests.support.zygote import Child, Zygote
 
 KILLS = int(os.environ.get("GK_DRILL_KILLS", "20"))
-
-
-@pytest.fixture(scope="module")
-def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Zygote]:
-    """Each sync below is a process of its own, forked from one that imported the product once
-    (support/zygote.py): the drill's ~25 processes no longer import Dagster ~25 times."""
-    with Zygote(subprocess_env(), tmp_path_factory.mktemp("zygote")) as parent:
-        yield parent
 
 
 def runner(zygote: Zygote, config_path: Path) -> Child:

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SandboxGitLab, generate_dataset
-from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.conftest import forked, subprocess_env, write_config_file
 
 BAD_TOKEN = "glpat-THIS-IS-A-WRONG-TOKEN-123"
 
 
 def cli(*args: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge", *args], cwd=cwd, capture_output=True,
-                          text=True, env=subprocess_env(**env), timeout=timeout)
+    return forked(["gitlab_knowledge", *args], cwd=cwd, env=subprocess_env(**env), timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import importlib.resources
 import json
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import tomli_w
 
 from gitlab_knowledge.store.db import read_connection, write_connection
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
-from gitlab_knowledge_tests.conftest import project_paths, subprocess_env, write_config_file
+from gitlab_knowledge_tests.conftest import forked, project_paths, subprocess_env, write_config_file
 
 BAD_TOKEN = "glpat-THIS-IS-A-WRONG-TOKEN-123"
 # command -> schema file; every command that answers a question and has no schema elsewhere
@@ -42,8 +41,7 @@ def validate(command: str, payload: Any) -> None:
 
 def cli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     # cwd is the private home: never a directory with a dagster.yaml (the repository's).
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge", *args], cwd=home, capture_output=True,
-                          text=True, env=subprocess_env(**env), timeout=180)
+    return forked(["gitlab_knowledge", *args], cwd=home, env=subprocess_env(**env), timeout=180)
 
 
 def checked(home: Path, *args: str, code: int = 0, **env: str) -> Any:

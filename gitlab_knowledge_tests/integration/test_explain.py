@@ -1,14 +1,12 @@
 """`explain`: resolves every reference form, shows the chain, and says which layer is behind."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import explain
-from gitlab_knowledge_tests.conftest import subprocess_env, write_config_file
+from gitlab_knowledge_tests.conftest import forked, subprocess_env, write_config_file
 from gitlab_knowledge_tests.helpers import index_all, rows, run_layers, workspace
 
 
@@ -75,14 +73,13 @@ def test_cli_explain(store, tmp_path):
     path = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, config.data_dir)
     project = config.projects[0]
     iid = sb.state.list_items(project, "issues")[0]["iid"]
-    run = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(path), "explain",
-                          f"{project}#{iid}", "--json"], capture_output=True, text=True, env=subprocess_env(),
-                         timeout=120)
+    run = forked(["gitlab_knowledge", "--config", str(path), "explain", f"{project}#{iid}", "--json"],
+                 env=subprocess_env(), timeout=120)
     assert run.returncode == 0, run.stderr
     payload = json.loads(run.stdout)
     assert payload["verdict"] == "fresh" and payload["chain"]["vector"]["present"]
-    human = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(path), "explain",
-                            f"{project}#{iid}"], capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    human = forked(["gitlab_knowledge", "--config", str(path), "explain", f"{project}#{iid}"], env=subprocess_env(),
+                   timeout=120)
     assert "raw payload" in human.stdout and "fresh" in human.stdout
     assert rows(config, "SELECT count(*) FROM documents")[0][0] > 0
 
@@ -142,8 +139,8 @@ def test_a_note_the_raw_layer_holds_says_normalization_is_behind(store, tmp_path
     assert str(note["id"]) in result.reasons[0] and "fetches" not in result.reasons[0]
 
     path = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, config.data_dir)
-    run = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(path), "explain", url, "--json"],
-                         capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    run = forked(["gitlab_knowledge", "--config", str(path), "explain", url, "--json"], env=subprocess_env(),
+                 timeout=120)
     assert run.returncode == 0, run.stderr
     schema = json.loads(importlib.resources.files("gitlab_knowledge.cli").joinpath("schemas", "explain.json")
                         .read_text())

@@ -7,7 +7,6 @@ is checked against SQL written here, independently of graph/people.py."""
 import json
 import os
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import tomli_w
 
 from gitlab_knowledge.config import parse_config
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN, SAMPLE_DATASET, SandboxGitLab
-from gitlab_knowledge_tests.conftest import TOKEN_ENV, subprocess_env
+from gitlab_knowledge_tests.conftest import TOKEN_ENV, forked, subprocess_env
 from gitlab_knowledge_tests.helpers import SYNC_LAYERS, run_layers
 from gitlab_knowledge_tests.integration.test_cli_schemas import validate
 
@@ -78,8 +77,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge", *args], cwd=home, capture_output=True, text=True,
-                          env=subprocess_env(), timeout=120)
+    return forked(["gitlab_knowledge", *args], cwd=home, env=subprocess_env(), timeout=120)
 
 
 def answer(home: Path, *args: str) -> Any:

@@ -3,14 +3,12 @@ switch of the configured model with search answering from vectors throughout."""
 
 import dataclasses
 import json
-import subprocess
-import sys
 import threading
 
 import jsonschema
 
 from gitlab_knowledge.workspace import Workspace
-from gitlab_knowledge_tests.conftest import REPO, subprocess_env
+from gitlab_knowledge_tests.conftest import REPO, forked, subprocess_env
 from gitlab_knowledge_tests.helpers import run_layers
 from gitlab_knowledge_tests.support.fake_ollama import FakeOllama
 
@@ -58,8 +56,7 @@ def test_switching_models_never_leaves_search_without_vectors(synced):
 
 
 def _cli(args, config_path):
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge", "--config", str(config_path), *args],
-                          capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    return forked(["gitlab_knowledge", "--config", str(config_path), *args], env=subprocess_env(), timeout=300)
 
 
 def test_models_list_and_drop(sample, tmp_path):

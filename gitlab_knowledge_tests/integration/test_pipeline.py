@@ -36,8 +36,10 @@ def assert_layers_agree(config) -> int:
     return documents
 
 
-def test_one_sync_leaves_documents_vectors_and_lexical_index_consistent(sandbox, make_config, provider):
-    config = make_config(sandbox)
+def test_one_sync_leaves_documents_vectors_and_lexical_index_consistent(tiny_sandbox, make_config, provider):
+    # The tiny dataset: a first index embeds every document whatever their number, and the small
+    # dataset's first embedding is what the session's small_store already pays once.
+    config = make_config(tiny_sandbox)
     sync_all(config)
     first = index_all(config, provider)
     documents = assert_layers_agree(config)

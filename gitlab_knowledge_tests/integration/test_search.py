@@ -14,7 +14,7 @@ from gitlab_knowledge.search.engine import UNAVAILABLE, Searcher
 from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.output import render_human, response_json
 from gitlab_knowledge.workspace import Workspace
-from gitlab_knowledge_tests.conftest import REPO, subprocess_env
+from gitlab_knowledge_tests.conftest import REPO, forked, subprocess_env
 from gitlab_knowledge_tests.helpers import rows, scalar
 
 GOLDEN = json.loads((REPO / "gitlab_knowledge_tests" / "fixtures" / "golden_queries.json").read_text())
@@ -175,8 +175,8 @@ def test_human_output(searcher):
 
 
 def _cli(args: list[str], config_path: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", *args, "--config", str(config_path)],
-                          capture_output=True, text=True, env=subprocess_env(**env), timeout=120)
+    return forked(["gitlab_knowledge.search", *args, "--config", str(config_path)], env=subprocess_env(**env),
+                  timeout=120)
 
 
 def test_cli_json_and_degradation_and_bad_input(sample):
@@ -307,9 +307,8 @@ def test_impossible_filters_are_refused_naming_the_valid_values(sample, searcher
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
         assert message in result.stderr and not result.stdout
-    listed = subprocess.run([sys.executable, "-m", "gitlab_knowledge", "list", "issues", "--state", "weird",
-                             "--config", str(sample.config_path)], capture_output=True, text=True,
-                            env=subprocess_env(), timeout=120)
+    listed = forked(["gitlab_knowledge", "list", "issues", "--state", "weird", "--config", str(sample.config_path)],
+                    env=subprocess_env(), timeout=120)
     assert listed.returncode == 2 and listed.stderr == f"error: {IMPOSSIBLE[0][1]}\n"
     # What a project is named by in the store, another case or `all` included, still searches.
     response = searcher.search("redis", Filters.build(project="ACME/Platform", state="all"), "lexical", 20)

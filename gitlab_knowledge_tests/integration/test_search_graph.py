@@ -23,7 +23,7 @@ from gitlab_knowledge.search.filters import Filters
 from gitlab_knowledge.search.graph_filters import resolve
 from gitlab_knowledge.search.output import render_human, response_json
 from gitlab_knowledge.workspace import Workspace
-from gitlab_knowledge_tests.conftest import REPO, subprocess_env
+from gitlab_knowledge_tests.conftest import REPO, forked, subprocess_env
 from gitlab_knowledge_tests.helpers import rows
 
 SCHEMA = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_text())
@@ -301,8 +301,7 @@ def test_links_are_left_out_with_a_warning_while_a_writer_holds_the_store(graph,
 
 
 def _cli(args: list[str], config_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", *args, "--config", str(config_path)],
-                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    return forked(["gitlab_knowledge.search", *args, "--config", str(config_path)], env=subprocess_env(), timeout=120)
 
 
 def test_cli_flags_json_and_bad_input(graph):

@@ -4,15 +4,13 @@ document holds is searched as the nearest word the index has (typo) or the word 
 
 import json
 import re
-import subprocess
-import sys
 
 import jsonschema
 import pytest
 
 from gitlab_knowledge.search.output import render_human, response_json
 from gitlab_knowledge.workspace import Workspace
-from gitlab_knowledge_tests.conftest import REPO, subprocess_env
+from gitlab_knowledge_tests.conftest import REPO, forked, subprocess_env
 
 SCHEMA = json.loads((REPO / "gitlab_knowledge" / "search" / "schema.json").read_text())
 MODES = ("hybrid", "lexical", "semantic")
@@ -108,17 +106,15 @@ def test_operators_are_text_where_they_are_not_operators(searcher):
 def test_a_query_of_exclusions_alone_is_words(sample, searcher):
     response = searcher.search("-redis -cache", mode="lexical", limit=3)
     assert (response.phrases, response.excluded) == ([], []) and response.results
-    run = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", "-redis -cache", "--config",
-                          str(sample.config_path), "--mode", "lexical", "--json"],
-                         capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    run = forked(["gitlab_knowledge.search", "-redis -cache", "--config", str(sample.config_path), "--mode", "lexical",
+                  "--json"], env=subprocess_env(), timeout=120)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["excluded"] == []
 
 
 def test_the_cli_says_what_it_searched_instead(sample):
-    run = subprocess.run([sys.executable, "-m", "gitlab_knowledge.search", "reddis", "--config",
-                          str(sample.config_path), "--mode", "lexical"],
-                         capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    run = forked(["gitlab_knowledge.search", "reddis", "--config", str(sample.config_path), "--mode", "lexical"],
+                 env=subprocess_env(), timeout=120)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("Found ")

@@ -2,7 +2,7 @@
 kill drill kills twenty times. It is the Dagster job the CLI and the daemon run, on an in-memory
 Dagster instance: the drill is about the store surviving kill -9 at any point, and the CLI's own
 Dagster bookkeeping after a kill (dead runs, pool slots) is killed and checked by
-integration/test_kill.py.
+drills/test_concurrent_syncs.py.
 
     python -m gitlab_knowledge_tests.support.pipeline_runner CONFIG [ASSET...]
 
