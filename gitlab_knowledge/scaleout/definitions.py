@@ -52,7 +52,8 @@ def build_scaleout_defs(workspace: Any = workspace_resource) -> dg.Definitions:
     with warnings.catch_warnings():  # with_updated_job copies the sensor's beta `owners` parameter
         warnings.simplefilter("ignore", dg.BetaWarning)
         sensors = [per_project_sensor(s, sync_job) if BATCH_JOB in _job_names(s)
-                   else s.with_updated_job(replaced[s.job_name]) if _job_names(s) & set(replaced) else s
+                   else s.with_updated_job(replaced[min(_job_names(s) & set(replaced))]) if _job_names(s) & set(replaced)
+                   else s
                    for s in base.sensors or ()]
     schedules = [s.with_updated_job(replaced[s.job_name])
                  if isinstance(s, dg.ScheduleDefinition) and s.job_name in replaced else s for s in base.schedules or ()]
