@@ -31,7 +31,11 @@ async def refresh_identity(workspace: Workspace, client: "GitLabClient") -> None
         return
     try:
         user = await client.current_user()
-    except (GitLabError, AuthError) as exc:
+    except AuthError:
+        # A rejected token fails every call the sync makes: the sync fails with it, in one line,
+        # rather than warning here first (a batch asks this before any project's own call).
+        raise
+    except GitLabError as exc:
         log.warning("could not record the token's user (GET /user: %s); `me` will need --user", exc)
         return
     if not isinstance(user, dict) or not isinstance(user.get("username"), str):
