@@ -372,11 +372,9 @@ def test_migration_7_upgrades_a_store_written_before_it(v1_store: Path, monkeypa
     """A store at schema 6 whose graph was built without mentions: upgraded, it gains `mentions`,
     its graph is rebuilt by the next run from what it holds (no GitLab call), and `me` finds the
     mention by the table."""
-    from gitlab_knowledge.config import parse_config
     from gitlab_knowledge.graph import people
     from gitlab_knowledge.graph import refresh as graph
     from gitlab_knowledge.normalized import refresh as normalize
-    from gitlab_knowledge.workspace import Workspace
 
     every = migrations.MIGRATIONS
     monkeypatch.setattr(migrations, "MIGRATIONS", every[:6])
@@ -392,10 +390,7 @@ def test_migration_7_upgrades_a_store_written_before_it(v1_store: Path, monkeypa
     assert version(v1_store) == migrations.latest_version() >= 7
     assert query(v1_store, "SELECT count(*) FROM mentions") == [(0,)]
     assert query(v1_store, "SELECT DISTINCT watermark FROM layer_state WHERE layer = 'graph'") == [(0,)]
-    projects = [r[0] for r in query(v1_store, "SELECT path_with_namespace FROM projects ORDER BY 1")]
-    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": projects,
-                           "storage": {"data_dir": str(v1_store.parent)}}, v1_store.parent, {}, "test")
-    workspace = Workspace(config)
+    projects, workspace = _offline_workspace(v1_store)
     for project in projects:
         normalize.refresh(workspace, project)
         graph.refresh(workspace, project)
@@ -447,21 +442,16 @@ def test_migration_10_upgrades_a_store_written_before_it(v1_store: Path, monkeyp
     fills them (the next graph run, due for the mentions' excerpts, rebuilds the same rows), and
     `me` and `person` answer the same before that run (mentions' excerpts read from the text) and
     after it (kept in the rows)."""
-    from gitlab_knowledge.config import parse_config
     from gitlab_knowledge.graph import people
     from gitlab_knowledge.graph import refresh as graph
     from gitlab_knowledge.normalized import refresh as normalize
-    from gitlab_knowledge.workspace import Workspace
 
     every = migrations.MIGRATIONS
     monkeypatch.setattr(migrations, "MIGRATIONS", every[:9])
     with write_connection(v1_store):
         pass
     assert version(v1_store) == 9
-    projects = [r[0] for r in query(v1_store, "SELECT path_with_namespace FROM projects ORDER BY 1")]
-    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": projects,
-                           "storage": {"data_dir": str(v1_store.parent)}}, v1_store.parent, {}, "test")
-    workspace = Workspace(config)
+    projects, workspace = _offline_workspace(v1_store)
     for project in projects:
         normalize.refresh(workspace, project)
     with write_connection(v1_store) as con:  # the graph as schema 9 built it: mentions without excerpts
@@ -497,3 +487,15 @@ def test_migration_10_upgrades_a_store_written_before_it(v1_store: Path, monkeyp
     assert answers() == before
     mentioned = before[0][0]["mentions"]
     assert mentioned and "@axe-core" in mentioned[0]["excerpt"]
+
+
+def _offline_workspace(store: Path) -> tuple[list[str], Any]:
+    """The store's projects, and a workspace over it whose GitLab is nowhere (the layers that
+    rebuild from stored rows only)."""
+    from gitlab_knowledge.config import parse_config
+    from gitlab_knowledge.workspace import Workspace
+
+    projects = [r[0] for r in query(store, "SELECT path_with_namespace FROM projects ORDER BY 1")]
+    config = parse_config({"gitlab": {"url": "http://127.0.0.1:9"}, "projects": projects,
+                           "storage": {"data_dir": str(store.parent)}}, store.parent, {}, "test")
+    return projects, Workspace(config)
