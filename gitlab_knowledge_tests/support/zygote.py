@@ -224,6 +224,11 @@ class Zygote:
                     self._exits[message["exit"]] = message["code"]
                     self.cpu[message["exit"]] = message["cpu"]
                 else:
+                    # A new child may have the pid of one that ended earlier (the kernel reuses pids
+                    # once they wrap around, which a long suite on a busy machine reaches): that
+                    # child's exit must not read as this one's, before it has even begun.
+                    self._exits.pop(message["pid"], None)
+                    self.cpu.pop(message["pid"], None)
                     self._pids.append(message["pid"])
                 self._changed.notify_all()
         with self._changed:
