@@ -101,3 +101,13 @@ def test_the_freshness_job_every_15_minutes_logs_at_info_too():
 
     config = defs.resolve_job_def("sync_freshness").run_config  # unpartitioned: its config as is
     assert config is not None and config["loggers"] == QUIET_LOGS["loggers"]
+
+
+def test_the_instance_never_shows_dagsters_sign_up_dialog(tmp_path):
+    # On localhost a fresh instance pops a newsletter dialog over the UI a second after load; it
+    # covered the partition picker the 300-partition UI test clicks (seen in a clean-clone CI run).
+    import dagster as dg
+
+    (tmp_path / "dagster.yaml").write_text(instance_yaml(tmp_path))
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.nux_enabled is False
