@@ -158,7 +158,10 @@ def test_every_change_is_searchable_within_two_sensor_intervals(tmp_path):
                     embedded_at = time.monotonic()
                 time.sleep(1)
             assert embedded_at is not None, status
-            # No run is left hanging (the killed CLI run was reaped, the others finished).
+            # No run is left hanging (the killed CLI run was reaped, the others finished). The
+            # change sensor stops first: a run it launched after this wait would be cancelled half
+            # way by the server's exit, its later layers left behind for the checks below to see.
+            dagster.stop_sensor("gitlab_change_sensor")
             deadline = time.monotonic() + 120
             hanging: list = ["?"]
             while hanging and time.monotonic() < deadline:

@@ -114,6 +114,25 @@ class DagsterDev(DagsterServer):
                           {"s": {**REPOSITORY, "sensorName": name}})
         assert result["startSensor"]["__typename"] == "Sensor", result
 
+    def stop_sensor(self, name: str) -> None:
+        """Stop the sensor, and return once no tick of it is still being evaluated: a tick under
+        way when it stopped has launched what it asked for by then."""
+        query = """query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { __typename
+            ... on Sensor { id sensorState { status ticks(limit: 1) { status } } } } }"""
+        found = self.gql(query, {"s": {**REPOSITORY, "sensorName": name}})["sensorOrError"]
+        assert found["__typename"] == "Sensor", found
+        result = self.gql("""mutation($id: String) { stopSensor(id: $id) { __typename
+            ... on StopSensorMutationResult { instigationState { status } } ... on PythonError { message } } }""",
+                          {"id": found["id"]})
+        assert result["stopSensor"]["__typename"] == "StopSensorMutationResult", result
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ticks = self.gql(query, {"s": {**REPOSITORY, "sensorName": name}})["sensorOrError"]["sensorState"]["ticks"]
+            if not ticks or ticks[0]["status"] != "STARTED":
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"a tick of {name} was still being evaluated 120 s after it stopped")
+
     def reset_sensor(self, name: str) -> None:
         """Back to the status in code (stopped, with GITLAB_KNOWLEDGE_AUTOMATION=off)."""
         result = self.gql("""mutation($s: SensorSelector!) { resetSensor(sensorSelector: $s) {
