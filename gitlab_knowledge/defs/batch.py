@@ -102,7 +102,7 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
     projects = list(dict.fromkeys(config.projects or workspace.config.projects))
     batch = Batch({p: Carried(p) for p in projects})
     FINISHED[context.run_id] = batch  # read (and dropped) by the in-process runner; a daemon's run process ends
-    _tag_process(context)
+    tag_process(context)
     started = time.monotonic()
     try:
         for project, layer, metadata in _carry_all(context, config, workspace, projects, batch):
@@ -163,7 +163,7 @@ def _carry_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: W
                 raise DagsterExecutionInterruptedError(str(exc)) from None
 
 
-def _tag_process(context: dg.OpExecutionContext) -> None:
+def tag_process(context: dg.OpExecutionContext) -> None:
     """Tag the run with this process, so the reaper fails it (and frees its pool slot) if the
     process dies; a run the CLI started carries the tags already."""
     if PID_TAG in context.run.tags:

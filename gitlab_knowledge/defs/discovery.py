@@ -36,7 +36,7 @@ from typing import Any
 
 import dagster as dg
 
-from gitlab_knowledge.defs.batch import _tag_process, batch_run_config, projects_in_flight, sync_projects_job
+from gitlab_knowledge.defs.batch import batch_run_config, projects_in_flight, sync_projects_job, tag_process
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.partitions import PARTITIONS_NAME, project_partitions
 from gitlab_knowledge.defs.run_slots import PROJECT_TAG, TRIGGER_TAG, holding_pools
@@ -173,7 +173,7 @@ def purge_vectors(context: dg.OpExecutionContext, removed: list[Any]) -> list[An
 
     if not removed:
         return removed
-    _tag_process(context)  # the reaper frees the slots of a run whose process died
+    tag_process(context)  # the reaper frees the slots of a run whose process died
     with _pool_slot(context, LANCEDB_POOL):
         for project in removed:
             purge.purge_vectors(context.resources.workspace, project)
