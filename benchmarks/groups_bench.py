@@ -7,7 +7,10 @@ what a project costs beyond its data shows. The CLI syncs several projects in on
 
 Each side runs the CLI in its own process against a sandbox in its own process; `count` (from
 `stats --json`) is checked against what the generator wrote. `--purge` then times the purge of one
-of the groups' projects on a copy of that store (benchmarks/purge_bench.py).
+of the groups' projects on a copy of that store (benchmarks/purge_bench.py). `--latency-ms L` has
+both sandboxes answer L ms late: on 127.0.0.1 a call costs only CPU, while across a network each
+project's own calls (its listing pages, its project lookup) wait a round trip, which the batch's
+projects in flight overlap and one project's sequential pages cannot.
 """
 
 import argparse
@@ -22,14 +25,15 @@ from typing import Any
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN
 
 
-def _run(out: Path, name: str, projects: int, depth: int, issues: int, mrs: int, env: dict[str, str]) -> dict[str, Any]:
+def _run(out: Path, name: str, projects: int, depth: int, issues: int, mrs: int, env: dict[str, str],
+         latency_ms: float = 0.0) -> dict[str, Any]:
     dataset = out / f"dataset-{name}"
     generated = subprocess.run(
         [sys.executable, "-m", "gitlab_knowledge_sandbox", "generate", "--out", str(dataset), "--projects",
          str(projects), "--issues", str(issues), "--mrs", str(mrs), "--seed", "1", "--threads-per-parent-mean", "1.0",
          "--group-depth", str(depth)], check=True, env=env, capture_output=True, text=True).stdout.strip()
     server = subprocess.Popen([sys.executable, "-m", "gitlab_knowledge_sandbox", "serve", "--data", str(dataset),
-                               "--port", "0"], stdout=subprocess.PIPE, text=True, env=env)
+                               "--port", "0", "--latency-ms", str(latency_ms)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert server.stdout is not None
         url = server.stdout.readline().split(" at ", 1)[1].split(" ", 1)[0]
@@ -68,12 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--issues", type=int, default=600)
     parser.add_argument("--mrs", type=int, default=300)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="each sandbox answer this much later: a GitLab across a network, not on 127.0.0.1")
     parser.add_argument("--purge", action="store_true", help="then time a purge of one project (purge_bench)")
     args = parser.parse_args(argv)
     env = {**os.environ, "GITLAB_TOKEN": DEFAULT_TOKEN}
     env.pop("DAGSTER_HOME", None)
-    result = {"groups": _run(args.out, "groups", args.projects, args.group_depth, args.issues, args.mrs, env),
-              "one_project": _run(args.out, "one", 1, 0, args.issues, args.mrs, env)}
+    result: dict[str, Any] = {
+        "groups": _run(args.out, "groups", args.projects, args.group_depth, args.issues, args.mrs, env, args.latency_ms),
+        "one_project": _run(args.out, "one", 1, 0, args.issues, args.mrs, env, args.latency_ms),
+        "latency_ms": args.latency_ms}
     result["ratio"] = round(result["groups"]["wall_s"] / result["one_project"]["wall_s"], 2)
     result["load_average"] = [round(x, 1) for x in os.getloadavg()]
     print(json.dumps(result, indent=1))
@@ -91,7 +99,8 @@ def table(result: dict[str, Any]) -> str:
     for name in ("groups", "one_project"):
         r = result[name]
         rows.append(f"| {name} | {r['projects']} | {r['documents']} | {r['wall_s']} | {r['runs_s']} | {r['fetch_s']} |")
-    rows.append(f"\nratio {result['ratio']}x (load average {result['load_average']})")
+    latency = f", sandbox latency {result['latency_ms']:g} ms" if result.get("latency_ms") else ""
+    rows.append(f"\nratio {result['ratio']}x (load average {result['load_average']}{latency})")
     return "\n".join(rows)
 
 
