@@ -9,7 +9,7 @@ issues are hidden like the notes themselves (store/visibility.py), and the items
 the lens's views.
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import duckdb
@@ -70,10 +70,12 @@ def picked(con: duckdb.DuckDBPyConnection, kept_rows: list[dict[str, Any]], user
     picked here: a window over the rows in SQL cost ~4 ms at 100K documents. The newest `limit`,
     and how many there are."""
     newest: dict[Any, dict[str, Any]] = {}
-    for r in sorted(kept_rows, key=_newest_first):
+    for r in sorted(kept_rows, key=_newest_first, reverse=True):
         thread = r["discussion_id"] if r["discussion_id"] is not None else f"{r['item_type']}:{r['item_id']}"
         newest.setdefault(thread, r)
-    everyone = sorted(newest.values(), key=lambda r: (_descending(r["created_at"]), -(r["note_id"] or 0)))
+    # Newest first, an unknown time last, then the higher note id (a description's mention last).
+    everyone = sorted(newest.values(), reverse=True, key=lambda r: (
+        r["created_at"] is not None, r["created_at"] or datetime.min, r["note_id"] or 0))
     found = everyone[:limit] if limit is not None else everyone
     # The words around each mention as the graph layer kept them; read from the text for rows
     # written before it kept them (until the graph layer's next run).
@@ -93,16 +95,13 @@ def picked(con: duckdb.DuckDBPyConnection, kept_rows: list[dict[str, Any]], user
     return out, len(everyone)
 
 
-def _descending(at: datetime | None) -> tuple[int, int]:
-    """Newest first, an unknown time last (SQL's `DESC NULLS LAST`), to the microsecond."""
-    return (1, 0) if at is None else (0, -((at - datetime.min) // timedelta(microseconds=1)))
-
-
 def _newest_first(r: dict[str, Any]) -> tuple[Any, ...]:
-    """A thread's (or item's) mentions, the one to show first: the newest note, then the
-    description before the title."""
-    return (_descending(r["created_at"]), -r["note_id"] if r["note_id"] is not None else 1,
-            r["found_in"] != "description")
+    """A thread's (or item's) mentions in reverse of the order to show them in (sorted with
+    `reverse`, which keeps equal ones in their order): the newest note first (an unknown time
+    last), then the description before the title. Plain values, not negated times: this sorts
+    every kept mention of the user."""
+    return (r["created_at"] is not None, r["created_at"] or datetime.min,
+            r["note_id"] if r["note_id"] is not None else -1, r["found_in"] == "description")
 
 
 def _texts(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]]) -> dict[tuple[str, int, int | None], str]:
