@@ -74,12 +74,10 @@ def newest(found: list[tuple[kinds.Kind, dict[str, Any]]], at: str,
 
 
 def items_of(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, roles_only: bool = False,
-             open_or_since: datetime | None = None,
-             columns: str = ITEM_COLUMNS) -> dict[kinds.Kind, list[dict[str, Any]]]:
+             open_or_since: datetime | None = None) -> dict[kinds.Kind, list[dict[str, Any]]]:
     """Every item the user authored, is assigned to, (an MR) reviews or (unless `roles_only`)
-    commented on, newest update first, each with its `columns` (those ITEM_COLUMNS names, or
-    fewer: each costs its conversion to Python per row), `merged_at`, the user's roles and their
-    notes there (`notes`, `last_note_at`: None without any), in one query for both kinds.
+    commented on, newest update first, each with its columns, `merged_at`, the user's roles and
+    their notes there (`notes`, `last_note_at`: None without any), in one query for both kinds.
     `open_or_since`: only the open items and those closed or merged since then."""
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     roles = " AND role <> 'commenter'" if roles_only else ""
@@ -89,7 +87,7 @@ def items_of(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, roles_only
         live = "" if open_or_since is None else \
             f" WHERE t.state IN {OPEN_STATES} OR t.closed_at >= ?{' OR t.merged_at >= ?' if mr else ''}"
         parts.append(f"""
-            SELECT '{kind.name}' AS kind_name, {columns}, {'t.merged_at' if mr else 'NULL::TIMESTAMP'} AS merged_at,
+            SELECT '{kind.name}' AS kind_name, {ITEM_COLUMNS}, {'t.merged_at' if mr else 'NULL::TIMESTAMP'} AS merged_at,
                    r.is_author, r.is_assignee, r.is_reviewer, r.notes, r.last_note_at
             FROM r JOIN {kind.table} t ON r.item_type = '{kind.name}' AND t.id = r.item_id
             JOIN projects p ON p.id = t.project_id{live}""")
