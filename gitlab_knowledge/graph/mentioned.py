@@ -9,7 +9,7 @@ issues are hidden like the notes themselves (store/visibility.py), and the items
 the lens's views.
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import duckdb
@@ -29,31 +29,53 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
     Written since `start`; with `attention` (what `me` lists), also any older one on an open item
     or in a thread still unresolved. Returns the newest `limit` (all without one) and how many
     there are."""
-    u = user.lower()
-    scope, scoped = (" AND m.project_id = ?", [pid]) if pid is not None else ("", [])
-    recent, since = ("m.created_at >= ?", [start]) if start is not None else ("true", [])
-    # A note in a thread GitLab can resolve, not resolved: GitLab marks every note of a resolved
-    # thread resolved, so the note says its thread's state.
-    unresolved = "m.resolvable AND NOT COALESCE(m.resolved, false)"
-    kept = f"{recent} OR t.state IN {OPEN_STATES} OR ({unresolved})" if attention else recent
+    rows_sql, params = mention_rows(user, pid)
+    kept, since = kept_mentions(start, attention)
     items = " UNION ALL ".join(
         f"SELECT '{k.name}' AS kind, t.id, t.iid, t.title, t.state, t.web_url, p.path_with_namespace AS project "
         f"FROM {k.table} t JOIN projects p ON p.id = t.project_id" for k in kinds.ITEM_KINDS)
-    # Every kept mention with its item; then one entry per thread (its newest kept note) and per
-    # item whose title or description names the user (the description's words shown before the
-    # title's), picked here: a window over the rows in SQL cost ~4 ms at 100K documents.
     kept_rows = rows(con, f"""
-        SELECT m.note_id, m.discussion_id, m.found_in, m.item_type, m.item_id, m.author_username AS author,
-               m.excerpt, m.created_at, CASE WHEN m.resolvable THEN COALESCE(m.resolved, false) END AS resolved,
-               t.kind, t.iid, t.title, t.state, t.web_url, t.project
-        FROM mentions m JOIN ({items}) t ON t.kind = m.item_type AND t.id = m.item_id
-        WHERE m.username = ? AND NOT lower(COALESCE(m.author_username, '')) = ?{scope} AND ({kept})""",
-                     [u, u, *scoped, *since])
+        SELECT m.*, t.kind, t.iid, t.title, t.state, t.web_url, t.project
+        FROM ({rows_sql}) m JOIN ({items}) t ON t.kind = m.item_type AND t.id = m.item_id WHERE {kept}""",
+                     [*params, *since])
+    return picked(con, kept_rows, user, limit)
+
+
+def mention_rows(user: str, pid: int | None) -> tuple[str, list[Any]]:
+    """SQL of the `mentions` rows naming the user that someone else wrote (in `pid`'s project when
+    given), with what `picked` needs of them besides their item, and its parameters."""
+    u = user.lower()
+    scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
+    return (f"""
+        SELECT note_id, discussion_id, found_in, item_type, item_id, author_username AS author, excerpt, created_at,
+               CASE WHEN resolvable THEN COALESCE(resolved, false) END AS resolved, resolvable
+        FROM mentions WHERE username = ? AND NOT lower(COALESCE(author_username, '')) = ?{scope}""", [u, u, *scoped])
+
+
+def kept_mentions(start: datetime | None, attention: bool, row: str = "m.") -> tuple[str, list[Any]]:
+    """The condition on a mention row (`mention_rows`' columns, each named `row` + its name)
+    joined to its item `t` that keeps it (see `mentions_of`), and its parameters."""
+    recent, since = (f"{row}created_at >= ?", [start]) if start is not None else ("true", [])
+    # A note in a thread GitLab can resolve, not resolved: GitLab marks every note of a resolved
+    # thread resolved, so the note says its thread's state.
+    unresolved = f"{row}resolvable AND NOT COALESCE({row}resolved, false)"
+    return (f"({recent} OR t.state IN {OPEN_STATES} OR ({unresolved}))" if attention else f"({recent})"), since
+
+
+def picked(con: duckdb.DuckDBPyConnection, kept_rows: list[dict[str, Any]], user: str,
+           limit: int | None) -> tuple[list[dict[str, Any]], int]:
+    """The answer's mentions from the kept rows (`mention_rows` with their item's kind, iid, title,
+    state, web_url and project): one entry per thread (its newest kept note) and per item whose
+    title or description names the user (the description's words shown before the title's),
+    picked here: a window over the rows in SQL cost ~4 ms at 100K documents. The newest `limit`,
+    and how many there are."""
     newest: dict[Any, dict[str, Any]] = {}
-    for r in sorted(kept_rows, key=_newest_first):
+    for r in sorted(kept_rows, key=_newest_first, reverse=True):
         thread = r["discussion_id"] if r["discussion_id"] is not None else f"{r['item_type']}:{r['item_id']}"
         newest.setdefault(thread, r)
-    everyone = sorted(newest.values(), key=lambda r: (_descending(r["created_at"]), -(r["note_id"] or 0)))
+    # Newest first, an unknown time last, then the higher note id (a description's mention last).
+    everyone = sorted(newest.values(), reverse=True, key=lambda r: (
+        r["created_at"] is not None, r["created_at"] or datetime.min, r["note_id"] or 0))
     found = everyone[:limit] if limit is not None else everyone
     # The words around each mention as the graph layer kept them; read from the text for rows
     # written before it kept them (until the graph layer's next run).
@@ -73,16 +95,13 @@ def mentions_of(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, star
     return out, len(everyone)
 
 
-def _descending(at: datetime | None) -> tuple[int, int]:
-    """Newest first, an unknown time last (SQL's `DESC NULLS LAST`), to the microsecond."""
-    return (1, 0) if at is None else (0, -((at - datetime.min) // timedelta(microseconds=1)))
-
-
 def _newest_first(r: dict[str, Any]) -> tuple[Any, ...]:
-    """A thread's (or item's) mentions, the one to show first: the newest note, then the
-    description before the title."""
-    return (_descending(r["created_at"]), -r["note_id"] if r["note_id"] is not None else 1,
-            r["found_in"] != "description")
+    """A thread's (or item's) mentions in reverse of the order to show them in (sorted with
+    `reverse`, which keeps equal ones in their order): the newest note first (an unknown time
+    last), then the description before the title. Plain values, not negated times: this sorts
+    every kept mention of the user."""
+    return (r["created_at"] is not None, r["created_at"] or datetime.min,
+            r["note_id"] if r["note_id"] is not None else -1, r["found_in"] == "description")
 
 
 def _texts(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]]) -> dict[tuple[str, int, int | None], str]:

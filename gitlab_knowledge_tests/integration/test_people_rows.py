@@ -105,3 +105,60 @@ def test_a_hidden_items_rows_never_reach_me_or_person(sample, lens):
         assert hidden[1]["counts"]["commented_on"] == len(visible)
     finally:
         reader.close()
+
+
+def test_me_reads_its_items_mentions_and_new_notes_in_four_queries(sample, monkeypatch):
+    """`me` reads the user's items and the mentions it keeps in one query (graph/people.py
+    `_mine`), then the unresolved threads of their MRs, the new notes on their items and those
+    notes' bodies: four queries (it made five, each query costing ~2-3 ms at 100K documents)."""
+    [(user,)] = read(sample, """
+        SELECT lower(t.author_username) FROM merge_requests t WHERE t.state = 'opened'
+          AND lower(t.author_username) IN (SELECT username FROM user_item_notes)
+        GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1""")
+    executed: list[str] = []
+    reading = Workspace.read
+
+    class Counting:
+        def __init__(self, con: Any) -> None:
+            self.con = con
+
+        def execute(self, query: str, params: Any = None) -> Any:
+            executed.append(query)
+            return self.con.execute(query, params or [])
+
+    def counted(self: Workspace, wait: float | None = None) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def wrapped() -> Any:
+            with reading(self, wait) as con:
+                yield Counting(con)
+        return wrapped()
+
+    monkeypatch.setattr(Workspace, "read", counted)
+    answer = people.me(Workspace(sample.config), user, SINCE, limit=None).as_dict()
+    assert answer["authored_open_mrs"] and answer["changes"]["notes"]
+    assert len(executed) == 4, executed
+
+
+def test_a_new_note_on_an_item_closed_before_since_keeps_its_item(sample):
+    """The new notes' items are taken from `me`'s own read of the user's items, which holds the
+    open ones and those closed since `since` only: a note written since on an item closed before
+    is listed with its item all the same."""
+    found = read(sample, """
+        SELECT u.username, u.note_id, u.created_at, t.closed_at, p.path_with_namespace, t.iid, u.item_type
+        FROM user_item_notes u
+        JOIN (SELECT 'issue' AS kind, id, iid, state, closed_at, project_id FROM issues
+              UNION ALL SELECT 'merge_request', id, iid, state, closed_at, project_id FROM merge_requests) t
+          ON t.kind = u.item_type AND t.id = u.item_id JOIN projects p ON p.id = t.project_id
+        WHERE t.state NOT IN ('opened', 'reopened') AND t.closed_at < u.created_at AND NOT u.internal
+        ORDER BY u.created_at DESC, u.note_id LIMIT 1""")
+    assert found, "the sample holds a note written after its item was closed"
+    [(user, note, written, closed, path, iid, kind)] = found
+    since = closed + (written - closed) / 2
+    answer = people.me(Workspace(sample.config), user, since, limit=None).as_dict()
+    listed = {n["note_id"]: n["item"]["reference"] for n in answer["changes"]["notes"]}
+    assert listed[note] == kinds.kind(kind).ref(iid, path)
+    mine = {e["reference"] for g in ("assigned_issues", "assigned_mrs", "review_requested", "authored_open_mrs")
+            for e in answer[g]} | {s["item"]["reference"] for s in answer["changes"]["state_changes"]}
+    assert kinds.kind(kind).ref(iid, path) not in mine  # not among the items `me` read for its lists
