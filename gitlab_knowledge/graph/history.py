@@ -122,8 +122,19 @@ def _follow(con: duckdb.DuckDBPyConnection, root: _Target) -> tuple[list[_Target
     """The paths the history follows (the one asked about, then each path a file had before a
     rename into one followed, not one the history asks about anyway: all of its MRs are in
     already), each with the rows naming it, and the renames followed, path by path in MR order."""
-    pool = _read(con, [root])
-    read = {(root.project_id, root.base)}
+    pool: list[dict[str, Any]] = []
+    read: set[tuple[int | None, str]] = set()  # the paths whose rows are in the pool
+
+    def fetch(batch: list[_Target]) -> None:
+        found = _read(con, batch)
+        pool.extend(found)
+        # The paths read, and those read ahead: renamed into one of them (a row `_read` chose as
+        # naming one of the batch, not a row read ahead).
+        read.update((t.project_id, t.base) for t in batch)
+        read.update((r["project_id"], r["old_path"]) for r in found
+                    if r["rename_pos"] is not None and any(t.holds(r) for t in batch))
+
+    fetch([root])
     targets, found, renames = [root], [], []
     # The cycle guard: a path is followed once per project (A → B, then B → A again).
     seen: set[tuple[int, str]] = set()
@@ -131,11 +142,8 @@ def _follow(con: duckdb.DuckDBPyConnection, root: _Target) -> tuple[list[_Target
         target = targets[len(found)]
         if (target.project_id, target.base) not in read:
             # A path not read ahead (a rename two steps away): it and the rest of its step, at once.
-            more = [t for t in targets[len(found):] if (t.project_id, t.base) not in read]
-            pool += _read(con, more)
-            read |= {(t.project_id, t.base) for t in more}
+            fetch([t for t in targets[len(found):] if (t.project_id, t.base) not in read])
         mine = [r for r in pool if target.holds(r)]
-        read |= {(r["project_id"], r["old_path"]) for r in mine if r["rename_pos"] is not None}
         for r in sorted((r for r in mine if r["rename_pos"] is not None), key=lambda r: (
                 r["touched_at"] is None, r["touched_at"] or datetime.min, r["merge_request_id"], r["rename_pos"])):
             old, new = r["old_path"], r["new_path"]
