@@ -84,6 +84,7 @@ def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
 
 
 def _scope(target: _Target) -> tuple[str, list[Any]]:
+    params: list[Any]
     where, params = "", []
     if target.project_id is not None:
         where, params = " AND t.project_id = ?", [target.project_id]
@@ -135,7 +136,9 @@ def _follow(con: duckdb.DuckDBPyConnection, root: _Target) -> tuple[list[_Target
                     if r["rename_pos"] is not None and any(t.holds(r) for t in batch))
 
     fetch([root])
-    targets, found, renames = [root], [], []
+    targets: list[_Target] = [root]
+    found: list[list[dict[str, Any]]] = []
+    renames: list[dict[str, Any]] = []
     # The cycle guard: a path is followed once per project (A → B, then B → A again).
     seen: set[tuple[int, str]] = set()
     while len(found) < len(targets):

@@ -8,7 +8,12 @@ import pytest
 
 from gitlab_knowledge.store import migrations
 from gitlab_knowledge.store.db import forget_schema_cache, write_connection
-from gitlab_knowledge_tests.integration.test_migrations import _offline_workspace, import_fixture, query, version
+from gitlab_knowledge_tests.integration.test_migrations import (
+    _offline_workspace,
+    import_fixture,
+    query,
+    version,
+)
 
 
 @pytest.fixture
