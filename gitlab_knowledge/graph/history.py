@@ -110,15 +110,22 @@ def _read(con: duckdb.DuckDBPyConnection, targets: list[_Target]) -> list[dict[s
         WITH named AS (SELECT * FROM path_touches t WHERE {' OR '.join(match)}),
         ahead AS (SELECT DISTINCT t.project_id, t.old_path FROM named t WHERE {_RENAME})
         SELECT t.merge_request_id, t.project_id, t.touched_at, t.iid, t.old_path, t.new_path,
-               p.path_with_namespace AS project, min(t.position) FILTER (WHERE {_RENAME}) AS rename_pos
+               min(t.position) FILTER (WHERE {_RENAME}) AS rename_pos
         FROM (SELECT * FROM named UNION ALL
               SELECT n.* FROM path_touches n JOIN ahead a
               ON n.project_id = a.project_id AND (n.new_path = a.old_path OR n.old_path = a.old_path)) t
-        JOIN projects p ON p.id = t.project_id
         GROUP BY ALL""", params)
 
 
-def _follow(con: duckdb.DuckDBPyConnection, root: _Target) -> tuple[list[_Target], list[list[dict[str, Any]]],
+def _project_paths(workspace: Workspace, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """The stored projects' paths by id (what a reference names), remembered per version of the
+    store by a long-lived reader (the MCP server's): joined into the paths' read they cost more."""
+    def read() -> dict[int, str]:
+        return dict(con.execute("SELECT id, path_with_namespace FROM projects").fetchall())
+    return read() if workspace.reader is None else workspace.reader.remembered(workspace.lens, ("project_paths",), read)
+
+
+def _follow(con: duckdb.DuckDBPyConnection, root: _Target, paths: dict[int, str]) -> tuple[list[_Target], list[list[dict[str, Any]]],
                                                                      list[dict[str, Any]]]:
     """The paths the history follows (the one asked about, then each path a file had before a
     rename into one followed, not one the history asks about anyway: all of its MRs are in
@@ -127,7 +134,8 @@ def _follow(con: duckdb.DuckDBPyConnection, root: _Target) -> tuple[list[_Target
     read: set[tuple[int | None, str]] = set()  # the paths whose rows are in the pool
 
     def fetch(batch: list[_Target]) -> None:
-        found = _read(con, batch)
+        # (a row of a project not stored, as an inner join with the projects would drop it)
+        found = [r for r in _read(con, batch) if r["project_id"] in paths]
         pool.extend(found)
         # The paths read, and those read ahead: renamed into one of them (a row `_read` chose as
         # naming one of the batch, not a row read ahead).
@@ -153,7 +161,7 @@ def _follow(con: duckdb.DuckDBPyConnection, root: _Target) -> tuple[list[_Target
             if target.matches(new) and not target.matches(old) and not root.matches(old) \
                     and (r["project_id"], old) not in seen:
                 seen.add((r["project_id"], old))
-                rename = {"from": old, "to": new, "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]),
+                rename = {"from": old, "to": new, "by": kinds.MERGE_REQUEST.ref(r["iid"], paths[r["project_id"]]),
                           "at": iso(r["touched_at"])}
                 renames.append(rename)
                 targets.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
@@ -221,13 +229,14 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
     with workspace.read() as con:
         pid = project_id_of(workspace, con, project)
         root = _Target(base, True, pid, None, None)
-        targets, found_at, renames = _follow(con, root)
+        paths = _project_paths(workspace, con)
+        targets, found_at, renames = _follow(con, root, paths)
         hits: dict[int, dict[str, Any]] = {}
         # Path by path as they were followed: an MR is counted under the first path that names it
         # (the rename it came through).
         for target, rows_of_target in zip(targets, found_at, strict=True):
             for r in rows_of_target:
-                hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "project": r["project"], "files": {},
+                hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "project": paths[r["project_id"]], "files": {},
                                                         "threads": {}, "rename": target.rename})
         newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
         # What they are, their files, threads and links in a few queries for all of them, not per MR.
