@@ -5,12 +5,12 @@ What the CLI command `history` prints and the MCP tool `file_history` returns (g
 (`mr_files`) or one of its review notes (`note_positions`) names it.
 
 The graph layer keeps a row per file of an MR's file list and per review note on a diff line,
-with the MR's project, iid and time and the note's thread (`path_touches`, graph/path_rows.py):
+with what the answer says of the MR and the note's thread (`path_touches`, graph/path_rows.py):
 every query through a lens's views costs ~1.5-3 ms of CPU at 100K documents even for a few rows,
-and one joining `notes` ~5-9 ms, so an answer is one scan of those rows per step of following
-renames (a rename found there names the next path: on the benchmark's store every rename is one
-step from the path asked about), one for the MRs shown (their files and threads on the paths
-followed), the MRs' details and their links.
+and one joining `notes` ~5-9 ms, so an answer is one read of those rows for the path asked about
+(the rows of the paths renamed into it come with them: on the benchmark's store every rename is
+one step from the path asked about; a rename further back is one more read), one for the MRs
+shown (their files and threads on the paths followed) and their links.
 """
 
 from dataclasses import dataclass
@@ -125,8 +125,8 @@ def _project_paths(workspace: Workspace, con: duckdb.DuckDBPyConnection) -> dict
     return read() if workspace.reader is None else workspace.reader.remembered(workspace.lens, ("project_paths",), read)
 
 
-def _follow(con: duckdb.DuckDBPyConnection, root: _Target, paths: dict[int, str]) -> tuple[list[_Target], list[list[dict[str, Any]]],
-                                                                     list[dict[str, Any]]]:
+def _follow(con: duckdb.DuckDBPyConnection, root: _Target, paths: dict[int, str]
+            ) -> tuple[list[_Target], list[list[dict[str, Any]]], list[dict[str, Any]]]:
     """The paths the history follows (the one asked about, then each path a file had before a
     rename into one followed, not one the history asks about anyway: all of its MRs are in
     already), each with the rows naming it, and the renames followed, path by path in MR order."""
@@ -187,7 +187,7 @@ def _details(con: duckdb.DuckDBPyConnection, targets: list[_Target], hits: dict[
         FROM path_touches t
         WHERE t.merge_request_id IN (SELECT unnest(?::BIGINT[])) AND ({' OR '.join(sql for sql, _ in either)})
         ORDER BY t.merge_request_id, t.position""", [mr_ids, *[p for _, ps in either for p in ps]])
-    for r in found:  # (the project's path as the paths' read joined it)
+    for r in found:  # (the project's path as `_project_paths` says it)
         r.update(merge_request_id=r["id"], project=hits[r["id"]]["project"])
     shown = {r["id"]: r for r in found}
     files = [r for r in found if r["note_id"] is None]
