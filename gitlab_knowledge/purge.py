@@ -24,7 +24,7 @@ from gitlab_knowledge.workspace import Workspace
 # Every table holding a project's rows, children first; sync_runs stays as history. An item's
 # label junction is keyed by the item, so it is found through the item's table.
 _BY_PROJECT = ("note_positions", "notes", "system_notes", "item_references", "mentions", "user_items",
-               "user_item_notes", "mr_files", "discussions",
+               "user_item_notes", "path_touches", "mr_files", "discussions",
                *(k.labels_table for k in kinds.ITEM_KINDS), "document_labels",
                "documents", *(k.table for k in kinds.ITEM_KINDS), *(k.table for k in kinds.KEYED_KINDS), "labels", "layer_state", "sync_cursors",
                "raw_payloads", "projects")

@@ -4,12 +4,13 @@ What the CLI command `history` prints and the MCP tool `file_history` returns (g
 `History`, validated by cli/schemas/history.json). An MR touched a path when its file list
 (`mr_files`) or one of its review notes (`note_positions`) names it.
 
-Every query through a lens's views costs ~1.5-3 ms of CPU at 100K documents even for a few rows,
-and one that reads `notes` ~5 ms (the view's anti-join with the lens's hidden lists over every
-note), so the notes are read once per answer: the file lists are followed path by path (a rename
-found there names the next path), then the review notes on every path followed come in one query,
-and the first note of each thread shown is among them (GitLab puts a thread's position on each of
-its notes), read again only for a thread whose first note is not.
+The graph layer keeps a row per file of an MR's file list and per review note on a diff line,
+with what the answer says of the MR and the note's thread (`path_touches`, graph/path_rows.py):
+every query through a lens's views costs ~1.5-3 ms of CPU at 100K documents even for a few rows,
+and one joining `notes` ~5-9 ms, so an answer is one read of those rows for the path asked about
+(the rows of the paths renamed into it come with them: on the benchmark's store every rename is
+one step from the path asked about; a rename further back is one more read), one for the MRs
+shown (their files and threads on the paths followed) and their links.
 """
 
 from dataclasses import dataclass
@@ -46,17 +47,9 @@ class _Target:
     def matches(self, value: str | None) -> bool:
         return value is not None and (value == self.base or (self.prefix and value.startswith(self.base + "/")))
 
-    def scope(self) -> tuple[str, list[Any]]:
-        params: list[Any]
-        where, params = "", []
-        if self.project_id is not None:
-            where, params = " AND m.project_id = ?", [self.project_id]
-        if self.before is not None:
-            where, params = where + " AND COALESCE(m.merged_at, m.updated_at) <= ?", [*params, self.before]
-        return where, params
-
     def holds(self, row: dict[str, Any]) -> bool:
-        """`scope()` on a row read for every target at once (its MR's project and time)."""
+        """The row (of `path_touches`, read for every target at once) names the target within its
+        scope: its MR's project and time."""
         if self.project_id is not None and row["project_id"] != self.project_id:
             return False
         if self.before is not None and (row["touched_at"] is None or row["touched_at"] > self.before):
@@ -79,12 +72,8 @@ def _change(row: dict[str, Any]) -> str:
     return "renamed" if row["renamed_file"] else "modified"
 
 
-# What the rows naming a path carry of their MR: what orders and scopes them. What the answer says
-# of an MR is read for the MRs it shows only (turning a row into Python costs more than reading it:
-# ~4 ms for 900 rows of nine columns).
-_MR = "m.id AS merge_request_id, m.project_id, COALESCE(m.merged_at, m.updated_at) AS touched_at"
-_SHOWN = ("m.id, m.iid, m.title, m.state, m.web_url, m.project_id, m.merged_at, m.updated_at, m.author_username, "
-          "p.path_with_namespace AS project")
+_RENAME = ("t.note_id IS NULL AND t.renamed_file AND NOT coalesce(t.new_file, false) "
+           "AND NOT coalesce(t.deleted_file, false) AND t.old_path <> ''")
 
 
 def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
@@ -94,151 +83,141 @@ def _either(target: _Target, table: str) -> tuple[str, list[Any]]:
     return f"({new_sql} OR {old_sql})", [*new_params, *old_params]
 
 
-def _file_rows(con: duckdb.DuckDBPyConnection, targets: list[_Target], root: _Target, follow: list[_Target],
-               seen: set[tuple[int, str]], renames: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """For each of `targets` (the paths found at one step of following renames, read together),
-    the MRs whose file list names it, one row each; queues the paths renamed into it (not a path
-    the history asks about anyway: all of its MRs are in already), target by target in MR order.
-    Which files an MR changed is read for the MRs shown only (`_files`)."""
-    parts: list[str] = []
+def _scope(target: _Target) -> tuple[str, list[Any]]:
+    params: list[Any]
+    where, params = "", []
+    if target.project_id is not None:
+        where, params = " AND t.project_id = ?", [target.project_id]
+    if target.before is not None:
+        where, params = where + " AND t.touched_at <= ?", [*params, target.before]
+    return where, params
+
+
+def _read(con: duckdb.DuckDBPyConnection, targets: list[_Target]) -> list[dict[str, Any]]:
+    """The rows of `path_touches` (graph/path_rows.py) naming any of `targets`, one per MR and pair
+    of paths, and those naming a path renamed into one of them (the next step of following
+    renames, read ahead: on the benchmark's store every rename is one step from the path asked
+    about, so an answer is one read). `rename_pos`: the row is a rename, at that place in its MR's
+    file list. Which target a row names is said by `_Target.holds`, as the SQL chose it."""
+    match: list[str] = []
     params: list[Any] = []
-    for k, target in enumerate(targets):
-        scope, scope_params = target.scope()
-        file_sql, file_params = _either(target, "f")
-        # The MRs by a semi-join, and the rows that may be renames beside them (a row per file of
-        # every MR, or a list per MR, cost ~2-3 ms more at 100K documents).
-        parts += [f"""
-            SELECT {k} AS k, {_MR}, NULL::BIGINT AS iid, NULL::TEXT AS project, NULL::INTEGER AS pos,
-                   NULL::TEXT AS old_path, NULL::TEXT AS new_path
-            FROM merge_requests m WHERE m.id IN (SELECT f.merge_request_id FROM mr_files f WHERE {file_sql}){scope}""",
-                  f"""
-            SELECT {k}, {_MR}, m.iid, p.path_with_namespace, f.position, f.old_path, f.new_path
-            FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id JOIN projects p ON p.id = m.project_id
-            WHERE {file_sql}{scope} AND f.renamed_file AND NOT coalesce(f.new_file, false)
-              AND NOT coalesce(f.deleted_file, false) AND f.old_path <> ''"""]
-        params += [*file_params, *scope_params, *file_params, *scope_params]
-    found = rows(con, " UNION ALL ".join(parts), params)
-    out: list[list[dict[str, Any]]] = []
-    for k, target in enumerate(targets):
-        renamed = sorted((r for r in found if r["k"] == k and r["pos"] is not None), key=lambda r: (
-            r["touched_at"] is None, r["touched_at"] or datetime.min, r["merge_request_id"], r["pos"]))
-        for r in renamed:
+    for target in targets:
+        either, either_params = _either(target, "t")
+        scope, scope_params = _scope(target)
+        match.append(f"({either}{scope})")
+        params += [*either_params, *scope_params]
+    return rows(con, f"""
+        WITH named AS (SELECT * FROM path_touches t WHERE {' OR '.join(match)}),
+        ahead AS (SELECT DISTINCT t.project_id, t.old_path FROM named t WHERE {_RENAME})
+        SELECT t.merge_request_id, t.project_id, t.touched_at, t.iid, t.old_path, t.new_path,
+               min(t.position) FILTER (WHERE {_RENAME}) AS rename_pos
+        FROM (SELECT * FROM named UNION ALL
+              SELECT n.* FROM path_touches n JOIN ahead a
+              ON n.project_id = a.project_id AND (n.new_path = a.old_path OR n.old_path = a.old_path)) t
+        GROUP BY ALL""", params)
+
+
+def _project_paths(workspace: Workspace, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """The stored projects' paths by id (what a reference names), remembered per version of the
+    store by a long-lived reader (the MCP server's): joined into the paths' read they cost more."""
+    def read() -> dict[int, str]:
+        return dict(con.execute("SELECT id, path_with_namespace FROM projects").fetchall())
+    return read() if workspace.reader is None else workspace.reader.remembered(workspace.lens, ("project_paths",), read)
+
+
+def _follow(con: duckdb.DuckDBPyConnection, root: _Target, paths: dict[int, str]
+            ) -> tuple[list[_Target], list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The paths the history follows (the one asked about, then each path a file had before a
+    rename into one followed, not one the history asks about anyway: all of its MRs are in
+    already), each with the rows naming it, and the renames followed, path by path in MR order."""
+    pool: list[dict[str, Any]] = []
+    read: set[tuple[int | None, str]] = set()  # the paths whose rows are in the pool
+
+    def fetch(batch: list[_Target]) -> None:
+        # (a row of a project not stored, as an inner join with the projects would drop it)
+        found = [r for r in _read(con, batch) if r["project_id"] in paths]
+        pool.extend(found)
+        # The paths read, and those read ahead: renamed into one of them (a row `_read` chose as
+        # naming one of the batch, not a row read ahead).
+        read.update((t.project_id, t.base) for t in batch)
+        read.update((r["project_id"], r["old_path"]) for r in found
+                    if r["rename_pos"] is not None and any(t.holds(r) for t in batch))
+
+    fetch([root])
+    targets: list[_Target] = [root]
+    found: list[list[dict[str, Any]]] = []
+    renames: list[dict[str, Any]] = []
+    # The cycle guard: a path is followed once per project (A → B, then B → A again).
+    seen: set[tuple[int, str]] = set()
+    while len(found) < len(targets):
+        target = targets[len(found)]
+        if (target.project_id, target.base) not in read:
+            # A path not read ahead (a rename two steps away): it and the rest of its step, at once.
+            fetch([t for t in targets[len(found):] if (t.project_id, t.base) not in read])
+        mine = [r for r in pool if target.holds(r)]
+        for r in sorted((r for r in mine if r["rename_pos"] is not None), key=lambda r: (
+                r["touched_at"] is None, r["touched_at"] or datetime.min, r["merge_request_id"], r["rename_pos"])):
             old, new = r["old_path"], r["new_path"]
             if target.matches(new) and not target.matches(old) and not root.matches(old) \
                     and (r["project_id"], old) not in seen:
                 seen.add((r["project_id"], old))
-                rename = {"from": old, "to": new, "by": kinds.MERGE_REQUEST.ref(r["iid"], r["project"]),
+                rename = {"from": old, "to": new, "by": kinds.MERGE_REQUEST.ref(r["iid"], paths[r["project_id"]]),
                           "at": iso(r["touched_at"])}
                 renames.append(rename)
-                follow.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
-        out.append([r for r in found if r["k"] == k and r["pos"] is None])
-    return out
+                targets.append(_Target(old, False, r["project_id"], r["touched_at"], rename))
+        found.append(mine)
+    return targets, found, renames
 
 
-def _files(con: duckdb.DuckDBPyConnection, targets: list[_Target], hits: dict[int, dict[str, Any]],
-           mr_ids: list[int]) -> None:
-    """The files the shown MRs changed on the paths followed, path by path as they were followed,
-    each MR's in GitLab's order (the first row of a file is the one said)."""
+def _details(con: duckdb.DuckDBPyConnection, targets: list[_Target], hits: dict[int, dict[str, Any]],
+             mr_ids: list[int]) -> tuple[dict[int, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """For the MRs shown, in one query: what the answer says of each, by id; the files they changed
+    on the paths followed (path by path as they were followed, each MR's in GitLab's order: the
+    first row of a file is the one said), the review threads on them (located at the note at the
+    lowest position on a path followed, as one query per path read them) and the notes' paths,
+    into `hits`; and the threads shown, by id (a thread a lens hides has no `thread`), oldest
+    first."""
     if not mr_ids:
-        return
-    either = [_either(t, "f") for t in targets]
+        return {}, {}
+    either = [_either(t, "t") for t in targets]
     found = rows(con, f"""
-        SELECT {_MR}, f.position AS pos, f.old_path, f.new_path, f.new_file, f.renamed_file, f.deleted_file
-        FROM mr_files f JOIN merge_requests m ON m.id = f.merge_request_id
-        WHERE f.merge_request_id IN (SELECT unnest(?::BIGINT[])) AND ({' OR '.join(sql for sql, _ in either)})
-        ORDER BY merge_request_id, pos""", [mr_ids, *[p for _, ps in either for p in ps]])
+        SELECT t.merge_request_id AS id, t.project_id, t.touched_at, t.note_id, t.position AS pos, t.old_path,
+               t.new_path, t.new_file, t.renamed_file, t.deleted_file, t.discussion_id, t.new_line, t.old_line, t.thread,
+               t.iid, t.title, t.state, t.web_url, t.merged_at, t.updated_at, t.author_username
+        FROM path_touches t
+        WHERE t.merge_request_id IN (SELECT unnest(?::BIGINT[])) AND ({' OR '.join(sql for sql, _ in either)})
+        ORDER BY t.merge_request_id, t.position""", [mr_ids, *[p for _, ps in either for p in ps]])
+    for r in found:  # (the project's path as `_project_paths` says it)
+        r.update(merge_request_id=r["id"], project=hits[r["id"]]["project"])
+    shown = {r["id"]: r for r in found}
+    files = [r for r in found if r["note_id"] is None]
+    notes = sorted((r for r in found if r["note_id"] is not None), key=lambda r: (r["discussion_id"], r["pos"]))
+    threads: dict[str, dict[str, Any]] = {}
     for target in targets:
-        for r in found:
+        for r in files:
             if not target.holds(r):
                 continue
             change = _change(r)
             path = r["new_path"] or r["old_path"]
             hits[r["merge_request_id"]]["files"].setdefault(
                 path, {"path": path, "old_path": r["old_path"] if change == "renamed" else None, "change": change})
-
-
-def _note_rows(con: duckdb.DuckDBPyConnection, targets: list[_Target]) -> list[dict[str, Any]]:
-    """The review notes positioned on any of `targets`, with their MRs, in one read of the notes
-    (`first`: the note's id when it is its thread's first, at position 0)."""
-    either = [_either(t, "np") for t in targets]
-    scopes = {t.project_id for t in targets}
-    # Every path followed is in one project when the root is: narrow the MRs in SQL too.
-    scope, params = (" AND m.project_id = ?", [scopes.pop()]) if len(scopes) == 1 and None not in scopes else ("", [])
-    return rows(con, f"""
-        SELECT {_MR}, n.position AS pos, np.old_path, np.new_path, n.discussion_id, np.new_line, np.old_line,
-               CASE WHEN n.position = 0 THEN n.id END AS first
-        FROM note_positions np JOIN notes n ON n.id = np.note_id
-        JOIN {kinds.MERGE_REQUEST.table} m ON n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}' AND m.id = n.noteable_id
-        WHERE ({' OR '.join(sql for sql, _ in either)}){scope}""",
-                [p for _, ps in either for p in ps] + params)
-
-
-def _record(target: _Target, files: list[dict[str, Any]], notes: list[dict[str, Any]],
-            hits: dict[int, dict[str, Any]]) -> None:
-    """Record the MRs whose file list (`files`, one row per MR) or review notes name `target`:
-    the notes in thread order, after the files, as one query per path read them."""
-    mine = sorted((r for r in notes if target.holds(r)), key=lambda r: (r["discussion_id"], r["pos"]))
-    for r in [*files, *mine]:
-        entry = hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "files": {}, "threads": {},
-                                                         "rename": target.rename})
-        if "discussion_id" in r:
+        for r in notes:
+            if not target.holds(r):
+                continue
+            entry = hits[r["merge_request_id"]]
             path = r["new_path"] if target.matches(r["new_path"]) else r["old_path"]
             line = r["new_line"] if path == r["new_path"] and r["new_line"] is not None else r["old_line"]
             entry["threads"].setdefault(r["discussion_id"], {"path": path, "line": line})
             entry.setdefault("noted_paths", set()).add(path)
-
-
-def _threads(con: duckdb.DuckDBPyConnection, positioned: dict[str, dict[str, Any]], mr_ids: list[int],
-             notes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The review threads positioned on the path (of every MR at once): who opened them, how, and
-    whether resolved, by thread id, oldest first. A thread is shown when the read's discussions
-    hold it (a lens hides a thread holding a note it hides, so every note of a shown thread is
-    read, and its first is the one at position 0), and its first note comes with it by id."""
-    if not positioned:
-        return {}
-    wanted = list(positioned)
-    firsts = sorted({r["first"] for r in notes if r["first"] is not None and r["discussion_id"] in positioned})
-    # Two queries: joined in one, the notes were scanned for the join rather than looked up by id.
-    by_thread = {r["discussion_id"]: r for r in rows(con, "SELECT discussion_id, author_username, body, created_at "
-                                                         "FROM notes WHERE id IN (SELECT unnest(?::BIGINT[]))", [firsts])}
-    shown = rows(con, f"""
-        SELECT id, resolvable, resolved FROM discussions
-        WHERE {kinds.MERGE_REQUEST.thread_column} IN (SELECT unnest(?::BIGINT[])) AND list_contains(?::TEXT[], id)""",
-                 [mr_ids, wanted])
-    for d in shown:
-        note = by_thread.get(d["id"])
-        d.update(has_first=note is not None, author_username=note and note["author_username"],
-                 body=note and note["body"], created_at=note and note["created_at"])
-    missing = [d["id"] for d in shown if not d["has_first"]]
-    if missing:
-        # A thread whose first note is not on the path (or not positioned): its notes are read.
-        first = {r["discussion_id"]: r["note"] for r in rows(con, f"""
-                SELECT n.discussion_id, arg_min({{'author': n.author_username, 'body': n.body, 'at': n.created_at}},
-                                               n.position) AS note
-                FROM notes n
-                WHERE n.noteable_type = '{kinds.MERGE_REQUEST.noteable_type}'
-                  AND n.noteable_id IN (SELECT unnest(?::BIGINT[])) AND list_contains(?::TEXT[], n.discussion_id)
-                GROUP BY n.discussion_id""", [mr_ids, missing])}
-        for d in shown:
-            if not d["has_first"] and d["id"] in first:
-                note = first[d["id"]]
-                d.update(has_first=True, author_username=note["author"], body=note["body"], created_at=note["at"])
+            if r["thread"] is not None:
+                threads[r["discussion_id"]] = r["thread"]
     # Oldest first (a note without a time last, as SQL orders NULLs), then by thread id.
-    shown = sorted((d for d in shown if d["has_first"]),
-                   key=lambda d: (d["created_at"] is None, d["created_at"] or datetime.min, d["id"]))
-    return {d["id"]: {"discussion_id": d["id"], "path": positioned[d["id"]]["path"],
-                      "line": positioned[d["id"]]["line"], "author": d["author_username"],
-                      "created_at": iso(d["created_at"]), "excerpt": excerpt(d["body"]),
-                      "resolvable": bool(d["resolvable"]), "resolved": bool(d["resolved"])} for d in shown}
-
-
-def _shown(con: duckdb.DuckDBPyConnection, mr_ids: list[int]) -> dict[int, dict[str, Any]]:
-    """What the answer says of the MRs it shows, by id."""
-    if not mr_ids:
-        return {}
-    return {r["id"]: r for r in rows(con, f"SELECT {_SHOWN} FROM {kinds.MERGE_REQUEST.table} m "
-                                          "JOIN projects p ON p.id = m.project_id WHERE m.id IN (SELECT unnest(?::BIGINT[]))",
-                                     [mr_ids])}
+    oldest = sorted(threads, key=lambda t: (threads[t]["created_at"] is None, threads[t]["created_at"] or datetime.min, t))
+    positioned = {t: where for i in mr_ids for t, where in hits[i]["threads"].items()}
+    return shown, {t: {"discussion_id": t, "path": positioned[t]["path"], "line": positioned[t]["line"],
+                "author": threads[t]["author_username"], "created_at": iso(threads[t]["created_at"]),
+                "excerpt": excerpt(threads[t]["body"]), "resolvable": bool(threads[t]["resolvable"]),
+                "resolved": bool(threads[t]["resolved"])} for t in oldest}
 
 
 def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> History:
@@ -249,26 +228,20 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
     base = _clean_path(path)
     with workspace.read() as con:
         pid = project_id_of(workspace, con, project)
-        renames: list[dict[str, Any]] = []
         root = _Target(base, True, pid, None, None)
-        targets = [root]
-        # The cycle guard: a path is followed once per project (A → B, then B → A again).
-        seen: set[tuple[int, str]] = set()
-        files: list[list[dict[str, Any]]] = []
-        while len(files) < len(targets):
-            files += _file_rows(con, targets[len(files):], root, targets, seen, renames)
-        notes = _note_rows(con, targets)
+        paths = _project_paths(workspace, con)
+        targets, found_at, renames = _follow(con, root, paths)
         hits: dict[int, dict[str, Any]] = {}
-        # Path by path as they were followed, each path's file rows before its notes: an MR is
-        # counted under the first path that names it (the rename it came through).
-        for target, rows_of_target in zip(targets, files, strict=True):
-            _record(target, rows_of_target, notes, hits)
+        # Path by path as they were followed: an MR is counted under the first path that names it
+        # (the rename it came through).
+        for target, rows_of_target in zip(targets, found_at, strict=True):
+            for r in rows_of_target:
+                hits.setdefault(r["merge_request_id"], {"at": r["touched_at"], "project": paths[r["project_id"]], "files": {},
+                                                        "threads": {}, "rename": target.rename})
         newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
-        # What they are, their links and their threads in a few queries for all of them, not per MR.
-        found = _shown(con, newest)
-        _files(con, targets, hits, newest)
+        # What they are, their files, threads and links in a few queries for all of them, not per MR.
+        found, threads = _details(con, targets, hits, newest)
         links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found])
-        threads = _threads(con, {t: where for i in newest for t, where in hits[i]["threads"].items()}, newest, notes)
         out = []
         for mr_id in newest:
             hit, mr = hits[mr_id], found[mr_id]

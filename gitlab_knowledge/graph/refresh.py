@@ -5,7 +5,7 @@ Like the normalized layer it is driven by `change_seq` and reads only the store:
 the project's raw rows changed since its watermark, and for every issue or MR they touch rebuilds
 the links written in it (title, description, notes, system notes: graph/refs.py says which words
 make a link), the @usernames written in its title, description and notes (graph/mentions.py),
-its people's rows (graph/people_rows.py: who authored, is assigned, reviews or commented) and, for an MR, its file list from the stored `/diffs` payload. It runs after the
+its people's rows (graph/people_rows.py: who authored, is assigned, reviews or commented) and, for an MR, its file list from the stored `/diffs` payload and the paths it touched (graph/path_rows.py). It runs after the
 normalized layer and never ahead of it (its watermark stops at the normalized one), because links
 are read from the normalized rows.
 
@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.graph import people_rows
+from gitlab_knowledge.graph import path_rows, people_rows
 from gitlab_knowledge.graph.mentions import around, mentioned_names
 from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, MAX_SCAN, UNRELATED, extract
 from gitlab_knowledge.layer_stats import LayerStats, timed
@@ -110,6 +110,8 @@ def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: 
     # An MR's changed-file list is its own (merge_request_diffs payloads): no other kind has one.
     if parents.get(kinds.MERGE_REQUEST.name):
         _rebuild_files(con, project_id, sorted(parents[kinds.MERGE_REQUEST.name]), stats)
+        # The paths the MRs touched (file list and review notes), from the rows just rebuilt.
+        path_rows.rebuild(con, sorted(parents[kinds.MERGE_REQUEST.name]))
 
 
 def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, gitlab_url: str,

@@ -436,3 +436,8 @@ def _people_items(con: duckdb.DuckDBPyConnection) -> None:
             WHERE r.item_type = '{kind}' AND r.role <> 'commenter'
               AND lower(coalesce(n.author_username, '')) <> r.username
         """)
+
+
+# Later migrations live in modules of their own, named for what they add; loaded here, in order,
+# so that importing this module registers every migration.
+from gitlab_knowledge.store import migration_path_rows  # noqa: E402,F401

@@ -45,14 +45,14 @@ import duckdb
 from gitlab_knowledge import kinds
 from gitlab_knowledge.store import overlay
 from gitlab_knowledge.store.reader import ALIAS, Lens
-from gitlab_knowledge.store.visibility import HIDDEN_NOTES, PEOPLE_TABLES
+from gitlab_knowledge.store.visibility import HIDDEN_NOTES, PATH_TABLE, PEOPLE_TABLES
 from gitlab_knowledge.viewer import Viewer
 
 _STORE = f"{ALIAS}.main"
 # Shadowed by name below; any other table with a project_id column is shadowed generically.
 _NAMED = ("projects", "issues", "merge_requests", "labels", "issue_labels", "mr_labels", "discussions", "notes",
           "system_notes", "note_positions", "item_references", "mr_files", "documents", "document_labels",
-          "mentions", "raw_payloads", "gitlab_identity", "project_aliases", *PEOPLE_TABLES)
+          "mentions", "raw_payloads", "gitlab_identity", "project_aliases", *PEOPLE_TABLES, PATH_TABLE)
 
 
 def _quote(text: str) -> str:
@@ -187,6 +187,12 @@ def _statements(at: str, viewer: Viewer, gitlab_url: str, every: bool, include_c
           f"WHERE {reads()} AND NOT (item_type = '{issue.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues)) "
           f"AND (item_type <> '{kinds.MERGE_REQUEST.name}' OR {mr_shown('item_id')}) AND NOT {internal_hidden}"
           for table in PEOPLE_TABLES),
+        # The paths MRs touched (graph/path_rows.py): a hidden MR's rows, a hidden note's, and the
+        # thread a row shows when the `discussions` view hides it (the note may still count).
+        f"CREATE OR REPLACE VIEW {at}.{PATH_TABLE} AS SELECT * REPLACE (CASE WHEN discussion_id IN "
+        f"(SELECT discussion_id FROM {at}.hidden_notes) THEN NULL ELSE thread END AS thread) "
+        f"FROM {_STORE}.{PATH_TABLE} WHERE {reads()} AND {mr_shown('merge_request_id')} "
+        f"AND (note_id IS NULL OR note_id NOT IN (SELECT id FROM {at}.hidden_notes))",
         f"CREATE OR REPLACE TABLE {at}.hidden_documents AS SELECT id FROM {_STORE}.documents "
         f"WHERE (parent_type = '{issue.name}' AND parent_id IN (SELECT id FROM {at}.hidden_issues)) "
         f"OR (source_type = '{kinds.DISCUSSION}' AND source_id IN (SELECT discussion_id FROM {at}.hidden_notes)) "

@@ -3,7 +3,7 @@
 The graph tools and the items' links run the CLI's own functions (graph/queries.py), which read
 every row. For the server they read through a lens (store/reader.py's Lens): views named like the
 tables they shadow (`issues`, `notes`, `system_notes`, `discussions`, `item_references`,
-`mentions`, `user_items`, `user_item_notes`, `raw_payloads`), first on the read's search path, so the same SQL reads only what the
+`mentions`, `user_items`, `user_item_notes`, `path_touches`, `raw_payloads`), first on the read's search path, so the same SQL reads only what the
 config lets agents see. Confidential issues go with their threads, notes, system notes, payloads,
 the links and mentions written in them and the links to them; internal notes go with their threads
 and the links and mentions written in them (a stored thread payload keeps its other notes, as
@@ -23,6 +23,7 @@ from gitlab_knowledge.store.reader import ALIAS, Lens
 
 _STORE = f"{ALIAS}.main"
 HIDDEN_NOTES = "gk_hidden_notes"
+PATH_TABLE = "path_touches"  # graph/path_rows.py: keyed by MR, flagged internal (the note, its thread)
 PEOPLE_TABLES = ("user_items", "user_item_notes")  # graph/people_rows.py: keyed by item, flagged internal  # raw_payloads' extra column under a lens: the internal notes cut from a thread
 
 
@@ -78,6 +79,13 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         *(f"CREATE OR REPLACE VIEW {at}.{table} AS SELECT * FROM {_STORE}.{table} "
           f"WHERE NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"
           + ("" if include_internal else " AND NOT internal") for table in PEOPLE_TABLES),
+        # The paths MRs touched (graph/path_rows.py): MRs only, so only internal notes go (a
+        # confidential issue has none of these rows): a note's row if it is internal, and the
+        # thread it shows if the thread holds one, as the `notes` and `discussions` views hide them.
+        f"CREATE OR REPLACE VIEW {at}.{PATH_TABLE} AS SELECT * "
+        + ("FROM " if include_internal else
+           "REPLACE (CASE WHEN thread_internal THEN NULL ELSE thread END AS thread) FROM ")
+        + f"{_STORE}.{PATH_TABLE}" + ("" if include_internal else " WHERE NOT internal"),
         _raw_payloads(at, include_confidential=include_confidential, include_internal=include_internal),
     )
     return Lens(schema, statements)

@@ -265,6 +265,7 @@ def test_an_mr_of_100000_files_is_bounded_in_every_mcp_answer(world: World, tmp_
     import jsonschema
 
     from gitlab_knowledge.config import parse_config
+    from gitlab_knowledge.graph import path_rows
     from gitlab_knowledge.mcp.bounds import ITEM_FILES
     from gitlab_knowledge.mcp.context import Context
 
@@ -277,6 +278,7 @@ def test_an_mr_of_100000_files_is_bounded_in_every_mcp_answer(world: World, tmp_
         con.execute("INSERT INTO mr_files (merge_request_id, project_id, position, new_path, old_path, new_file) "
                     "SELECT ?, ?, 1000000 + i, 'generated/many/f' || i || '.py', "
                     "'generated/many/f' || i || '.py', true FROM range(100000) t(i)", [mr_id, project_id])
+        path_rows.rebuild(con, [mr_id])  # and the paths it touched, as the graph layer keeps them
     tool = tools()
     ctx = Context.create(config, resident=None)  # type: ignore[arg-type]  # neither tool searches
     omitted = 100_000 - ITEM_FILES

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from gitlab_knowledge.errors import UsageError
-from gitlab_knowledge.graph import people_rows
+from gitlab_knowledge.graph import path_rows, people_rows
 from gitlab_knowledge.graph.history import history
 from gitlab_knowledge.graph.mentions import around, mentioned_names, mentions_user
 from gitlab_knowledge.graph.people import me, person
@@ -160,6 +160,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
         # Each user's items and the notes on them, as the graph layer records them.
         for kind in ITEM_KINDS:
             people_rows.rebuild(con, kind, [r[0] for r in con.execute(f"SELECT id FROM {kind.table}").fetchall()])
+        # And the paths each MR touched (graph/path_rows.py).
+        path_rows.rebuild(con, [r[0] for r in con.execute("SELECT id FROM merge_requests").fetchall()])
     return workspace
 
 

@@ -21,7 +21,8 @@ from gitlab_knowledge.workspace import Workspace
         "!N, group/project#N, GitLab URLs, and GitLab's system notes: mentioned in, closed via, marked "
         "as related), resolved to the synced projects or marked external; mentions: each @username "
         "written in an item's title, description or notes; mr_files: the paths each MR "
-        "changed (renames, new and deleted files). Rebuilt from the store alone, never from GitLab."
+        "changed (renames, new and deleted files); path_touches: each MR's files and review notes by "
+        "path, what file history reads. Rebuilt from the store alone, never from GitLab."
     ),
 )
 def knowledge_graph(context: dg.AssetExecutionContext, workspace: dg.ResourceParam[Workspace]) -> dg.MaterializeResult:
