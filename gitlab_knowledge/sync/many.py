@@ -133,7 +133,7 @@ class Fetches:
             if self._stopping:
                 return
             sync = ProjectSync(self.workspace, project, full=self.full, force=self.force,
-                               dagster_run_id=self.run_id, progress=self.progress)
+                               dagster_run_id=self.run_id, progress=self.progress, siblings=self.projects)
             try:
                 result = await sync.run_sharing(client)
             except asyncio.CancelledError:
