@@ -146,6 +146,7 @@ class ProjectSync:
         self.config.token()  # fail on a missing token before anything is written
         started = time.monotonic()
         with self.workspace.write() as con, transaction(con):
+            self.commits.transactions += 1
             self.result.sync_run_id = runs.begin_run(
                 con, self.project_path, self.result.mode, force=self.force,
                 stale_after=timedelta(minutes=self.config.sync.stale_after_minutes),
