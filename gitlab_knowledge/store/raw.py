@@ -187,14 +187,16 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
                        OR raw_payloads.position IS DISTINCT FROM i.position)
             """, params[1:])
         # An unchanged parent whose discussions were refetched still moves its refetch time:
-        # that is what settles the ThrottledTouch recheck.
-        con.execute("""
-            UPDATE raw_payloads SET discussions_fetched_at = i.discussions_fetched_at
-            FROM gk_incoming i
-            WHERE raw_payloads.resource_type = i.resource_type AND raw_payloads.gitlab_key = i.gitlab_key
-              AND i.discussions_fetched_at IS NOT NULL AND raw_payloads.payload_hash = i.payload_hash
-              AND raw_payloads.discussions_fetched_at IS DISTINCT FROM i.discussions_fetched_at
-        """)
+        # that is what settles the ThrottledTouch recheck (only parents carry one: threads,
+        # file lists, projects, wiki pages and releases skip the statement).
+        if counts.unchanged and any(r.discussions_fetched_at is not None for r in rows):
+            con.execute("""
+                UPDATE raw_payloads SET discussions_fetched_at = i.discussions_fetched_at
+                FROM gk_incoming i
+                WHERE raw_payloads.resource_type = i.resource_type AND raw_payloads.gitlab_key = i.gitlab_key
+                  AND i.discussions_fetched_at IS NOT NULL AND raw_payloads.payload_hash = i.payload_hash
+                  AND raw_payloads.discussions_fetched_at IS DISTINCT FROM i.discussions_fetched_at
+            """)
     return counts
 
 

@@ -39,6 +39,7 @@ from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
+from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync import files, listing, redirects, releases, runs, wikis, writes
 from gitlab_knowledge.sync.commits import Commits
 from gitlab_knowledge.sync.identity import refresh_identity
@@ -65,6 +66,7 @@ def refresh(workspace: Workspace, project: str, *, full: bool = False, force: bo
 class Known:
     """What the store says before the listings, read in one transaction (`ProjectSync._prepare`)."""
 
+    project_id: int | None = None  # whose
     states: dict[str, listing.ListingState] = field(default_factory=dict)  # by kind
     rechecks: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # by kind: (id, iid)
     signatures: dict[str, dict[int, Any]] = field(default_factory=dict)  # by kind: the rechecks' stored threads
@@ -77,9 +79,9 @@ class ProjectSync:
 
     def __init__(self, workspace: Workspace, project_path: str, *, full: bool = False, force: bool = False,
                  dagster_run_id: str | None = None, progress: SyncProgress | None = None,
-                 siblings: Collection[str] = ()) -> None:
+                 siblings: Collection[str] = (), expected_id: int | None = None) -> None:
         """`siblings`: the other projects synced with this one (a batch): paths its links name
-        that need no look-up."""
+        that need no look-up. `expected_id`: the project's id if known (the group listing's)."""
         self.workspace = workspace
         self.config = workspace.config
         self.project_path = project_path
@@ -93,6 +95,7 @@ class ProjectSync:
         self._files: files.FileFetcher | None = None
         self._paths = redirects.LinkedPaths(project_path, self.config.gitlab.url)
         self._siblings = siblings
+        self._expected_id = expected_id
         self._ended = False  # its end is recorded in sync_runs
         self._known = Known()
         self.commits = Commits(workspace, self._provenance,
@@ -151,6 +154,13 @@ class ProjectSync:
                 con, self.project_path, self.result.mode, force=self.force,
                 stale_after=timedelta(minutes=self.config.sync.stale_after_minutes),
                 dagster_run_id=self.dagster_run_id)
+            # The project's id is most likely the one GitLab gave the last sync of this path (or
+            # the group listing, `expected_id`): what the listings start from is read now, in
+            # this transaction, and read again after `GET /projects/:path` only if GitLab says
+            # otherwise (nothing else writes this project's rows meanwhile: single flight).
+            guess = project_id_for(con, self.project_path) or self._expected_id
+            if guess is not None:
+                self._known = self._read_known(con, guess)
         return started
 
     def _failed(self, started: float, client: GitLabClient | None, exc: BaseException) -> None:
@@ -188,6 +198,8 @@ class ProjectSync:
             self.commits.transactions += 1
             if queued:
                 self.commits.settle(con)  # the counts it adds go into the stats below
+            if self._project_id is not None:
+                runs.heartbeat(con, self.sync_run_id, self._project_id)  # sync_runs records whose run it was
             stats = self.result.as_dict()
             if error is None:
                 runs.finish_run(con, self.sync_run_id, stats)
@@ -210,7 +222,8 @@ class ProjectSync:
             self.progress.message(f"{self.project_path}: GitLab calls it {canonical} (id {self._project_id})")
         self.result.project_id = self._project_id
         self._files = files.FileFetcher(client, self._project_id, self.config.gitlab.per_page)
-        self._known = await asyncio.to_thread(self._prepare)
+        if self._known.project_id != self._project_id:
+            self._known = await asyncio.to_thread(self._prepare)
         self.commits.later(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
         if canonical and canonical.casefold() != self.project_path.casefold():
             # Links written with the configured (old) path name this project too.
@@ -235,25 +248,28 @@ class ProjectSync:
             client, self._known.paths.unknown(self._paths.paths, self._siblings), self.commits.later)
 
     def _prepare(self) -> Known:
+        """`_read_known` in a transaction of its own, when `_begin` guessed the project's id wrong."""
+        with self.workspace.write() as con, transaction(con):
+            self.commits.transactions += 1
+            runs.heartbeat(con, self.sync_run_id, self.project_id)  # sync_runs knows the project's id from here on
+            return self._read_known(con, self.project_id)
+
+    def _read_known(self, con: Any, project_id: int) -> Known:
         """Every read of the store the listings start from, in one transaction (each open of a
         store not held open is a load and a checkpoint): each kind's cursor and stored hashes,
         the parents to recheck, the MRs without a file list, the project paths already known.
         The rechecks and file lists are read before the listings write: a parent a listing
         writes is left out of both (its threads and files were just fetched), and the rest are
         rows this sync does not touch."""
-        known = Known()
-        with self.workspace.write() as con, transaction(con):
-            self.commits.transactions += 1
-            runs.heartbeat(con, self.sync_run_id, self.project_id)  # sync_runs knows the project's id from here on
-            for _resource, kind in RESOURCES:
-                known.states[kind] = listing.load_state(con, self.project_id, kind, self.full)
-                if not self.full:
-                    known.rechecks[kind] = raw.recheck_candidates(con, self.project_id, kind,
-                                                                  THROTTLE_WINDOW_SECONDS)
-                    known.signatures[kind] = raw.stored_thread_signatures(
-                        con, kind, [gid for gid, _iid in known.rechecks[kind]])
-            known.without_files = files.missing_file_lists(con, self.project_id)
-            known.paths = redirects.known_paths(con, self.config.projects)
+        known = Known(project_id=project_id)
+        for _resource, kind in RESOURCES:
+            known.states[kind] = listing.load_state(con, project_id, kind, self.full)
+            if not self.full:
+                known.rechecks[kind] = raw.recheck_candidates(con, project_id, kind, THROTTLE_WINDOW_SECONDS)
+                known.signatures[kind] = raw.stored_thread_signatures(
+                    con, kind, [gid for gid, _iid in known.rechecks[kind]])
+        known.without_files = files.missing_file_lists(con, project_id)
+        known.paths = redirects.known_paths(con, self.config.projects)
         return known
 
     # -- one resource -----------------------------------------------------------------------
