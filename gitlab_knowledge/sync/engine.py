@@ -154,11 +154,11 @@ class ProjectSync:
                 con, self.project_path, self.result.mode, force=self.force,
                 stale_after=timedelta(minutes=self.config.sync.stale_after_minutes),
                 dagster_run_id=self.dagster_run_id)
-            # The project's id is most likely the one GitLab gave the last sync of this path (or
-            # the group listing, `expected_id`): what the listings start from is read now, in
-            # this transaction, and read again after `GET /projects/:path` only if GitLab says
-            # otherwise (nothing else writes this project's rows meanwhile: single flight).
-            guess = project_id_for(con, self.project_path) or self._expected_id
+            # The project's id is most likely the one the group listing gave (`expected_id`), or
+            # GitLab gave the last sync of this path: what the listings start from is read now,
+            # in this transaction, and read again after `GET /projects/:path` only if GitLab
+            # says otherwise (nothing else writes this project's rows meanwhile: single flight).
+            guess = self._expected_id or project_id_for(con, self.project_path)
             if guess is not None:
                 self._known = self._read_known(con, guess)
         return started

@@ -17,7 +17,7 @@ from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.helpers import rows, workspace
 
 PROJECTS = 4
-OPENS_PER_SMALL_PROJECT = 3  # its begin, the reads its listings start from, its end
+OPENS_PER_SMALL_PROJECT = 3  # its begin, the reads its listings start from (once its id is known), its end
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +63,15 @@ def test_a_batch_of_small_projects_opens_the_store_a_few_times_per_project_and_s
         # on the old code a small project opened the file once per listing's state, page, recheck,
         # wiki, releases and look-up (14 here).
         assert len(opens) <= 2 + OPENS_PER_SMALL_PROJECT * PROJECTS, len(opens)
+        # Again, nothing changed: each project's id is known from its last sync, so what its
+        # listings start from is read with its begin: two opens a project.
+        with monkeypatch.context() as patched:
+            opens = count_opens(patched)
+            with db.one_writer(), Fetches(workspace(config), projects, in_flight=2) as fetches:
+                again = list(fetches.landed())
+        assert [one.error for one in again] == [None] * PROJECTS
+        assert all(one.result is not None and one.result.resources["issues"].fetched == 0 for one in again)
+        assert len(opens) <= 2 + 2 * PROJECTS, len(opens)
 
         # One page per parent, each its own commit (what every page did before): the same rows.
         reference = make_config(sb, data_dir=tmp_path / "reference", per_page=1)
