@@ -139,8 +139,13 @@ class ProjectSync:
         started = await asyncio.to_thread(self._begin)
         try:
             await self._fetch(client, identity=False)
-            await asyncio.shield(asyncio.to_thread(self._finish, started, client))
         except BaseException as exc:
+            await asyncio.shield(asyncio.to_thread(self._failed, started, client, exc))
+            raise
+        try:
+            # Its end commits what is still queued; an interrupt meanwhile lets it finish.
+            await asyncio.shield(asyncio.to_thread(self._finish, started, client))
+        except Exception as exc:  # a queued write failed: the failure is recorded instead
             await asyncio.shield(asyncio.to_thread(self._failed, started, client, exc))
             raise
         return self.result

@@ -113,6 +113,29 @@ def test_a_small_project_failing_after_its_listings_keeps_what_it_fetched_and_re
     assert [s for (s,) in rows(config, "SELECT status FROM sync_runs ORDER BY id")] == ["failed", "succeeded"]
 
 
+def test_a_queued_write_that_fails_at_the_end_fails_the_sync_and_is_recorded(four_small_projects, make_config,
+                                                                              monkeypatch):
+    from gitlab_knowledge.errors import StoreError
+    from gitlab_knowledge.sync import writes
+
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb)
+        project = config.projects[0]
+
+        def full_disk(*args, **kwargs):
+            raise StoreError("cannot write the store: No space left on device")
+
+        with monkeypatch.context() as patched, pytest.raises(StoreError, match="No space left"):
+            patched.setattr(writes, "write_parents", full_disk)
+            ProjectSync(workspace(config), project).run()
+        (status, error), = rows(config, "SELECT status, error FROM sync_runs")
+        assert status == "failed" and "No space left" in error
+        assert rows(config, "SELECT * FROM sync_cursors") == []  # nothing half-written
+        ProjectSync(workspace(config), project).run()
+    assert [s for (s,) in rows(config, "SELECT status FROM sync_runs ORDER BY id")] == ["failed", "succeeded"]
+    assert len(rows(config, "SELECT * FROM sync_cursors")) == 2
+
+
 def test_a_project_of_many_pages_commits_page_by_page(four_small_projects, make_config, monkeypatch):
     with SandboxGitLab(dataset=four_small_projects) as sb:
         config = make_config(sb, per_page=2)
