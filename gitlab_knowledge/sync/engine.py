@@ -28,7 +28,6 @@ import functools
 import logging
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +42,7 @@ from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync import files, listing, redirects, releases, runs, wikis, writes
 from gitlab_knowledge.sync.commits import Commits
 from gitlab_knowledge.sync.identity import refresh_identity
+from gitlab_knowledge.sync.known import RESOURCES, Known, read_known
 from gitlab_knowledge.sync.parents import Parent, fetch_threads
 from gitlab_knowledge.sync.pipeline import PagePipeline
 from gitlab_knowledge.sync.stats import RawStats, ResourceStats, SyncResult
@@ -50,8 +50,6 @@ from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
-RESOURCES = tuple((k.api_path, k.name) for k in kinds.ITEM_KINDS)  # (GitLab collection, store kind)
-THROTTLE_WINDOW_SECONDS = 60 + 2
 RECHECK_BATCH = 100
 
 
@@ -60,18 +58,6 @@ def refresh(workspace: Workspace, project: str, *, full: bool = False, force: bo
     """The raw layer's entry point: fetch what changed in GitLab for one project."""
     return ProjectSync(workspace, project, full=full, force=force, dagster_run_id=dagster_run_id,
                        progress=progress).run()
-
-
-@dataclass
-class Known:
-    """What the store says before the listings, read in one transaction (`ProjectSync._prepare`)."""
-
-    project_id: int | None = None  # whose
-    states: dict[str, listing.ListingState] = field(default_factory=dict)  # by kind
-    rechecks: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # by kind: (id, iid)
-    signatures: dict[str, dict[int, Any]] = field(default_factory=dict)  # by kind: the rechecks' stored threads
-    without_files: list[dict[str, Any]] = field(default_factory=list)  # stored MRs with no file list
-    paths: redirects.KnownPaths = field(default_factory=redirects.KnownPaths)
 
 
 class ProjectSync:
@@ -165,7 +151,7 @@ class ProjectSync:
             # says otherwise (nothing else writes this project's rows meanwhile: single flight).
             guess = self._expected_id or project_id_for(con, self.project_path)
             if guess is not None:
-                self._known = self._read_known(con, guess)
+                self._known = read_known(con, guess, full=self.full, configured=self.config.projects)
         return started
 
     def _failed(self, started: float, client: GitLabClient | None, exc: BaseException) -> None:
@@ -253,29 +239,11 @@ class ProjectSync:
             client, self._known.paths.unknown(self._paths.paths, self._siblings), self.commits.later)
 
     def _prepare(self) -> Known:
-        """`_read_known` in a transaction of its own, when `_begin` guessed the project's id wrong."""
+        """`read_known` in a transaction of its own, when `_begin` guessed the project's id wrong."""
         with self.workspace.write() as con, transaction(con):
             self.commits.transactions += 1
             runs.heartbeat(con, self.sync_run_id, self.project_id)  # sync_runs knows the project's id from here on
-            return self._read_known(con, self.project_id)
-
-    def _read_known(self, con: Any, project_id: int) -> Known:
-        """Every read of the store the listings start from, in one transaction (each open of a
-        store not held open is a load and a checkpoint): each kind's cursor and stored hashes,
-        the parents to recheck, the MRs without a file list, the project paths already known.
-        The rechecks and file lists are read before the listings write: a parent a listing
-        writes is left out of both (its threads and files were just fetched), and the rest are
-        rows this sync does not touch."""
-        known = Known(project_id=project_id)
-        for _resource, kind in RESOURCES:
-            known.states[kind] = listing.load_state(con, project_id, kind, self.full)
-            if not self.full:
-                known.rechecks[kind] = raw.recheck_candidates(con, project_id, kind, THROTTLE_WINDOW_SECONDS)
-                known.signatures[kind] = raw.stored_thread_signatures(
-                    con, kind, [gid for gid, _iid in known.rechecks[kind]])
-        known.without_files = files.missing_file_lists(con, project_id)
-        known.paths = redirects.known_paths(con, self.config.projects)
-        return known
+            return read_known(con, self.project_id, full=self.full, configured=self.config.projects)
 
     # -- one resource -----------------------------------------------------------------------
 
