@@ -12,7 +12,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.layers import DOCUMENTS, GRAPH, NORMALIZED
 from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.projects import project_id_for
-from gitlab_knowledge.sync.engine import THROTTLE_WINDOW_SECONDS
+from gitlab_knowledge.sync.known import THROTTLE_WINDOW_SECONDS
 from gitlab_knowledge.timeutil import naive_utc
 from gitlab_knowledge.workspace import Workspace
 

@@ -138,6 +138,9 @@ def dedupe(rows: Sequence[RawRow]) -> list[RawRow]:
     return [row for i, row in enumerate(rows) if i in keep]
 
 
+_LEAVE_STORED = "ANTI JOIN raw_payloads r ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key"
+
+
 def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance) -> UpsertCounts:
     """Insert new objects, rewrite changed ones, leave identical ones alone (but record a
     discussions refetch time when one is given)."""
@@ -164,15 +167,16 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
         counts.new = len(rows) - len(known)
         params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
         if counts.new:
-            con.execute("""
+            # None stored yet (a first sync's rows, just looked up in this transaction): no
+            # second pass over raw_payloads to leave the stored ones out.
+            con.execute(f"""
                 INSERT INTO raw_payloads (id, project_id, resource_type, gitlab_key, parent_type, parent_id,
                     position, updated_at, payload_hash, json, fetched_at, discussions_fetched_at,
                     sync_run_id, dagster_run_id, change_seq, deleted_at)
                 SELECT nextval('raw_payload_ids'), ?, i.resource_type, i.gitlab_key, i.parent_type, i.parent_id,
                     i.position, i.updated_at, i.payload_hash, i.json, ?, i.discussions_fetched_at,
                     ?, ?, nextval('change_seq'), NULL
-                FROM gk_incoming i ANTI JOIN raw_payloads r
-                  ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key
+                FROM gk_incoming i {_LEAVE_STORED if known else ""}
             """, params)
         if counts.updated:
             con.execute("""
@@ -187,14 +191,16 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
                        OR raw_payloads.position IS DISTINCT FROM i.position)
             """, params[1:])
         # An unchanged parent whose discussions were refetched still moves its refetch time:
-        # that is what settles the ThrottledTouch recheck.
-        con.execute("""
-            UPDATE raw_payloads SET discussions_fetched_at = i.discussions_fetched_at
-            FROM gk_incoming i
-            WHERE raw_payloads.resource_type = i.resource_type AND raw_payloads.gitlab_key = i.gitlab_key
-              AND i.discussions_fetched_at IS NOT NULL AND raw_payloads.payload_hash = i.payload_hash
-              AND raw_payloads.discussions_fetched_at IS DISTINCT FROM i.discussions_fetched_at
-        """)
+        # that is what settles the ThrottledTouch recheck (only parents carry one: threads,
+        # file lists, projects, wiki pages and releases skip the statement).
+        if counts.unchanged and any(r.discussions_fetched_at is not None for r in rows):
+            con.execute("""
+                UPDATE raw_payloads SET discussions_fetched_at = i.discussions_fetched_at
+                FROM gk_incoming i
+                WHERE raw_payloads.resource_type = i.resource_type AND raw_payloads.gitlab_key = i.gitlab_key
+                  AND i.discussions_fetched_at IS NOT NULL AND raw_payloads.payload_hash = i.payload_hash
+                  AND raw_payloads.discussions_fetched_at IS DISTINCT FROM i.discussions_fetched_at
+            """)
     return counts
 
 

@@ -27,7 +27,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -38,8 +38,11 @@ from gitlab_knowledge.gitlab.paging import Page
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.db import transaction
+from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync import files, listing, redirects, releases, runs, wikis, writes
+from gitlab_knowledge.sync.commits import Commits
 from gitlab_knowledge.sync.identity import refresh_identity
+from gitlab_knowledge.sync.known import RESOURCES, Known, read_known
 from gitlab_knowledge.sync.parents import Parent, fetch_threads
 from gitlab_knowledge.sync.pipeline import PagePipeline
 from gitlab_knowledge.sync.stats import RawStats, ResourceStats, SyncResult
@@ -47,8 +50,6 @@ from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
-RESOURCES = tuple((k.api_path, k.name) for k in kinds.ITEM_KINDS)  # (GitLab collection, store kind)
-THROTTLE_WINDOW_SECONDS = 60 + 2
 RECHECK_BATCH = 100
 
 
@@ -63,7 +64,10 @@ class ProjectSync:
     """One sync of one project into the raw layer; `refresh()` below is the layer's entry point."""
 
     def __init__(self, workspace: Workspace, project_path: str, *, full: bool = False, force: bool = False,
-                 dagster_run_id: str | None = None, progress: SyncProgress | None = None) -> None:
+                 dagster_run_id: str | None = None, progress: SyncProgress | None = None,
+                 siblings: Collection[str] = (), expected_id: int | None = None) -> None:
+        """`siblings`: the other projects synced with this one (a batch): paths its links name
+        that need no look-up. `expected_id`: the project's id if known (the group listing's)."""
         self.workspace = workspace
         self.config = workspace.config
         self.project_path = project_path
@@ -76,6 +80,13 @@ class ProjectSync:
         self._project_id: int | None = None
         self._files: files.FileFetcher | None = None
         self._paths = redirects.LinkedPaths(project_path, self.config.gitlab.url)
+        self._siblings = siblings
+        self._expected_id = expected_id
+        self._ended = False  # its end is recorded in sync_runs
+        self._known = Known()
+        self.commits = Commits(workspace, self._provenance,
+                               lambda con: runs.heartbeat(con, self.sync_run_id, self.project_id),
+                               self.config.gitlab.per_page)
 
     @property
     def project_id(self) -> int:
@@ -99,10 +110,10 @@ class ProjectSync:
         try:
             client = self.workspace.gitlab()
             asyncio.run(self._run(client))
+            self._finish(started, client)  # with the writes queued while the project was small
         except BaseException as exc:
             self._failed(started, client, exc)
             raise
-        self._finish(started, client)
         return self.result
 
     async def run_sharing(self, client: GitLabClient) -> SyncResult:
@@ -117,20 +128,35 @@ class ProjectSync:
         except BaseException as exc:
             await asyncio.shield(asyncio.to_thread(self._failed, started, client, exc))
             raise
-        await asyncio.to_thread(self._finish, started, client)
+        try:
+            # Its end commits what is still queued; an interrupt meanwhile lets it finish.
+            await asyncio.shield(asyncio.to_thread(self._finish, started, client))
+        except Exception as exc:  # a queued write failed: the failure is recorded instead
+            await asyncio.shield(asyncio.to_thread(self._failed, started, client, exc))
+            raise
         return self.result
 
     def _begin(self) -> float:
         self.config.token()  # fail on a missing token before anything is written
         started = time.monotonic()
         with self.workspace.write() as con, transaction(con):
+            self.commits.transactions += 1
             self.result.sync_run_id = runs.begin_run(
                 con, self.project_path, self.result.mode, force=self.force,
                 stale_after=timedelta(minutes=self.config.sync.stale_after_minutes),
                 dagster_run_id=self.dagster_run_id)
+            # The project's id is most likely the one the group listing gave (`expected_id`), or
+            # GitLab gave the last sync of this path: what the listings start from is read now,
+            # in this transaction, and read again after `GET /projects/:path` only if GitLab
+            # says otherwise (nothing else writes this project's rows meanwhile: single flight).
+            guess = self._expected_id or project_id_for(con, self.project_path)
+            if guess is not None:
+                self._known = read_known(con, guess, full=self.full, configured=self.config.projects)
         return started
 
     def _failed(self, started: float, client: GitLabClient | None, exc: BaseException) -> None:
+        if self._ended:
+            return  # the end was recorded (an interrupt that came while it committed)
         self._finish(started, client, error=_describe(exc))
         # A failed step materializes nothing: the error carries what was done (API calls made,
         # items committed) to whoever reports it (`sync --json`).
@@ -138,21 +164,39 @@ class ProjectSync:
             exc.raw_stats = RawStats.of(self.result)  # type: ignore[attr-defined]  # any exception carries it
 
     def _finish(self, started: float, client: GitLabClient | None, error: str | None = None) -> None:
+        """Record how the sync ended, in one transaction with the writes still queued
+        (sync/commits.py): on a failure too, as the pages fetched before it were kept when each
+        committed on its own."""
         self.result.duration_s = time.monotonic() - started
         if client is not None:
             self.result.client = client.stats.as_dict()
-        stats = self.result.as_dict()
         try:
-            with self.workspace.write() as con, transaction(con):
-                if error is None:
-                    runs.finish_run(con, self.sync_run_id, stats)
-                else:
-                    runs.fail_run(con, self.sync_run_id, error, stats)
-        except KnowledgeError:
+            self._end(error, queued=True)
+        except Exception as exc:
             if error is None:
+                raise  # the caller records the failure, with the queued writes tried once more
+            if self.commits.pending:
+                self.commits.drop()  # a queued write that fails again: the failure is recorded alone
+                with contextlib.suppress(KnowledgeError):
+                    self._end(error, queued=False)
+            elif not isinstance(exc, KnowledgeError):
                 raise
-            # Recording a failure must not mask it; the run stays 'running' and the next
-            # sync finds its process gone and marks it abandoned.
+            # Recording a failure must not mask it; the run stays 'running' and the next sync
+            # finds its process gone and marks it abandoned.
+
+    def _end(self, error: str | None, *, queued: bool) -> None:
+        with self.workspace.write() as con, transaction(con):
+            self.commits.transactions += 1
+            if queued:
+                self.commits.settle(con)  # the counts it adds go into the stats below
+            if self._project_id is not None:
+                runs.heartbeat(con, self.sync_run_id, self._project_id)  # sync_runs records whose run it was
+            stats = self.result.as_dict()
+            if error is None:
+                runs.finish_run(con, self.sync_run_id, stats)
+            else:
+                runs.fail_run(con, self.sync_run_id, error, stats)
+        self._ended = True
 
     async def _run(self, client: GitLabClient) -> None:
         client.notify = self.progress.message  # long waits for GitLab are said where the sync reports
@@ -169,10 +213,12 @@ class ProjectSync:
             self.progress.message(f"{self.project_path}: GitLab calls it {canonical} (id {self._project_id})")
         self.result.project_id = self._project_id
         self._files = files.FileFetcher(client, self._project_id, self.config.gitlab.per_page)
-        self._commit(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
+        if self._known.project_id != self._project_id:
+            self._known = await asyncio.to_thread(self._prepare)
+        self.commits.later(lambda con, prov: raw.upsert_rows(con, [raw.RawRow.for_item("project", project)], prov))
         if canonical and canonical.casefold() != self.project_path.casefold():
             # Links written with the configured (old) path name this project too.
-            self._commit(lambda con, prov: redirects.record(con, self.project_path, project))
+            self.commits.later(lambda con, prov: redirects.record(con, self.project_path, project))
         if identity:
             await refresh_identity(self.workspace, client)
         for resource, kind in RESOURCES:
@@ -183,19 +229,26 @@ class ProjectSync:
         # Kinds not shaped like an issue (kinds.KEYED_KINDS) have a step of their own.
         await wikis.sync_wiki(client, self._project_id, self.project_path,
                               self.result.resources.setdefault(wikis.RESOURCE, ResourceStats()),
-                              self._commit, self.progress.message)
+                              self.commits.later, self.progress.message)
         await releases.sync_releases(client, self._project_id, self.project_path, self.config.gitlab.per_page,
-                                     self._commit, self.progress,
+                                     self.commits, self.progress,
                                      self.result.resources.setdefault(kinds.RELEASE.api_path, ResourceStats()))
         self.result.file_calls = self._files.calls
         self._paths.paths.discard(self.project_path.casefold())
-        self.result.path_lookups = await redirects.look_up(self.workspace, client, self._paths.paths)
+        self.result.path_lookups = await redirects.look_up(
+            client, self._known.paths.unknown(self._paths.paths, self._siblings), self.commits.later)
+
+    def _prepare(self) -> Known:
+        """`read_known` in a transaction of its own, when `_begin` guessed the project's id wrong."""
+        with self.workspace.write() as con, transaction(con):
+            self.commits.transactions += 1
+            runs.heartbeat(con, self.sync_run_id, self.project_id)  # sync_runs knows the project's id from here on
+            return read_known(con, self.project_id, full=self.full, configured=self.config.projects)
 
     # -- one resource -----------------------------------------------------------------------
 
     async def _sync_resource(self, client: GitLabClient, resource: str, kind: str, stats: ResourceStats) -> None:
-        with self.workspace.write() as con:
-            state = listing.load_state(con, self.project_id, kind, self.full)
+        state = self._known.states[kind]
         page = await self._read_listing(client, resource, kind, stats, state)
         if self.full:
             # Removal follows from a complete listing only: GitLab must have marked its end.
@@ -289,9 +342,10 @@ class ProjectSync:
 
     async def _backfill_files(self, stats: ResourceStats) -> None:
         """MRs stored without a file list (stores from before file lists, or a fetch GitLab
-        refused last time) get theirs, in batches that each commit."""
-        with self.workspace.write() as con:
-            items = files.missing_file_lists(con, self.project_id)
+        refused last time) get theirs, in batches that each commit (while the project is small,
+        with its end)."""
+        listed = self._known.states[kinds.MERGE_REQUEST.name].refetched
+        items = [it for it in self._known.without_files if int(it["id"]) not in listed]
         if items:
             self.progress.message(f"{self.project_path}: fetching the file lists of {len(items)} merge requests")
         for start in range(0, len(items), RECHECK_BATCH):
@@ -299,7 +353,7 @@ class ProjectSync:
                      for it in items[start:start + RECHECK_BATCH]]
             await self._fetch_files(batch)
             rows = [files.raw_row(p.listed, p.files) for p in batch if p.files is not None]
-            self._commit(lambda con, prov, rows=rows: raw.upsert_rows(con, rows, prov))
+            self.commits.later(lambda con, prov, rows=rows: raw.upsert_rows(con, rows, prov), len(rows))
             stats.file_fetches += len(rows)
 
     def _reject(self, stats: ResourceStats, line: str) -> None:
@@ -313,23 +367,16 @@ class ProjectSync:
         return raw.Provenance(project_id=self.project_id, sync_run_id=self.result.sync_run_id,
                               dagster_run_id=self.dagster_run_id, fetched_at=utcnow())
 
-    def _commit(self, work: Callable[..., Any]) -> Any:
-        """`work(con, provenance)` in a transaction (`...`: a caller may bind loop values as lambda
-        defaults, which mypy cannot match to a two-argument callable)."""
-        with self.workspace.write() as con, transaction(con):
-            out = work(con, self._provenance())
-            runs.heartbeat(con, self.sync_run_id, self.project_id)
-            return out
-
     def _commit_parents(self, kind: str, resource: str, parents: Sequence[Parent], stats: ResourceStats,
                         cursor_item: dict[str, Any] | None) -> None:
-        self._commit(lambda con, prov: writes.write_parents(con, prov, kind, parents, stats, cursor_item))
+        """A page's (or a recheck batch's) parents with the cursor: one transaction, or queued
+        for the sync's end while the project is small (sync/commits.py)."""
+        self.commits.later(lambda con, prov: writes.write_parents(con, prov, kind, parents, stats, cursor_item),
+                           len(parents))
 
     async def _recheck(self, client: GitLabClient, kind: str, resource: str, done: set[int],
                        stats: ResourceStats) -> None:
-        with self.workspace.write() as con:
-            candidates = raw.recheck_candidates(con, self.project_id, kind, THROTTLE_WINDOW_SECONDS)
-        candidates = [(gid, iid) for gid, iid in candidates if gid not in done]
+        candidates = [(gid, iid) for gid, iid in self._known.rechecks.get(kind, ()) if gid not in done]
         if candidates:
             self.progress.message(f"{self.project_path}: rechecking {len(candidates)} {resource} "
                                   "updated within GitLab's 60 s note throttle")
@@ -337,8 +384,7 @@ class ProjectSync:
             batch = [Parent(kind, gid, iid, None, recheck=True) for gid, iid in candidates[start:start + RECHECK_BATCH]]
             await self._fetch_threads(client, batch)
             self._paths.read(batch)
-            with self.workspace.write() as con:
-                stored = raw.stored_thread_signatures(con, kind, [p.gitlab_id for p in batch])
+            stored = self._known.signatures.get(kind, {})
             # Threads changed under an unchanged updated_at: the parent's own payload is stale too
             # (user_notes_count), so it is refetched, once, for those parents only.
             for p in batch:
@@ -350,10 +396,13 @@ class ProjectSync:
             self._commit_parents(kind, resource, batch, stats, None)
 
     async def _reconcile(self, kind: str, resource: str, seen: set[int], stats: ResourceStats) -> None:
-        removed = self._commit(lambda con, prov: writes.remove_unlisted(con, self.project_id, kind, seen))
-        stats.deleted += removed
-        if removed:
-            self.progress.message(f"{self.project_path}: {removed} {resource} no longer in GitLab, removed")
+        def remove(con: Any, prov: raw.Provenance) -> None:
+            removed = writes.remove_unlisted(con, self.project_id, kind, seen)
+            stats.deleted += removed
+            if removed:
+                self.progress.message(f"{self.project_path}: {removed} {resource} no longer in GitLab, removed")
+
+        self.commits.later(remove)
 
     def _keep_unlisted(self, resource: str, rejected: int) -> None:
         line = (f"{self.project_path}: {resource} listing incomplete ({rejected} rejected "

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from gitlab_knowledge.errors import AuthError, ConfigError, StoreError
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.progress import SyncProgress
+from gitlab_knowledge.store import groups as record_store
 from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge.sync.identity import refresh_identity
 from gitlab_knowledge.sync.stats import SyncResult
@@ -60,6 +61,7 @@ class Fetches:
         self._thread = threading.Thread(target=self._serve, name="gitlab-fetches", daemon=True)
         self._ready = threading.Event()
         self._stopping = False
+        self._ids: dict[str, int] = {}  # project path -> id, as the group listing gave them
         self.error: BaseException | None = None  # what ended the fetches before every project landed, if anything
 
     def start(self) -> "Fetches":
@@ -117,6 +119,7 @@ class Fetches:
         if self.progress is not None:
             client.notify = self.progress.message
         slots = asyncio.Semaphore(self.in_flight)
+        self._ids = _listed_ids(self.workspace)
         async with client:
             # The token's user once for the batch, not once per project (at most hourly anyway).
             await refresh_identity(self.workspace, client)
@@ -133,7 +136,8 @@ class Fetches:
             if self._stopping:
                 return
             sync = ProjectSync(self.workspace, project, full=self.full, force=self.force,
-                               dagster_run_id=self.run_id, progress=self.progress)
+                               dagster_run_id=self.run_id, progress=self.progress, siblings=self.projects,
+                               expected_id=self._ids.get(project))
             try:
                 result = await sync.run_sharing(client)
             except asyncio.CancelledError:
@@ -146,3 +150,14 @@ class Fetches:
                         self._main.cancel()
                 return
             self._landed.put(Landed(project, result=result))
+
+
+def _listed_ids(workspace: Workspace) -> dict[str, int]:
+    """The ids of the configured groups' projects by path, as their last listing gave them: a
+    project's sync reads what its listings start from with its begin when its id is known
+    (sync/engine.py). A record that cannot be read only costs that transaction."""
+    try:
+        return {m.path: m.project_id for m in record_store.members(workspace.config)}
+    except StoreError:
+        return {}
+

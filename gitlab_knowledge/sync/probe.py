@@ -19,7 +19,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import GitLabError, KnowledgeError
 from gitlab_knowledge.gitlab.client import GitLabClient, encode_project
 from gitlab_knowledge.store.raw import canonical_json, payload_hash
-from gitlab_knowledge.sync.engine import RESOURCES
+from gitlab_knowledge.sync.known import RESOURCES
 from gitlab_knowledge.workspace import Workspace
 
 

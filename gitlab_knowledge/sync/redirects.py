@@ -7,14 +7,15 @@ once per distinct unknown path and records the answer in `project_aliases` (also
 is no project the token sees); the graph layer resolves links through it, so the link targets
 the synced project instead of being kept as an external one.
 
-A path is unknown when it is neither a stored project's path, a configured path, nor asked
-before. The paths looked at are those of the items this sync fetched (their text is read with
+A path is unknown when it is neither a stored project's path, a configured path, a project of
+the same batch, nor asked before (what the store knows is read once, before the sync's listings). The paths looked at are those of the items this sync fetched (their text is read with
 the graph layer's own rules, graph/refs.py) and those of the links already stored as external
 (a store upgraded to this, or links read before the path was asked about).
 """
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
@@ -22,10 +23,8 @@ import duckdb
 from gitlab_knowledge.errors import GitLabError, NotFoundError
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.graph.refs import extract
-from gitlab_knowledge.store.db import transaction
 from gitlab_knowledge.sync.parents import Parent
 from gitlab_knowledge.timeutil import utcnow
-from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +54,32 @@ class LinkedPaths:
                                            source_type=p.kind, found_in=found_in))
 
 
-def unknown_paths(con: duckdb.DuckDBPyConnection, candidates: Iterable[str], configured: Iterable[str]) -> list[str]:
-    """The candidates (and the stored external links' paths) no project, configured path or
-    earlier look-up answers, lower case."""
-    wanted = {c.casefold() for c in candidates}
-    wanted.update(r[0] for r in con.execute(
+@dataclass
+class KnownPaths:
+    """What the store knows of project paths before a sync's listings (lower case): the stored
+    external links' paths, and those a project, a configured path or an earlier look-up answers."""
+
+    external: set[str] = field(default_factory=set)
+    answered: set[str] = field(default_factory=set)
+
+    def unknown(self, candidates: Iterable[str], siblings: Iterable[str] = ()) -> list[str]:
+        """The candidates (and the external links' paths) nothing answers yet; `siblings`, the
+        projects synced beside this one, are projects too."""
+        wanted = {c.casefold() for c in candidates} | self.external
+        known = self.answered | {s.casefold() for s in siblings}
+        return sorted(p for p in wanted - known if p)
+
+
+def known_paths(con: duckdb.DuckDBPyConnection, configured: Iterable[str]) -> KnownPaths:
+    known = KnownPaths()
+    known.external.update(r[0] for r in con.execute(
         "SELECT DISTINCT lower(target_path) FROM item_references WHERE external").fetchall())
-    known = {c.casefold() for c in configured}
-    known.update(r[0] for r in con.execute("SELECT lower(path_with_namespace) FROM projects").fetchall())
-    known.update(r[0] for r in con.execute("SELECT path FROM project_aliases").fetchall())
-    known.update(r[0] for r in con.execute(
+    known.answered.update(c.casefold() for c in configured)
+    known.answered.update(r[0] for r in con.execute("SELECT lower(path_with_namespace) FROM projects").fetchall())
+    known.answered.update(r[0] for r in con.execute("SELECT path FROM project_aliases").fetchall())
+    known.answered.update(r[0] for r in con.execute(
         "SELECT lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL").fetchall())
-    return sorted(p for p in wanted - known if p)
+    return known
 
 
 def record(con: duckdb.DuckDBPyConnection, path: str, project: dict[str, Any] | None) -> None:
@@ -77,11 +90,10 @@ def record(con: duckdb.DuckDBPyConnection, path: str, project: dict[str, Any] | 
         project.get("path_with_namespace") if project else None, utcnow()])
 
 
-async def look_up(workspace: Workspace, client: GitLabClient, candidates: Iterable[str]) -> int:
-    """Ask GitLab once for each unknown path; returns the number of calls made. A failure other
-    than a 404 leaves the path unasked (the next sync asks again) and does not fail the sync."""
-    with workspace.write() as con:
-        paths = unknown_paths(con, candidates, workspace.config.projects)
+async def look_up(client: GitLabClient, paths: Sequence[str], commit: Callable[..., None]) -> int:
+    """Ask GitLab once for each of `paths` (`KnownPaths.unknown`), recording each answer through
+    `commit(work)`; returns the number of calls made. A failure other than a 404 leaves the path
+    unasked (the next sync asks again) and does not fail the sync."""
     calls = 0
     for path in paths:
         calls += 1
@@ -92,7 +104,6 @@ async def look_up(workspace: Workspace, client: GitLabClient, candidates: Iterab
         except GitLabError as exc:
             log.warning("could not look up project %s (%s); its links stay external for now", path, exc)
             continue
-        with workspace.write() as con, transaction(con):
-            record(con, path, found if isinstance(found, dict) else None)
+        answer = found if isinstance(found, dict) else None
+        commit(lambda con, prov, path=path, answer=answer: record(con, path, answer))
     return calls
-

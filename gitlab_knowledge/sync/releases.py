@@ -13,9 +13,10 @@ A project whose releases the token cannot read (403, or 404 with the feature off
 one line: not an error.
 """
 
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
+
+import duckdb
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import GitLabError, NotFoundError
@@ -23,10 +24,10 @@ from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.progress import SyncProgress
 from gitlab_knowledge.store import raw
 from gitlab_knowledge.store.payloads import release_name, release_problem
+from gitlab_knowledge.sync.commits import Commits
 from gitlab_knowledge.sync.stats import ResourceStats
 
 RELEASE = kinds.RELEASE
-Commit = Callable[[Callable[..., Any]], Any]  # ProjectSync._commit: work(con, provenance) in a transaction
 
 
 def raw_row(project_id: int, release: dict[str, Any]) -> raw.RawRow:
@@ -36,7 +37,7 @@ def raw_row(project_id: int, release: dict[str, Any]) -> raw.RawRow:
                       json=raw.canonical_json(release), updated_at=None)
 
 
-async def sync_releases(client: GitLabClient, project_id: int, project_path: str, per_page: int, commit: Commit,
+async def sync_releases(client: GitLabClient, project_id: int, project_path: str, per_page: int, commits: Commits,
                         progress: SyncProgress, stats: ResourceStats) -> None:
     """List every release of the project, store the new and changed ones, remove on evidence."""
     path = f"/projects/{project_id}/{RELEASE.api_path}"
@@ -62,38 +63,48 @@ async def sync_releases(client: GitLabClient, project_id: int, project_path: str
         return
     stats.listed += len(listed)
     rows = [raw_row(project_id, r) for r in listed]
-    counts = commit(lambda con, prov: raw.upsert_rows(con, rows, prov))
-    stats.fetched += counts.new + counts.updated
-    stats.new += counts.new
-    stats.updated += counts.updated
     if rejected:
         progress.warning(f"{project_path}: releases listing incomplete ({rejected} rejected): "
                          "nothing removed as no longer in GitLab on this run")
+    seen = None if rejected else {r.gitlab_key for r in rows}
+
+    def store(con: duckdb.DuckDBPyConnection, prov: raw.Provenance) -> None:
+        counts = raw.upsert_rows(con, rows, prov)
+        stats.fetched += counts.new + counts.updated
+        stats.new += counts.new
+        stats.updated += counts.updated
+        if seen is not None and pages == 1:  # one page: its absence is the evidence, no GET to ask
+            _tombstone(con, project_id, project_path, sorted(_stored(con, project_id) - seen), progress, stats)
+
+    if pages == 1 or seen is None:
+        commits.later(store)  # with the sync's end while the project is small (sync/commits.py)
         return
-    await _remove_unlisted(client, project_id, project_path, {r.gitlab_key for r in rows}, pages, commit,
-                           progress, stats)
+    commits.now(store)
+    missing = sorted(commits.now(lambda con, prov: _stored(con, project_id)) - seen)
+    # A release deleted while the pages were read shifts the rest: one could have slipped
+    # between two pages. Its own GET settles it.
+    confirmed = []
+    for key in missing:
+        tag = key.partition(":")[2]
+        try:
+            await client.get(f"/projects/{project_id}/{RELEASE.api_path}/{quote(tag, safe='')}")
+        except NotFoundError:
+            confirmed.append(key)
+    if confirmed:
+        commits.now(lambda con, prov: _tombstone(con, project_id, project_path, confirmed, progress, stats))
 
 
-async def _remove_unlisted(client: GitLabClient, project_id: int, project_path: str, seen: set[str], pages: int,
-                           commit: Commit, progress: SyncProgress, stats: ResourceStats) -> None:
-    stored = commit(lambda con, prov: {key for (key,) in con.execute(
+def _stored(con: duckdb.DuckDBPyConnection, project_id: int) -> set[str]:
+    return {key for (key,) in con.execute(
         "SELECT gitlab_key FROM raw_payloads WHERE project_id = ? AND resource_type = ? AND deleted_at IS NULL",
-        [project_id, RELEASE.name]).fetchall()})
-    missing = sorted(stored - seen)
-    if pages > 1:
-        # A release deleted while the pages were read shifts the rest: one could have slipped
-        # between two pages. Its own GET settles it.
-        confirmed = []
-        for key in missing:
-            tag = key.partition(":")[2]
-            try:
-                await client.get(f"/projects/{project_id}/{RELEASE.api_path}/{quote(tag, safe='')}")
-            except NotFoundError:
-                confirmed.append(key)
-        missing = confirmed
+        [project_id, RELEASE.name]).fetchall()}
+
+
+def _tombstone(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, missing: list[str],
+               progress: SyncProgress, stats: ResourceStats) -> None:
     if not missing:
         return
-    removed = commit(lambda con, prov: raw.tombstone(
-        con, "resource_type = ? AND gitlab_key IN (SELECT unnest(?::TEXT[]))", [RELEASE.name, missing]))
+    removed = raw.tombstone(con, "resource_type = ? AND gitlab_key IN (SELECT unnest(?::TEXT[]))",
+                            [RELEASE.name, missing])
     stats.deleted += removed
     progress.message(f"{project_path}: {removed} release{'s' if removed != 1 else ''} no longer in GitLab, removed")

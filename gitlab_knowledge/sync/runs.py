@@ -39,6 +39,7 @@ _SAME_START_S = 1.0
 LOCK_FILE = ".pipeline.lock"
 _held: dict[str, tuple[int, int]] = {}  # lock path -> (fd, depth): re-entrant within a process
 _held_guard = threading.Lock()
+_OWN_START: dict[int, str | None] = {}  # pid -> its start (`_own_start`)
 
 
 @contextlib.contextmanager
@@ -102,6 +103,15 @@ def process_start(pid: int) -> str | None:
         return _since_boot(psutil.Process(pid))
     except psutil.Error:
         return None
+
+
+def _own_start() -> str | None:
+    """This process's `process_start`, read once per process (a batch begins hundreds of runs;
+    a forked child has a pid, and so an entry, of its own)."""
+    pid = os.getpid()
+    if pid not in _OWN_START:
+        _OWN_START[pid] = process_start(pid)
+    return _OWN_START[pid]
 
 
 def _since_boot(proc: psutil.Process) -> str:
@@ -169,7 +179,7 @@ def begin_run(con: duckdb.DuckDBPyConnection, project_path: str, mode: str, *, f
                                dagster_run_id, stats)
         VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
     """, [run_id, project_path, mode, now, now, os.getpid(), HOSTNAME, dagster_run_id,
-          json.dumps({"process_start": process_start(os.getpid())})])
+          json.dumps({"process_start": _own_start()})])
     return int(run_id)
 
 

@@ -1,0 +1,172 @@
+"""What a small project's fetch costs the store (sync/commits.py): its writes commit with its
+sync's end, so a batch opens the DuckDB file a few times per project, not once per listing, page
+and look-up; a failure after its listings keeps what it fetched, as page commits did; a project
+of more than a page commits page by page, as before; a request does not search sys.path for a
+module that is not installed. Against the sandbox over 127.0.0.1, on real DuckDB files."""
+
+import asyncio
+import importlib.machinery
+from pathlib import Path
+
+import pytest
+
+from gitlab_knowledge.errors import GitLabError
+from gitlab_knowledge.store import db
+from gitlab_knowledge.sync import engine
+from gitlab_knowledge.sync.engine import ProjectSync
+from gitlab_knowledge.sync.many import Fetches
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
+from gitlab_knowledge_tests.helpers import rows, workspace
+
+PROJECTS = 4
+OPENS_PER_SMALL_PROJECT = 3  # its begin, the reads its listings start from (once its id is known), its end
+
+
+@pytest.fixture(scope="module")
+def four_small_projects(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("four-small-projects")
+    generate_dataset(out, projects=PROJECTS, issues=12, mrs=6, seed=34, threads_per_parent_mean=1.0)
+    return out
+
+
+def count_opens(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every open of a DuckDB file from here on (True: read-only)."""
+    opens: list[bool] = []
+    real = db._open
+
+    def counting(path, read_only, wait):
+        opens.append(read_only)
+        return real(path, read_only, wait)
+
+    monkeypatch.setattr(db, "_open", counting)
+    return opens
+
+
+def stored(config) -> list[tuple]:
+    return rows(config, "SELECT project_id, resource_type, gitlab_key, payload_hash, deleted_at IS NULL "
+                        "FROM raw_payloads ORDER BY ALL") + rows(
+        config, "SELECT project_id, resource_type, updated_at_cursor, tie_breaker_id FROM sync_cursors ORDER BY ALL")
+
+
+def test_a_batch_of_small_projects_opens_the_store_a_few_times_per_project_and_stores_what_page_commits_do(
+        four_small_projects, make_config, tmp_path, monkeypatch):
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb)
+        projects = list(config.projects)
+        with db.write_connection(config.duckdb_path):
+            pass  # the store exists and its schema is current before the count starts
+        with monkeypatch.context() as patched:
+            opens = count_opens(patched)
+            with db.one_writer(), Fetches(workspace(config), projects, in_flight=2) as fetches:
+                landed = list(fetches.landed())
+        assert [one.error for one in landed] == [None] * PROJECTS
+        assert all(one.result is not None and one.result.client["api_calls"] > 5 for one in landed)
+        # The token's user once for the batch (a read, then its record), then each project's few:
+        # on the old code a small project opened the file once per listing's state, page, recheck,
+        # wiki, releases and look-up (14 here).
+        assert len(opens) <= 2 + OPENS_PER_SMALL_PROJECT * PROJECTS, len(opens)
+        # Again, nothing changed: each project's id is known from its last sync, so what its
+        # listings start from is read with its begin: two opens a project.
+        with monkeypatch.context() as patched:
+            opens = count_opens(patched)
+            with db.one_writer(), Fetches(workspace(config), projects, in_flight=2) as fetches:
+                again = list(fetches.landed())
+        assert [one.error for one in again] == [None] * PROJECTS
+        assert all(one.result is not None and one.result.resources["issues"].fetched == 0 for one in again)
+        assert len(opens) <= 2 + 2 * PROJECTS, len(opens)
+
+        # One page per parent, each its own commit (what every page did before): the same rows.
+        reference = make_config(sb, data_dir=tmp_path / "reference", per_page=1)
+        for project in projects:
+            sync = ProjectSync(workspace(reference), project)
+            sync.run()
+            assert sync.commits.transactions > OPENS_PER_SMALL_PROJECT + 2  # a page a parent: no queue
+    assert stored(config) == stored(reference)
+    assert rows(config, "SELECT DISTINCT status FROM sync_runs") == [("succeeded",)]
+
+
+def test_a_small_project_failing_after_its_listings_keeps_what_it_fetched_and_records_the_failure(
+        four_small_projects, make_config, monkeypatch):
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb)
+        project = config.projects[0]
+
+        async def refused(*args, **kwargs):
+            raise GitLabError("GitLab answered 502 to GET /projects/1/releases", status=502)
+
+        sync = ProjectSync(workspace(config), project)
+        with monkeypatch.context() as patched, pytest.raises(GitLabError, match="502"):
+            patched.setattr(engine.releases, "sync_releases", refused)
+            sync.run()
+        assert sync.commits.transactions == OPENS_PER_SMALL_PROJECT
+        # Its listings' items, threads and cursors are stored with the failure, as their page
+        # commits kept them; the run says what it fetched.
+        (status, error), = rows(config, "SELECT status, error FROM sync_runs")
+        assert status == "failed" and "502" in error
+        kinds = {k for (k,) in rows(config, "SELECT DISTINCT resource_type FROM raw_payloads")}
+        assert {"project", "issue", "merge_request", "discussion"} <= kinds
+        assert len(rows(config, "SELECT * FROM sync_cursors")) == 2
+
+        again = ProjectSync(workspace(config), project)
+        result = again.run()
+    assert result.resources["issues"].new == 0 and result.resources["merge_requests"].new == 0
+    assert [s for (s,) in rows(config, "SELECT status FROM sync_runs ORDER BY id")] == ["failed", "succeeded"]
+
+
+def test_a_queued_write_that_fails_at_the_end_fails_the_sync_and_is_recorded(four_small_projects, make_config,
+                                                                              monkeypatch):
+    from gitlab_knowledge.errors import StoreError
+    from gitlab_knowledge.sync import writes
+
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb)
+        project = config.projects[0]
+
+        def full_disk(*args, **kwargs):
+            raise StoreError("cannot write the store: No space left on device")
+
+        with monkeypatch.context() as patched, pytest.raises(StoreError, match="No space left"):
+            patched.setattr(writes, "write_parents", full_disk)
+            ProjectSync(workspace(config), project).run()
+        (status, error), = rows(config, "SELECT status, error FROM sync_runs")
+        assert status == "failed" and "No space left" in error
+        assert rows(config, "SELECT * FROM sync_cursors") == []  # nothing half-written
+        ProjectSync(workspace(config), project).run()
+    assert [s for (s,) in rows(config, "SELECT status FROM sync_runs ORDER BY id")] == ["failed", "succeeded"]
+    assert len(rows(config, "SELECT * FROM sync_cursors")) == 2
+
+
+def test_a_project_of_many_pages_commits_page_by_page(four_small_projects, make_config, monkeypatch):
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb, per_page=2)
+        project = config.projects[0]
+        issues = len(sb.state.list_items(sb.state.list_projects(order_by="id", sort="asc")[0]["id"], "issues"))
+        sync = ProjectSync(workspace(config), project)
+        sync.run()
+    # Every full page commits as it lands (with its cursor), so a kill loses at most a page.
+    assert sync.commits.transactions >= issues // 2, (sync.commits.transactions, issues)
+
+
+def test_a_request_does_not_search_for_a_module_that_is_not_installed(tiny_sandbox, make_config, monkeypatch):
+    # httpcore asks `import sniffio` several times per request; without sniffio installed, each
+    # failed import searched every sys.path entry again (~80 us each, ~0.5 ms of CPU a request
+    # on the fetch loop's thread).
+    config = make_config(tiny_sandbox)
+    searched: list[str] = []
+    real = importlib.machinery.PathFinder.find_spec
+
+    def spying(name, path=None, target=None):
+        searched.append(name)
+        return real(name, path, target)
+
+    async def some_requests() -> None:
+        async with workspace(config).gitlab() as client:
+            await client.project(config.projects[0])  # the first: whatever loads lazily loads
+            searched.clear()
+            for _ in range(3):
+                await client.project(config.projects[0])
+
+    with monkeypatch.context() as patched:
+        patched.setattr(importlib.machinery.PathFinder, "find_spec", spying)
+        asyncio.run(some_requests())
+    assert searched == []
