@@ -3,6 +3,7 @@ the step side that sends it batches (defs/event_batch.py): the rows stored are t
 stores one event at a time, and an instance written by the plain storage opens with it."""
 
 import sqlite3
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -159,3 +160,58 @@ def test_an_instance_an_earlier_version_created_gets_the_batching_event_log_and_
     (mine / "dagster.yaml").write_text(text)
     dagster_instance(SimpleNamespace(dagster_home=mine))  # type: ignore[arg-type]
     assert (mine / "dagster.yaml").read_text() == text
+
+
+def _entry(run_id: str, event_type: Any, data: Any) -> Any:
+    from dagster._core.events import DagsterEvent
+    from dagster._core.events.log import EventLogEntry
+
+    return EventLogEntry(error_info=None, level="debug", user_message="", run_id=run_id, timestamp=time.time(),
+                         dagster_event=DagsterEvent(event_type.value, "job", event_specific_data=data))
+
+
+def test_a_batch_updates_a_planned_check_row_and_keeps_a_checks_last_result(tmp_path: Path) -> None:
+    """A check whose planned event made its row (a check step's) gets the batch's result in that
+    row; a check with two results in one batch keeps the later; a key's row holds its latest
+    materialization after a planned one, as event-by-event writing leaves them."""
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationPlanned
+    from dagster._core.events import (
+        AssetMaterializationPlannedData,
+        DagsterEventType,
+        StepMaterializationData,
+    )
+
+    def check(partition: str, passed: bool) -> Any:
+        return _entry("run", DagsterEventType.ASSET_CHECK_EVALUATION, dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey("raw"), check_name="ok", passed=passed, partition=partition))
+
+    planned = _entry("run", DagsterEventType.ASSET_CHECK_EVALUATION_PLANNED,
+                     AssetCheckEvaluationPlanned(asset_key=dg.AssetKey("raw"), check_name="ok"))
+    batch = [_entry("run", DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+                    AssetMaterializationPlannedData(dg.AssetKey("raw"), partition="b")),
+             _entry("run", DagsterEventType.ASSET_MATERIALIZATION,
+                    StepMaterializationData(dg.AssetMaterialization("raw", partition="a"))),
+             _entry("run", DagsterEventType.ASSET_MATERIALIZATION_PLANNED,
+                    AssetMaterializationPlannedData(dg.AssetKey("raw"), partition="c")),
+             check("a", True), check("b", True), check("b", False),
+             _entry("run", DagsterEventType.ASSET_CHECK_EVALUATION, dg.AssetCheckEvaluation(
+                 asset_key=dg.AssetKey("raw"), check_name="ok", passed=False))]  # the planned row's
+    rows = {}
+    for name, plain in (("plain", True), ("batching", False)):
+        storage = home(tmp_path / name, plain=plain).event_log_storage
+        storage.store_event(planned)
+        if plain:
+            for event in batch:
+                storage.store_event(event)
+        else:
+            storage.store_event_batch(batch)
+        con = sqlite3.connect(tmp_path / name / "history" / "event_log.db")
+        rows[name] = (
+            sorted(con.execute("SELECT check_name, partition, execution_status, evaluation_event_storage_id "
+                               "FROM asset_check_executions").fetchall(), key=str),
+            con.execute("SELECT asset_key, last_run_id, last_materialization IS NOT NULL, "
+                        "last_materialization_timestamp IS NOT NULL FROM asset_keys").fetchall(),
+            [_storage_id(v) for (v,) in con.execute("SELECT last_materialization FROM asset_keys")])
+        con.close()
+    assert rows["batching"] == rows["plain"]
+    assert [r[1:3] for r in rows["plain"][0]] == [("a", "SUCCEEDED"), ("b", "FAILED"), (None, "FAILED")]
