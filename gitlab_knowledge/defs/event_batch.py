@@ -8,8 +8,7 @@ logged as one Dagster event batch (`DagsterEventBatchMetadata`, what Dagster its
 multi-partition output's materializations), which the instance hands to the storage's
 `store_event_batch` in one piece while `DAGSTER_EVENT_BATCH_SIZE` allows it; the repository's
 storage (gitlab_knowledge/event_log.py) writes that in one transaction. Another storage (the
-scale-out's Postgres) gets the same events through its own `store_event_batch` (Dagster's: one
-by one), so nothing changes there.
+scale-out's Postgres, a user's own) gets them one by one, as before.
 
 The events are the ones Dagster builds for a materialization or a check result logged by the
 step (`DagsterEvent.from_step`), with the same messages; what the UI shows from them is unchanged.
@@ -30,14 +29,19 @@ EVENTS_PER_TRANSACTION = 500
 # A step writes what it holds once its oldest event is this old (at the next natural boundary,
 # defs/batch.py): a commit costs 2-50 ms on a busy disk, so one per project would cost more than
 # its events do, while the UI lags by at most this much (or the time one project takes).
-HOLD_S = 2.0
+HOLD_S = 5.0
 
 
 class EventBatch:
     """The materializations and check results a step holds until `flush`."""
 
     def __init__(self, context: dg.OpExecutionContext) -> None:
+        from gitlab_knowledge.event_log import BatchingSqliteEventLogStorage
+
         self._step = context.get_step_execution_context()
+        # Only the repository's storage gets batches: Dagster's Postgres storage writes a batch as
+        # if it held one asset's partitions (the asset key row of the last event only).
+        self._batching = isinstance(context.instance.event_log_storage, BatchingSqliteEventLogStorage)
         self._pending: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
         self._since = 0.0  # when the oldest held event was added
 
@@ -58,6 +62,11 @@ class EventBatch:
         """Log every held event, as Dagster event batches of up to EVENTS_PER_TRANSACTION."""
         from dagster._core.events import DagsterEventBatchMetadata, generate_event_batch_id
 
+        if not self._batching:
+            while self._pending:
+                _log(self._step, self._pending[0], None)
+                del self._pending[0]
+            return
         while self._pending:
             chunk = self._pending[:EVENTS_PER_TRANSACTION]
             batch_id = generate_event_batch_id()
