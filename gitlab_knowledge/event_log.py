@@ -6,7 +6,7 @@ asset key's latest materialization, tags) or its check execution row. A batch ru
 records ~20 events per project (a materialization per layer, a result per check) and paid
 ~190 ms per project for them (100 projects: 19.0 s of a 120 s sync). Its `store_event_batch`,
 which Dagster's base class runs as a loop of `store_event`, is here one connection and one
-transaction for all of them: the rows written are those `store_event` writes, in the same order.
+transaction for all of them, leaving the rows `store_event` would leave.
 
 The instance hands a batch to `store_event_batch` only for events logged with batch metadata
 while `DAGSTER_EVENT_BATCH_SIZE` is set (defs/event_batch.py does both); every other event is
