@@ -31,6 +31,7 @@ from typing import Any
 import dagster as dg
 
 from gitlab_knowledge.defs.checks import aimed_at_latest, evaluate_partitions
+from gitlab_knowledge.defs.event_batch import EventBatch
 from gitlab_knowledge.defs.failures import original, plain_failure, said_plainly, tag_cause
 from gitlab_knowledge.defs.jobs import QUIET_LOGS
 from gitlab_knowledge.defs.many_projects import FINISHED, Batch, Carried, carry
@@ -43,7 +44,7 @@ from gitlab_knowledge.defs.run_slots import (
     reap_dead_runs,
 )
 from gitlab_knowledge.errors import Interrupted, KnowledgeError, SyncInProgressError, is_interrupt
-from gitlab_knowledge.layers import DUCKDB_POOL, LANCEDB_POOL, LAYERS, TANTIVY_POOL, Layer
+from gitlab_knowledge.layers import DOCUMENTS, DUCKDB_POOL, LANCEDB_POOL, LAYERS, TANTIVY_POOL, Layer
 from gitlab_knowledge.redact import redact
 from gitlab_knowledge.sync.runs import HOSTNAME, pipeline_lock, process_start
 from gitlab_knowledge.workspace import Workspace
@@ -104,10 +105,15 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
     FINISHED[context.run_id] = batch  # read (and dropped) by the in-process runner; a daemon's run process ends
     tag_process(context)
     started = time.monotonic()
+    events = EventBatch(context)  # the partitions' events, written many per transaction
     try:
         for project, layer, metadata in _carry_all(context, config, workspace, projects, batch):
-            yield dg.AssetMaterialization(asset_key=layer.asset, partition=project, metadata=metadata)
+            events.add(dg.AssetMaterialization(asset_key=layer.asset, partition=project, metadata=metadata))
+            if _write_now(batch, layer, events):
+                events.flush()
     except BaseException as exc:
+        with contextlib.suppress(Exception):  # what committed is recorded; Dagster's storage failing is the error
+            events.flush()
         for carried in batch.carried.values():  # what the in-process runner reports for each
             if carried.error is None and len(carried.done) < len(LAYERS):
                 carried.error = original(exc) if isinstance(exc, Exception) else exc
@@ -115,14 +121,16 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
         if is_interrupt(exc):  # stopped (the UI's Terminate, `ui` stopping): canceled, not failed
             raise DagsterExecutionInterruptedError(f"stopped after {_progress(batch)}") from None
         raise
+    events.flush()  # before the check results, which point at the partitions' latest materializations
     evaluated = evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()})
     for evaluation in aimed_at_latest(context.instance, evaluated):
-        context.log_event(evaluation)  # type: ignore[arg-type]  # accepted at run time (Dagster 1.13)
+        events.add(evaluation)
+    events.flush()
     _failed_to_materialize(context, batch)
     _record_unfinished(context, batch.unfinished)
-    for carried in batch.carried.values():
-        context.log.info(f"{carried.project}: {'ok' if carried.error is None else _message(carried.error)} "
-                         f"in {carried.duration_s:.1f}s")
+    # One log line per batch, not per project: each is an event (a commit) of its own.
+    context.log.info("\n".join(f"{c.project}: {'ok' if c.error is None else _message(c.error)} in {c.duration_s:.1f}s"
+                               for c in batch.carried.values()))
     failed = batch.failed
     skipped = len(batch.unfinished) - len(failed)
     if failed or skipped:
@@ -161,6 +169,17 @@ def _carry_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: W
                 time.sleep(2.0)
             except Interrupted as exc:
                 raise DagsterExecutionInterruptedError(str(exc)) from None
+
+
+def _write_now(batch: Batch, layer: Layer, events: EventBatch) -> bool:
+    """Whether the held events are written now: after a project's last DuckDB layer once they
+    have waited a while (a commit per project would cost more than its events), or when no
+    project has `layer` still to come (the last project, or the end of an index layer, which
+    records every project at once and may be followed by a long step). The UI so lags a
+    project's layers by at most HOLD_S or one project's time."""
+    if layer.pool == DUCKDB_POOL and layer is not DOCUMENTS:  # the project's next layer follows at once
+        return False
+    return events.held_long or all(layer.asset in c.metadata or c.error is not None for c in batch.carried.values())
 
 
 def tag_process(context: dg.OpExecutionContext) -> None:

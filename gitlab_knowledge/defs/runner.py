@@ -109,7 +109,27 @@ def dagster_instance(config: Config) -> dg.DagsterInstance:
     if not yaml.exists():
         home.mkdir(parents=True, exist_ok=True)
         yaml.write_text(instance_yaml(home))
+    else:
+        _upgrade_event_log(yaml)
     return dg.DagsterInstance.from_config(str(home))
+
+
+# The event log an earlier version wrote into the instances it created: the same database, which
+# the batching storage (gitlab_knowledge/event_log.py) reads and writes as it is.
+_PLAIN_EVENT_LOG = "  module: dagster._core.storage.event_log\n  class: ConsolidatedSqliteEventLogStorage\n"
+_BATCHING_EVENT_LOG = "  module: gitlab_knowledge.event_log\n  class: BatchingSqliteEventLogStorage\n"
+
+
+def _upgrade_event_log(yaml: Path) -> None:
+    """An instance this product created with an earlier version (its template's first line) gets
+    the batching event log; one a user wrote is theirs and left alone."""
+    text = yaml.read_text()
+    template = Path(__file__).with_name("instance.yaml").read_text()
+    if text.startswith(template.splitlines()[0]) and f"event_log_storage:\n{_PLAIN_EVENT_LOG}" in text:
+        staged = yaml.with_name(yaml.name + ".new")  # replaced whole: never a half-written file
+        staged.write_text(text.replace(f"event_log_storage:\n{_PLAIN_EVENT_LOG}",
+                                       f"event_log_storage:\n{_BATCHING_EVENT_LOG}"))
+        staged.replace(yaml)
 
 
 def _materializations(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict[str, Any]]:

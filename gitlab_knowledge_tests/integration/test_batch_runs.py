@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.defs import build_defs, checks, defs
+from gitlab_knowledge.defs import build_defs, checks, defs, event_batch
 from gitlab_knowledge.defs.batch import BATCH_JOB, BATCH_OP, UNFINISHED_TAG, batch_run_config
 from gitlab_knowledge.defs.checks import ALL_CHECKS
 from gitlab_knowledge.defs.failures import FAILURE_TAG
@@ -31,9 +31,15 @@ def five_projects(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+# The event log the product configures (gitlab_knowledge/event_log.py), whose batches of events
+# are one transaction each: what the UI reads below is what it stored.
+BATCHING_EVENT_LOG = {"module": "gitlab_knowledge.event_log", "class": "BatchingSqliteEventLogStorage"}
+
+
 @pytest.fixture
 def env(five_projects, tmp_path, token_env):
-    with SandboxGitLab(dataset=five_projects) as sb, dg.instance_for_test() as instance:
+    overrides = {"event_log_storage": {**BATCHING_EVENT_LOG, "config": {"base_dir": str(tmp_path / "history")}}}
+    with SandboxGitLab(dataset=five_projects) as sb, dg.instance_for_test(overrides=overrides) as instance:
         path = write_config_file(tmp_path / "gitlab_knowledge.toml", sb, tmp_path / "data", max_retries=0)
         yield sb, str(path), instance
 
@@ -103,6 +109,44 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
     histories = {p: run_history(instance, p, finished_batches(instance), projects) for p in projects}
     assert histories[broken].failed == 1 and histories[broken].failed_at is not None
     assert all(h.failed == 0 for p, h in histories.items() if p != broken)
+
+
+def test_a_batchs_event_writes_do_not_grow_with_its_projects(env, monkeypatch):
+    """Each project's 19 events on its partitions (a materialization per layer, a result per
+    check) are written in the batch's few transactions, not one by one: a batch of one project
+    and one of four make as many writes."""
+    sb, path, instance = env
+    projects = project_paths(sb)
+    monkeypatch.setattr(event_batch, "HOLD_S", 3600.0)  # only the natural ends flush, whatever the machine's speed
+    writes: dict[str, list[int]] = {}  # run -> events per write of partitions' events (a transaction each)
+    others: dict[str, list[str]] = {}  # run -> the run's other Dagster events (run, step, output)
+    storage = type(instance.event_log_storage)
+    store_event, store_event_batch = storage.store_event, storage.store_event_batch
+
+    def counting_batch(self, events):
+        writes.setdefault(events[0].run_id, []).append(len(events))
+        return store_event_batch(self, events)
+
+    def counting_event(self, event):
+        if event.dagster_event_type in PARTITION_EVENTS:
+            writes.setdefault(event.run_id, []).append(1)
+        elif event.dagster_event_type is not None:
+            others.setdefault(event.run_id, []).append(event.dagster_event_type)
+        return store_event(self, event)
+
+    monkeypatch.setattr(storage, "store_event", counting_event)
+    monkeypatch.setattr(storage, "store_event_batch", counting_batch)
+    job = build_defs(Workspace.load(path)).resolve_job_def(BATCH_JOB)
+    runs = [job.execute_in_process(run_config=batch_run_config(some), instance=instance).run_id
+            for some in (projects[:1], projects[1:])]
+    assert [sum(writes[run]) for run in runs] == [19, 19 * 4]
+    # 4 writes however many projects: the DuckDB layers of every project, the lexical layer, the
+    # embeddings layer, the check results (the old code wrote each event on its own: 19 and 76).
+    assert [len(writes[run]) for run in runs] == [4, 4]
+    assert others[runs[0]] == others[runs[1]]
+
+
+PARTITION_EVENTS = {dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.ASSET_CHECK_EVALUATION}
 
 
 CHECK_STATUSES = """
