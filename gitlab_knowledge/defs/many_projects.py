@@ -31,7 +31,8 @@ from gitlab_knowledge.errors import KnowledgeError, is_interrupt
 from gitlab_knowledge.layers import DOCUMENTS, EMBEDDINGS, GRAPH, LAYERS, LEXICAL, NORMALIZED, RAW, Layer
 from gitlab_knowledge.progress import SyncProgress
 from gitlab_knowledge.store.db import holding_open, one_writer
-from gitlab_knowledge.store.queries import project_counts
+from gitlab_knowledge.store.projects import project_ids_for
+from gitlab_knowledge.store.queries import project_counts, project_counts_of
 from gitlab_knowledge.sync.many import STOP_ALL, Fetches, Landed
 from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
@@ -41,6 +42,9 @@ from gitlab_knowledge.workspace import Workspace
 FINISHED: dict[str, "Batch"] = {}
 # STOP_ALL (sync/many.py): failures that are not about one project; the next would fail the same way.
 NOT_ATTEMPTED = "not attempted: the batch stopped on an earlier failure"
+# At most this many landed projects in one pass of the store layers: the store is held open, and
+# so closed to other processes (a search, the MCP server), for the pass.
+TOGETHER_MOST = 16
 
 
 @dataclass
@@ -111,15 +115,12 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
     with one_writer(), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
                                progress=progress) as fetches:
         for landed in fetches.landed():
-            carried = batch.carried[landed.project]
-            if batch.stopped is None:
-                yield from _duckdb_layers(workspace, carried, batch, full=full, force=force, run_id=run_id,
-                                          progress=progress, log=log, fetched=landed)
-            elif landed.result is not None:  # fetched before the stop: its raw layer did commit
-                carried.metadata[RAW.asset] = _raw_metadata(landed.result)
-                yield landed.project, RAW, carried.metadata[RAW.asset]
-            if batch.stopped is not None:
-                fetches.close()
+            waiting = [landed, *fetches.landed_meanwhile()]
+            while waiting:
+                group, waiting = waiting[:TOGETHER_MOST], waiting[TOGETHER_MOST:]
+                yield from _landed_together(workspace, group, batch, run_id=run_id, log=log)
+                if batch.stopped is not None:
+                    fetches.close()
         # The fetching itself failed (no one project's fault: the client, the store): the first
         # project it left unfetched fails with it, and the rest are not attempted.
         first = next((p for p in projects if not batch.carried[p].metadata and batch.carried[p].error is None), None)
@@ -132,6 +133,137 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
 def _raw_metadata(result: Any) -> dict[str, Any]:
     stats = RawStats.of(result)
     return {"summary": dg.MetadataValue.md(stats.summary_markdown(result)), **stats.to_metadata()}
+
+
+def _landed_together(workspace: Workspace, group: list[Landed], batch: Batch, *, run_id: str | None,
+                     log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """The projects whose fetches have landed meanwhile: each one's raw layer, then the store
+    layers of all of them in one pass per layer (store/watermarks.py `run_together`), with the
+    store held open across the three (one open and one checkpoint for the group, not per project)."""
+    fetched: list[Carried] = []
+    for landed in group:
+        carried = batch.carried[landed.project]
+        if batch.stopped is not None:
+            if landed.result is not None:  # fetched before the stop: its raw layer did commit
+                carried.metadata[RAW.asset] = _raw_metadata(landed.result)
+                yield landed.project, RAW, carried.metadata[RAW.asset]
+            continue
+        try:
+            with said_plainly(None, RAW, workspace):
+                if landed.result is None:
+                    raise landed.error or KnowledgeError(f"{landed.project}: its fetch ended without a result")
+                metadata = _raw_metadata(landed.result)
+        except Exception as exc:
+            if is_interrupt(exc):
+                raise
+            _fail(batch, carried, RAW, original(exc))
+            continue
+        carried.duration_s += landed.result.duration_s  # its fetch's own time, spent on the fetch thread
+        carried.metadata[RAW.asset] = metadata
+        fetched.append(carried)
+        yield landed.project, RAW, metadata
+    if not fetched or batch.stopped is not None:
+        return
+    with contextlib.ExitStack() as held:  # closed however the generator ends
+        held.enter_context(holding_open(workspace.config.duckdb_path))
+        with workspace.write() as con:
+            ids = project_ids_for(con, [c.project for c in fetched])
+        for layer in (NORMALIZED, GRAPH, DOCUMENTS):
+            fetched = [c for c in fetched if c.error is None]
+            if not fetched or batch.stopped is not None:
+                return
+            done = _layer_together(workspace, layer, fetched, ids, batch, run_id=run_id, log=log)
+            if layer is DOCUMENTS:
+                held.close()  # before the materializations are recorded: the store is committed and free
+            for carried, metadata in done:
+                yield carried.project, layer, metadata
+
+
+def _layer_together(workspace: Workspace, layer: Layer, group: list[Carried], ids: dict[str, int | None],
+                    batch: Batch, *, run_id: str | None, log: Any) -> list[tuple[Carried, dict[str, Any]]]:
+    """One store layer of `group` in one pass and one transaction; the projects the pass left out
+    (too many rows for one pass, not stored yet) or, should the pass fail, every one of them, one
+    by one as a partition run does, so that one project's failure spares the others."""
+    known = {c.project: pid for c in group if (pid := ids.get(c.project)) is not None}
+    started = time.monotonic()
+    stats: dict[str, Any] = {}
+    counts: dict[str, dict[str, int]] = {}
+    if known:
+        try:
+            with workspace.write() as con:
+                stats, _left = _TOGETHER[layer.name](con, workspace, known, run_id)
+                if layer is NORMALIZED:
+                    counts = project_counts_of(con, {p: known[p] for p in stats})
+        except Exception as exc:  # noqa: BLE001 - rolled back: each project is redone on its own below
+            if is_interrupt(exc):
+                raise
+            stats, counts = {}, {}
+    share = (time.monotonic() - started) / max(len(stats), 1)
+    done: list[tuple[Carried, dict[str, Any]]] = []
+    for carried in group:
+        if batch.stopped is not None:
+            break
+        if carried.project in stats:
+            carried.duration_s += share
+            metadata = _store_metadata(carried.project, layer, stats[carried.project], counts.get(carried.project),
+                                       log)
+        else:
+            one_started = time.monotonic()
+            try:
+                with said_plainly(None, layer, workspace):
+                    metadata = _store_layer(workspace, carried.project, layer, run_id=run_id, log=log)
+            except Exception as exc:
+                if is_interrupt(exc):
+                    raise
+                _fail(batch, carried, layer, original(exc))
+                continue
+            finally:
+                carried.duration_s += time.monotonic() - one_started
+        carried.metadata[layer.asset] = metadata
+        done.append((carried, metadata))
+    return done
+
+
+def _normalized_together(con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
+    from gitlab_knowledge.normalized.refresh import refresh_together
+
+    return refresh_together(con, known, dagster_run_id=run_id)
+
+
+def _graph_together(con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
+    from gitlab_knowledge.graph.refresh import refresh_together
+
+    return refresh_together(con, workspace, known, dagster_run_id=run_id)
+
+
+def _documents_together(con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
+    from gitlab_knowledge.documents.refresh import refresh_together
+
+    return refresh_together(con, known, dagster_run_id=run_id)
+
+
+# A store layer's pass over several projects: (stats by path, the paths it left out).
+_TOGETHER = {NORMALIZED.name: _normalized_together, GRAPH.name: _graph_together,
+             DOCUMENTS.name: _documents_together}
+
+
+def _store_layer(workspace: Workspace, project: str, layer: Layer, *, run_id: str | None,
+                 log: Any) -> dict[str, Any]:
+    """One store layer of one project, as a partition run's asset runs it: its metadata."""
+    done = layer.refresh(workspace, project, dagster_run_id=run_id)
+    counts = project_counts(workspace, project) if layer is NORMALIZED else None
+    return _store_metadata(project, layer, done, counts, log)
+
+
+def _store_metadata(project: str, layer: Layer, done: Any, counts: dict[str, int] | None,
+                    log: Any) -> dict[str, Any]:
+    if layer is DOCUMENTS and done.truncated and log is not None:
+        log.warning(f"{project}: {done.truncated} document(s) exceeded ~8,000 tokens and were cut "
+                    "from the middle")
+    metadata: dict[str, Any] = done.to_metadata()
+    if layer is NORMALIZED:
+        metadata.update({f"count_{k}": v for k, v in (counts or {}).items()})
+    return metadata
 
 
 def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full: bool, force: bool,
@@ -155,16 +287,8 @@ def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full
                     elif layer is RAW:
                         metadata = _raw_metadata(RAW.refresh(workspace, project, full=full, force=force,
                                                              dagster_run_id=run_id, progress=progress))
-                    elif layer is NORMALIZED:
-                        normalized = NORMALIZED.refresh(workspace, project, dagster_run_id=run_id)
-                        counts = project_counts(workspace, project)
-                        metadata = {**normalized.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}}
                     else:
-                        done = layer.refresh(workspace, project, dagster_run_id=run_id)
-                        if layer is DOCUMENTS and done.truncated and log is not None:
-                            log.warning(f"{project}: {done.truncated} document(s) exceeded ~8,000 tokens and were cut "
-                                        "from the middle")
-                        metadata = done.to_metadata()
+                        metadata = _store_layer(workspace, project, layer, run_id=run_id, log=log)
             except BaseException as exc:
                 held.close()
                 if not isinstance(exc, Exception) or is_interrupt(exc):
