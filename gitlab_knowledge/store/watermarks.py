@@ -126,7 +126,9 @@ def run_together(con: Connection, project_ids: list[int], layer: str, *, limit: 
     one by one. Returns ({project id: batches it took}, the project ids left out)."""
     lows = get_watermarks(con, project_ids, layer)
     waiting = pending(con, lows)
-    taken, left, rows = [], [], 0
+    taken: list[int] = []
+    left: list[int] = []
+    rows = 0
     for pid in project_ids:
         n = waiting.get(pid, (0, 0))[1]
         if taken and rows + n > limit or n > limit:

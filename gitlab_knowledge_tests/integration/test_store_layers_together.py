@@ -1,0 +1,188 @@
+"""A batch runs the store layers (normalized, graph, documents) of the projects whose fetches have
+landed meanwhile in one pass per layer (defs/many_projects.py `_landed_together`, store/watermarks.py
+`run_together`): the statements of a pass do not grow with its projects, the file is opened once
+for the group, the rows and each project's stats are those of one project at a time, and a project
+failing in a pass spares the others (the pass is rolled back and redone one by one)."""
+
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+import gitlab_knowledge.store.db as db
+from gitlab_knowledge.config import load_config
+from gitlab_knowledge.defs import many_projects
+from gitlab_knowledge.defs.many_projects import Batch, Carried
+from gitlab_knowledge.layers import DOCUMENTS, GRAPH, NORMALIZED, RAW
+from gitlab_knowledge.sync.many import Landed
+from gitlab_knowledge.workspace import Workspace
+from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
+from gitlab_knowledge_tests.conftest import project_paths
+
+PROJECTS = 6
+STORE_LAYERS = (NORMALIZED, GRAPH, DOCUMENTS)
+# Columns that differ between two runs over the same rows: when, which run, the shared sequence
+# (a watermark is a value of it).
+VOLATILE = {"change_seq", "watermark", "built_at", "updated_at", "dagster_run_id"}
+
+
+@pytest.fixture(scope="module")
+def fetched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], dict[str, Any]]:
+    """A store holding the raw rows of six projects (no store layer run yet), and their fetches."""
+    out = tmp_path_factory.mktemp("together")
+    generate_dataset(out / "dataset", projects=PROJECTS, issues=12, mrs=6, seed=34, threads_per_parent_mean=1.0)
+    mp = pytest.MonkeyPatch()
+    from gitlab_knowledge_sandbox import DEFAULT_TOKEN
+    from gitlab_knowledge_tests.conftest import TOKEN_ENV
+
+    mp.setenv(TOKEN_ENV, DEFAULT_TOKEN)
+    try:
+        with SandboxGitLab(dataset=out / "dataset") as sb:
+            projects = project_paths(sb)
+            workspace = workspace_at(out / "raw", sb.url)
+            results = {p: RAW.refresh(workspace, p) for p in projects}
+    finally:
+        mp.undo()
+    return out / "raw", projects, results
+
+
+def workspace_at(data: Path, url: str = "http://127.0.0.1:9") -> Workspace:
+    data.mkdir(parents=True, exist_ok=True)
+    path = data.parent / f"{data.name}.toml"
+    path.write_text(tomli_w.dumps({"projects": ["a/b"], "gitlab": {"url": url, "rate_limit": 0, "max_retries": 0},
+                                   "storage": {"data_dir": str(data)}}), encoding="utf-8")
+    return Workspace(load_config(str(path)))
+
+
+def copy_of(fetched: tuple[Path, list[str], dict[str, Any]], tmp_path: Path) -> Workspace:
+    shutil.copytree(fetched[0], tmp_path / "data")
+    return workspace_at(tmp_path / "data")
+
+
+class Counting:
+    """A held connection's cursor that counts the statements run through it."""
+
+    def __init__(self, con: Any, counts: Counter[str]) -> None:
+        self._con, self._counts = con, counts
+
+    def execute(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+        self._counts[re.sub(r"\s+", " ", sql.strip())[:60]] += 1
+        return self._con.execute(sql, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    real = db._cursor_of_held
+    monkeypatch.setattr(db, "_cursor_of_held", lambda path: None if (c := real(path)) is None else Counting(c, counts))
+    return counts
+
+
+def together(workspace: Workspace, projects: list[str], results: dict[str, Any],
+             batch: Batch | None = None) -> tuple[Batch, list[tuple[str, str, dict[str, Any]]]]:
+    batch = batch or Batch({p: Carried(p) for p in projects})
+    group = [Landed(p, result=results[p]) for p in projects]
+    done = [(p, layer.name, m) for p, layer, m in many_projects._landed_together(workspace, group, batch, run_id=None,
+                                                                                  log=None)]
+    return batch, done
+
+
+def one_at_a_time(workspace: Workspace, projects: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for project in projects:
+        with db.holding_open(workspace.config.duckdb_path):
+            out[project] = {layer.name: many_projects._store_layer(workspace, project, layer, run_id=None, log=None)
+                            for layer in STORE_LAYERS}
+    return out
+
+
+def stored(workspace: Workspace) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows, without the columns that differ between two runs."""
+    out = {}
+    with db.read_connection(workspace.config.duckdb_path) as con:
+        for (table,) in con.execute("SELECT table_name FROM information_schema.tables "
+                                    "WHERE table_type = 'BASE TABLE' ORDER BY 1").fetchall():
+            columns = [c for (c,) in con.execute("SELECT column_name FROM information_schema.columns "
+                                                 "WHERE table_name = ? ORDER BY ordinal_position", [table]).fetchall()
+                       if c not in VOLATILE]
+            out[table] = con.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY ALL").fetchall()
+    return out
+
+
+def steady(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A layer's stats without its time (and batches: a pass counts its own)."""
+    return {k: v for k, v in metadata.items() if not k.endswith(("duration_s", "batches"))}
+
+
+def test_a_pass_over_more_projects_runs_no_more_statements_and_opens_the_store_once(
+        fetched, tmp_path, statements, monkeypatch):
+    _, projects, results = fetched
+    workspace = copy_of(fetched, tmp_path)
+    opens: list[bool] = []
+    real_open = db._open
+    monkeypatch.setattr(db, "_open", lambda p, read_only, wait: opens.append(read_only) or real_open(p, read_only, wait))
+
+    batch, _ = together(workspace, projects[:2], results)
+    two, two_opens = sum(statements.values()), len(opens)
+    statements.clear()
+    batch, done = together(workspace, projects[2:], results)
+    four, four_opens = sum(statements.values()), len(opens) - two_opens
+    assert batch.unfinished == []
+    assert sorted((p, layer) for p, layer, _ in done) == sorted(
+        (p, layer.name) for p in projects[2:] for layer in (RAW, *STORE_LAYERS))
+    # A pass's statements are per table and kind, not per project (a few inserts depend on what
+    # the projects hold: a table with no rows for them is not written).
+    assert four <= two + 4, (two, four, statements)
+    assert two_opens == four_opens == 1
+    # One project at a time runs each pass once per project.
+    statements.clear()
+    one_at_a_time(copy_of(fetched, tmp_path / "again"), projects[2:])
+    assert sum(statements.values()) > 3 * four, (four, sum(statements.values()))
+
+
+def test_a_pass_stores_the_rows_and_stats_of_one_project_at_a_time(fetched, tmp_path):
+    _, projects, results = fetched
+    passed = copy_of(fetched, tmp_path / "passed")
+    batch, done = together(passed, projects, results)
+    assert batch.unfinished == []
+    singly = copy_of(fetched, tmp_path / "singly")
+    expected = one_at_a_time(singly, projects)
+    assert stored(passed) == stored(singly)
+    for project, layer, metadata in done:
+        if layer != RAW.name:
+            assert steady(metadata) == steady(expected[project][layer]), (project, layer)
+    assert any(metadata.get("documents_new") for _, _, metadata in done)
+
+
+def test_a_project_failing_in_a_pass_spares_the_others(fetched, tmp_path, monkeypatch):
+    _, projects, results = fetched
+    workspace = copy_of(fetched, tmp_path)
+    bad = projects[1]
+    import gitlab_knowledge.graph.refresh as graph
+
+    real_extract = graph.extract
+
+    def extract(text: str | None, *, project_path: str, **kwargs: Any) -> Any:
+        if project_path == bad:
+            raise RuntimeError("links of a broken project")
+        return real_extract(text, project_path=project_path, **kwargs)
+
+    monkeypatch.setattr(graph, "extract", extract)
+    batch, done = together(workspace, projects, results)
+    assert batch.unfinished == [bad]
+    assert batch.carried[bad].failed_layer == GRAPH.name
+    assert "links of a broken project" in str(batch.carried[bad].error)
+    assert batch.stopped is None
+    for project in projects:
+        want = {RAW.name, NORMALIZED.name} if project == bad else {layer.name for layer in (RAW, *STORE_LAYERS)}
+        assert {layer for p, layer, _ in done if p == project} == want, project
+    with db.read_connection(workspace.config.duckdb_path) as con:
+        with_documents = {r[0] for r in con.execute("SELECT DISTINCT project_path FROM documents").fetchall()}
+    assert with_documents == set(projects) - {bad}
