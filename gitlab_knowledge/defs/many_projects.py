@@ -4,10 +4,12 @@ A `sync_project` partition run per project paid Dagster's fixed cost of a run (r
 events, a step per asset and per check group, ~8 s under load) once per project, and inside the
 layers a Tantivy commit, a LanceDB write, version and compaction, and a part-filled embedding batch
 once per project too (docs/ARCHITECTURE.md, "One run per tick", has the measurements). Here each
-project goes through the DuckDB layers with the same `refresh(workspace, project, ...)` functions
-a partition run's assets call (that work is per project: its own fetch, its own rows), and the two
-index layers take every project at once (`refresh_many`: one plan, full embedding batches across
-projects, one commit each).
+project's fetch is its own (sync/many.py, several at once); the projects whose fetches have landed
+meanwhile go through the store layers together, one pass per layer (`refresh_together`: the
+statements of a pass, ~110, do not grow with its projects, where one project at a time paid them
+per project), each project with its own rows and stats as a partition run's `refresh(workspace,
+project, ...)` would leave them; and the two index layers take every project at once
+(`refresh_many`: one plan, full embedding batches across projects, one commit each).
 
 `carry` yields `(project, layer, metadata)` as each layer of each project commits, so the caller
 records a materialization per partition as it happens (an interrupted batch keeps the record of
