@@ -19,8 +19,9 @@ rest, which are reported as not attempted.
 """
 
 import contextlib
+import importlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,17 +113,30 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
 def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch, in_flight: int, *, full: bool,
                     force: bool, run_id: str | None, progress: SyncProgress | None,
                     log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
-    """Up to `in_flight` projects' fetches at once (sync/many.py), each project's store layers
-    here as its fetch lands; the store written by one of them at a time (`one_writer`)."""
+    """Up to `in_flight` projects' fetches at once (sync/many.py), each project's raw layer
+    recorded as its fetch lands and the store layers here, a group of landed projects at a time;
+    the store written by one of them at a time (`one_writer`)."""
     with one_writer(), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
                                progress=progress) as fetches:
+        ready: list[Carried] = []  # fetched and recorded, their store layers not run yet
+        arrived = 0
         for landed in fetches.landed():
-            waiting = [landed, *fetches.landed_meanwhile()]
-            while waiting:
-                group, waiting = waiting[:TOGETHER_MOST], waiting[TOGETHER_MOST:]
-                yield from _landed_together(workspace, group, batch, run_id=run_id, log=log)
-                if batch.stopped is not None:
-                    fetches.close()
+            for each in (landed, *fetches.landed_meanwhile()):
+                arrived += 1
+                fetched = yield from _raw_landed(workspace, each, batch)
+                if fetched is not None:
+                    ready.append(fetched)
+            # A pass of the store layers costs about the same for one project as for sixteen, so
+            # while fetches are still coming the step's thread waits for a full group: it has
+            # nothing else to do meanwhile, and the index layers wait for every project anyway.
+            while ready and batch.stopped is None and (len(ready) >= TOGETHER_MOST or arrived == len(projects)):
+                group, ready = ready[:TOGETHER_MOST], ready[TOGETHER_MOST:]
+                yield from _stored_together(workspace, group, batch, run_id=run_id, log=log)
+            if batch.stopped is not None:
+                fetches.close()
+        while ready and batch.stopped is None:  # the fetching ended early (below): what did land
+            group, ready = ready[:TOGETHER_MOST], ready[TOGETHER_MOST:]
+            yield from _stored_together(workspace, group, batch, run_id=run_id, log=log)
         # The fetching itself failed (no one project's fault: the client, the store): the first
         # project it left unfetched fails with it, and the rest are not attempted.
         first = next((p for p in projects if not batch.carried[p].metadata and batch.carried[p].error is None), None)
@@ -139,31 +153,45 @@ def _raw_metadata(result: Any) -> dict[str, Any]:
 
 def _landed_together(workspace: Workspace, group: list[Landed], batch: Batch, *, run_id: str | None,
                      log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
-    """The projects whose fetches have landed meanwhile: each one's raw layer, then the store
-    layers of all of them in one pass per layer (store/watermarks.py `run_together`), with the
-    store held open across the three (one open and one checkpoint for the group, not per project)."""
+    """Landed projects: each one's raw layer, then the store layers of all of them together."""
     fetched: list[Carried] = []
     for landed in group:
-        carried = batch.carried[landed.project]
-        if batch.stopped is not None:
-            if landed.result is not None:  # fetched before the stop: its raw layer did commit
-                carried.metadata[RAW.asset] = _raw_metadata(landed.result)
-                yield landed.project, RAW, carried.metadata[RAW.asset]
-            continue
-        try:
-            with said_plainly(None, RAW, workspace):
-                if landed.result is None:
-                    raise landed.error or KnowledgeError(f"{landed.project}: its fetch ended without a result")
-                metadata = _raw_metadata(landed.result)
-        except Exception as exc:
-            if is_interrupt(exc):
-                raise
-            _fail(batch, carried, RAW, original(exc))
-            continue
-        carried.duration_s += landed.result.duration_s  # its fetch's own time, spent on the fetch thread
-        carried.metadata[RAW.asset] = metadata
-        fetched.append(carried)
-        yield landed.project, RAW, metadata
+        carried = yield from _raw_landed(workspace, landed, batch)
+        if carried is not None:
+            fetched.append(carried)
+    yield from _stored_together(workspace, fetched, batch, run_id=run_id, log=log)
+
+
+def _raw_landed(workspace: Workspace, landed: Landed,
+                batch: Batch) -> Generator[tuple[str, Layer, dict[str, Any]], None, Carried | None]:
+    """A landed project's raw layer, recorded; the project if its store layers are to run."""
+    carried = batch.carried[landed.project]
+    if batch.stopped is not None:
+        if landed.result is not None:  # fetched before the stop: its raw layer did commit
+            carried.metadata[RAW.asset] = _raw_metadata(landed.result)
+            yield landed.project, RAW, carried.metadata[RAW.asset]
+        return None
+    try:
+        with said_plainly(None, RAW, workspace):
+            if landed.result is None:
+                raise landed.error or KnowledgeError(f"{landed.project}: its fetch ended without a result")
+            metadata = _raw_metadata(landed.result)
+    except Exception as exc:
+        if is_interrupt(exc):
+            raise
+        _fail(batch, carried, RAW, original(exc))
+        return None
+    carried.duration_s += landed.result.duration_s  # its fetch's own time, spent on the fetch thread
+    carried.metadata[RAW.asset] = metadata
+    yield landed.project, RAW, metadata
+    return carried
+
+
+def _stored_together(workspace: Workspace, fetched: list[Carried], batch: Batch, *, run_id: str | None,
+                     log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """The store layers of fetched projects in one pass per layer (store/watermarks.py
+    `run_together`), with the store held open across the three (one open and one checkpoint for
+    the group, not per project)."""
     if not fetched or batch.stopped is not None:
         return
     with contextlib.ExitStack() as held:  # closed however the generator ends
@@ -193,7 +221,7 @@ def _layer_together(workspace: Workspace, layer: Layer, group: list[Carried], id
     if known:
         try:
             with workspace.write() as con:
-                stats, _left = _TOGETHER[layer.name](con, workspace, known, run_id)
+                stats, _left = _together(layer, con, workspace, known, run_id)
                 if layer is NORMALIZED:
                     counts = project_counts_of(con, {p: known[p] for p in stats})
         except Exception as exc:  # noqa: BLE001 - rolled back: each project is redone on its own below
@@ -226,27 +254,12 @@ def _layer_together(workspace: Workspace, layer: Layer, group: list[Carried], id
     return done
 
 
-def _normalized_together(con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
-    from gitlab_knowledge.normalized.refresh import refresh_together
-
-    return refresh_together(con, known, dagster_run_id=run_id)
-
-
-def _graph_together(con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
-    from gitlab_knowledge.graph.refresh import refresh_together
-
-    return refresh_together(con, workspace, known, dagster_run_id=run_id)
-
-
-def _documents_together(con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
-    from gitlab_knowledge.documents.refresh import refresh_together
-
-    return refresh_together(con, known, dagster_run_id=run_id)
-
-
-# A store layer's pass over several projects: (stats by path, the paths it left out).
-_TOGETHER = {NORMALIZED.name: _normalized_together, GRAPH.name: _graph_together,
-             DOCUMENTS.name: _documents_together}
+def _together(layer: Layer, con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
+    """A store layer's pass over several projects: (stats by path, the paths it left out)."""
+    module: Any = importlib.import_module(layer.module)
+    if layer is GRAPH:  # links resolve against the configured GitLab's URL
+        return module.refresh_together(con, workspace, known, dagster_run_id=run_id)
+    return module.refresh_together(con, known, dagster_run_id=run_id)
 
 
 def _store_layer(workspace: Workspace, project: str, layer: Layer, *, run_id: str | None,
