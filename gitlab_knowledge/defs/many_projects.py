@@ -191,22 +191,28 @@ def _stored_together(workspace: Workspace, fetched: list[Carried], batch: Batch,
                      log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
     """The store layers of fetched projects in one pass per layer (store/watermarks.py
     `run_together`), with the store held open across the three (one open and one checkpoint for
-    the group, not per project)."""
+    the group, not per project) and for them only: each layer's materializations are recorded
+    after the hold, so that other processes (a search, the MCP server) wait for the store's own
+    work, not for Dagster's event writes too."""
     if not fetched or batch.stopped is not None:
         return
-    with contextlib.ExitStack() as held:  # closed however the generator ends
-        held.enter_context(holding_open(workspace.config.duckdb_path))
-        with workspace.write() as con:
-            ids = project_ids_for(con, [c.project for c in fetched])
-        for layer in (NORMALIZED, GRAPH, DOCUMENTS):
-            fetched = [c for c in fetched if c.error is None]
-            if not fetched or batch.stopped is not None:
-                return
-            done = _layer_together(workspace, layer, fetched, ids, batch, run_id=run_id, log=log)
-            if layer is DOCUMENTS:
-                held.close()  # before the materializations are recorded: the store is committed and free
-            for carried, metadata in done:
-                yield carried.project, layer, metadata
+    committed: list[tuple[str, Layer, dict[str, Any]]] = []
+    try:
+        with holding_open(workspace.config.duckdb_path):
+            with workspace.write() as con:
+                ids = project_ids_for(con, [c.project for c in fetched])
+            for layer in (NORMALIZED, GRAPH, DOCUMENTS):
+                fetched = [c for c in fetched if c.error is None]
+                if not fetched or batch.stopped is not None:
+                    break
+                done = _layer_together(workspace, layer, fetched, ids, batch, run_id=run_id, log=log)
+                committed += [(carried.project, layer, metadata) for carried, metadata in done]
+    except BaseException:
+        # Interrupted: what committed before is recorded all the same (the batch keeps the record
+        # of what it committed), then the interrupt goes on.
+        yield from committed
+        raise
+    yield from committed
 
 
 def _layer_together(workspace: Workspace, layer: Layer, group: list[Carried], ids: dict[str, int | None],

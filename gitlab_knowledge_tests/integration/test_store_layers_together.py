@@ -196,3 +196,26 @@ def test_a_project_failing_in_a_pass_spares_the_others(fetched, tmp_path, monkey
     with db.read_connection(workspace.config.duckdb_path) as con:
         with_documents = {r[0] for r in con.execute("SELECT DISTINCT project_path FROM documents").fetchall()}
     assert with_documents == set(projects) - {bad}
+
+
+def test_an_interrupt_in_a_pass_still_records_what_committed_before_it(fetched, tmp_path, monkeypatch):
+    _, projects, results = fetched
+    workspace = copy_of(fetched, tmp_path)
+    import gitlab_knowledge.graph.refresh as graph
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(graph, "extract", interrupted)
+    batch = Batch({p: Carried(p) for p in projects})
+    seen: list[tuple[str, str]] = []
+    with pytest.raises(KeyboardInterrupt):
+        for project, layer, _ in many_projects._landed_together(workspace, [Landed(p, result=results[p])
+                                                                            for p in projects], batch,
+                                                                 run_id=None, log=None):
+            seen.append((project, layer.name))
+    # The normalized pass committed before the graph pass was interrupted: it is recorded.
+    assert sorted(seen) == sorted((p, layer.name) for p in projects for layer in (RAW, NORMALIZED))
+    with db.read_connection(workspace.config.duckdb_path) as con:
+        layers = con.execute("SELECT layer, count(*) FROM layer_state GROUP BY layer").fetchall()
+    assert layers == [(NORMALIZED.state, len(projects))]
