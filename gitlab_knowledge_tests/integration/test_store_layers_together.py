@@ -19,7 +19,7 @@ from gitlab_knowledge.config import load_config
 from gitlab_knowledge.defs import many_projects
 from gitlab_knowledge.defs.many_projects import Batch, Carried
 from gitlab_knowledge.layers import DOCUMENTS, GRAPH, NORMALIZED, RAW
-from gitlab_knowledge.sync.many import Landed
+from gitlab_knowledge.sync.many import Fetches, Landed
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.conftest import project_paths
@@ -117,8 +117,9 @@ def steady(metadata: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_store_layers_of_a_batch_run_no_more_statements_for_more_projects(fetched, tmp_path, monkeypatch,
                                                                               token_env):
-    """Through `carry`, fetching three at a time: the statements the step's thread runs on the
-    held store (the store layers) and its holds of the store, for two projects and for six."""
+    """Through `carry`, fetching three at a time, every fetch landed before the store layers
+    start: the statements the step's thread runs on the held store (the store layers) and its
+    holds of the store, for two projects and for six."""
     dataset, projects = fetched[0].parent / "dataset", fetched[1]
     counts: Counter[str] = Counter()
     holds: list[str] = []
@@ -135,6 +136,15 @@ def test_the_store_layers_of_a_batch_run_no_more_statements_for_more_projects(fe
 
     monkeypatch.setattr(db, "_cursor_of_held", cursor)
     monkeypatch.setattr(many_projects, "holding_open", hold)
+    # Every fetch lands before the step's thread takes the first: the projects that land while it
+    # is busy are one group, here all of them.
+    real_landed = Fetches.landed
+
+    def landed_together(self: Fetches) -> Any:
+        self._thread.join()
+        yield from real_landed(self)
+
+    monkeypatch.setattr(Fetches, "landed", landed_together)
     # Only the store layers are counted: the index layers are not what this is about.
     monkeypatch.setattr(many_projects, "_lexical", lambda workspace, ps: {p: {} for p in ps})
     monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log: {p: {} for p in ps})
