@@ -54,3 +54,18 @@ def timed(run: Callable[[S], Any], stats: S) -> S:
     run(stats)
     stats.duration_s = round(time.monotonic() - started, 3)  # type: ignore[attr-defined]
     return stats
+
+
+def together_stats(project_ids: dict[str, int], stats: dict[int, S], batches: dict[int, int],
+                   started: float) -> dict[str, S]:
+    """The stats of each project a pass over several carried (`refresh_together`), by path: its
+    batches, and an equal share of the pass's time as its duration."""
+    share = round((time.monotonic() - started) / max(len(batches), 1), 3)
+    out = {}
+    for path, pid in project_ids.items():
+        if pid in batches:
+            if hasattr(stats[pid], "batches"):
+                stats[pid].batches = batches[pid]  # type: ignore[attr-defined]
+            stats[pid].duration_s = share  # type: ignore[attr-defined]
+            out[path] = stats[pid]
+    return out

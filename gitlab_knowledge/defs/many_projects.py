@@ -4,10 +4,12 @@ A `sync_project` partition run per project paid Dagster's fixed cost of a run (r
 events, a step per asset and per check group, ~8 s under load) once per project, and inside the
 layers a Tantivy commit, a LanceDB write, version and compaction, and a part-filled embedding batch
 once per project too (docs/ARCHITECTURE.md, "One run per tick", has the measurements). Here each
-project goes through the DuckDB layers with the same `refresh(workspace, project, ...)` functions
-a partition run's assets call (that work is per project: its own fetch, its own rows), and the two
-index layers take every project at once (`refresh_many`: one plan, full embedding batches across
-projects, one commit each).
+project's fetch is its own (sync/many.py, several at once); the projects whose fetches have landed
+meanwhile go through the store layers together, one pass per layer (`refresh_together`: the
+statements of a pass, ~110, do not grow with its projects, where one project at a time paid them
+per project), each project with its own rows and stats as a partition run's `refresh(workspace,
+project, ...)` would leave them; and the two index layers take every project at once
+(`refresh_many`: one plan, full embedding batches across projects, one commit each).
 
 `carry` yields `(project, layer, metadata)` as each layer of each project commits, so the caller
 records a materialization per partition as it happens (an interrupted batch keeps the record of
@@ -17,8 +19,9 @@ rest, which are reported as not attempted.
 """
 
 import contextlib
+import importlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +34,8 @@ from gitlab_knowledge.errors import KnowledgeError, is_interrupt
 from gitlab_knowledge.layers import DOCUMENTS, EMBEDDINGS, GRAPH, LAYERS, LEXICAL, NORMALIZED, RAW, Layer
 from gitlab_knowledge.progress import SyncProgress
 from gitlab_knowledge.store.db import holding_open, one_writer
-from gitlab_knowledge.store.queries import project_counts
+from gitlab_knowledge.store.projects import project_ids_for
+from gitlab_knowledge.store.queries import project_counts, project_counts_of
 from gitlab_knowledge.sync.many import STOP_ALL, Fetches, Landed
 from gitlab_knowledge.sync.stats import RawStats
 from gitlab_knowledge.workspace import Workspace
@@ -41,6 +45,9 @@ from gitlab_knowledge.workspace import Workspace
 FINISHED: dict[str, "Batch"] = {}
 # STOP_ALL (sync/many.py): failures that are not about one project; the next would fail the same way.
 NOT_ATTEMPTED = "not attempted: the batch stopped on an earlier failure"
+# At most this many landed projects in one pass of the store layers: the store is held open, and
+# so closed to other processes (a search, the MCP server), for the pass.
+TOGETHER_MOST = 16
 
 
 @dataclass
@@ -106,20 +113,23 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
 def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch, in_flight: int, *, full: bool,
                     force: bool, run_id: str | None, progress: SyncProgress | None,
                     log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
-    """Up to `in_flight` projects' fetches at once (sync/many.py), each project's store layers
-    here as its fetch lands; the store written by one of them at a time (`one_writer`)."""
+    """Up to `in_flight` projects' fetches at once (sync/many.py), each project's raw layer
+    recorded as its fetch lands and the store layers here for the projects that landed meanwhile,
+    together; the store written by one of them at a time (`one_writer`)."""
     with one_writer(), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
                                progress=progress) as fetches:
         for landed in fetches.landed():
-            carried = batch.carried[landed.project]
-            if batch.stopped is None:
-                yield from _duckdb_layers(workspace, carried, batch, full=full, force=force, run_id=run_id,
-                                          progress=progress, log=log, fetched=landed)
-            elif landed.result is not None:  # fetched before the stop: its raw layer did commit
-                carried.metadata[RAW.asset] = _raw_metadata(landed.result)
-                yield landed.project, RAW, carried.metadata[RAW.asset]
-            if batch.stopped is not None:
-                fetches.close()
+            # Not waiting for more to land: while this thread holds the store for its layers, the
+            # fetches' page commits are cursors of the held connection; while it waits, each of
+            # them opens the file and checkpoints it on close. A group of 16 every 16 landings
+            # left the store unheld through the waits: the fetch threads' opens and closes took
+            # +53 s over 100 projects, more than the passes saved.
+            waiting = [landed, *fetches.landed_meanwhile()]
+            while waiting:
+                group, waiting = waiting[:TOGETHER_MOST], waiting[TOGETHER_MOST:]
+                yield from _landed_together(workspace, group, batch, run_id=run_id, log=log)
+                if batch.stopped is not None:
+                    fetches.close()
         # The fetching itself failed (no one project's fault: the client, the store): the first
         # project it left unfetched fails with it, and the rest are not attempted.
         first = next((p for p in projects if not batch.carried[p].metadata and batch.carried[p].error is None), None)
@@ -132,6 +142,139 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
 def _raw_metadata(result: Any) -> dict[str, Any]:
     stats = RawStats.of(result)
     return {"summary": dg.MetadataValue.md(stats.summary_markdown(result)), **stats.to_metadata()}
+
+
+def _landed_together(workspace: Workspace, group: list[Landed], batch: Batch, *, run_id: str | None,
+                     log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """Landed projects: each one's raw layer, then the store layers of all of them together."""
+    fetched: list[Carried] = []
+    for landed in group:
+        carried = yield from _raw_landed(workspace, landed, batch)
+        if carried is not None:
+            fetched.append(carried)
+    yield from _stored_together(workspace, fetched, batch, run_id=run_id, log=log)
+
+
+def _raw_landed(workspace: Workspace, landed: Landed,
+                batch: Batch) -> Generator[tuple[str, Layer, dict[str, Any]], None, Carried | None]:
+    """A landed project's raw layer, recorded; the project if its store layers are to run."""
+    carried = batch.carried[landed.project]
+    if batch.stopped is not None:
+        if landed.result is not None:  # fetched before the stop: its raw layer did commit
+            carried.metadata[RAW.asset] = _raw_metadata(landed.result)
+            yield landed.project, RAW, carried.metadata[RAW.asset]
+        return None
+    try:
+        with said_plainly(None, RAW, workspace):
+            if landed.result is None:
+                raise landed.error or KnowledgeError(f"{landed.project}: its fetch ended without a result")
+            metadata = _raw_metadata(landed.result)
+    except Exception as exc:
+        if is_interrupt(exc):
+            raise
+        _fail(batch, carried, RAW, original(exc))
+        return None
+    carried.duration_s += landed.result.duration_s  # its fetch's own time, spent on the fetch thread
+    carried.metadata[RAW.asset] = metadata
+    yield landed.project, RAW, metadata
+    return carried
+
+
+def _stored_together(workspace: Workspace, fetched: list[Carried], batch: Batch, *, run_id: str | None,
+                     log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    """The store layers of fetched projects in one pass per layer (store/watermarks.py
+    `run_together`), with the store held open across the three (one open and one checkpoint for
+    the group, not per project). Each layer's materializations are recorded as it commits; those
+    of normalized and graph inside the hold, as one project at a time did: the fetches' page
+    commits meanwhile are cursors of the held connection, where an unheld store is opened and
+    checkpointed for each."""
+    if not fetched or batch.stopped is not None:
+        return
+    with contextlib.ExitStack() as held:  # closed however the generator ends
+        held.enter_context(holding_open(workspace.config.duckdb_path))
+        with workspace.write() as con:
+            ids = project_ids_for(con, [c.project for c in fetched])
+        for layer in (NORMALIZED, GRAPH, DOCUMENTS):
+            fetched = [c for c in fetched if c.error is None]
+            if not fetched or batch.stopped is not None:
+                return
+            done = _layer_together(workspace, layer, fetched, ids, batch, run_id=run_id, log=log)
+            if layer is DOCUMENTS:
+                held.close()  # before the materializations are recorded: the store is committed and free
+            for carried, metadata in done:
+                yield carried.project, layer, metadata
+
+
+def _layer_together(workspace: Workspace, layer: Layer, group: list[Carried], ids: dict[str, int | None],
+                    batch: Batch, *, run_id: str | None, log: Any) -> list[tuple[Carried, dict[str, Any]]]:
+    """One store layer of `group` in one pass and one transaction; the projects the pass left out
+    (too many rows for one pass, not stored yet) or, should the pass fail, every one of them, one
+    by one as a partition run does, so that one project's failure spares the others."""
+    known = {c.project: pid for c in group if (pid := ids.get(c.project)) is not None}
+    started = time.monotonic()
+    stats: dict[str, Any] = {}
+    counts: dict[str, dict[str, int]] = {}
+    if known:
+        try:
+            with workspace.write() as con:
+                stats, _left = _together(layer, con, workspace, known, run_id)
+                if layer is NORMALIZED:
+                    counts = project_counts_of(con, {p: known[p] for p in stats})
+        except Exception as exc:  # noqa: BLE001 - rolled back: each project is redone on its own below
+            if is_interrupt(exc):
+                raise
+            stats, counts = {}, {}
+    share = (time.monotonic() - started) / max(len(stats), 1)
+    done: list[tuple[Carried, dict[str, Any]]] = []
+    for carried in group:
+        if batch.stopped is not None:
+            break
+        if carried.project in stats:
+            carried.duration_s += share
+            metadata = _store_metadata(carried.project, layer, stats[carried.project], counts.get(carried.project),
+                                       log)
+        else:
+            one_started = time.monotonic()
+            try:
+                with said_plainly(None, layer, workspace):
+                    metadata = _store_layer(workspace, carried.project, layer, run_id=run_id, log=log)
+            except Exception as exc:
+                if is_interrupt(exc):
+                    raise
+                _fail(batch, carried, layer, original(exc))
+                continue
+            finally:
+                carried.duration_s += time.monotonic() - one_started
+        carried.metadata[layer.asset] = metadata
+        done.append((carried, metadata))
+    return done
+
+
+def _together(layer: Layer, con: Any, workspace: Workspace, known: dict[str, int], run_id: str | None) -> Any:
+    """A store layer's pass over several projects: (stats by path, the paths it left out)."""
+    module: Any = importlib.import_module(layer.module)
+    if layer is GRAPH:  # links resolve against the configured GitLab's URL
+        return module.refresh_together(con, workspace, known, dagster_run_id=run_id)
+    return module.refresh_together(con, known, dagster_run_id=run_id)
+
+
+def _store_layer(workspace: Workspace, project: str, layer: Layer, *, run_id: str | None,
+                 log: Any) -> dict[str, Any]:
+    """One store layer of one project, as a partition run's asset runs it: its metadata."""
+    done = layer.refresh(workspace, project, dagster_run_id=run_id)
+    counts = project_counts(workspace, project) if layer is NORMALIZED else None
+    return _store_metadata(project, layer, done, counts, log)
+
+
+def _store_metadata(project: str, layer: Layer, done: Any, counts: dict[str, int] | None,
+                    log: Any) -> dict[str, Any]:
+    if layer is DOCUMENTS and done.truncated and log is not None:
+        log.warning(f"{project}: {done.truncated} document(s) exceeded ~8,000 tokens and were cut "
+                    "from the middle")
+    metadata: dict[str, Any] = done.to_metadata()
+    if layer is NORMALIZED:
+        metadata.update({f"count_{k}": v for k, v in (counts or {}).items()})
+    return metadata
 
 
 def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full: bool, force: bool,
@@ -155,16 +298,8 @@ def _duckdb_layers(workspace: Workspace, carried: Carried, batch: Batch, *, full
                     elif layer is RAW:
                         metadata = _raw_metadata(RAW.refresh(workspace, project, full=full, force=force,
                                                              dagster_run_id=run_id, progress=progress))
-                    elif layer is NORMALIZED:
-                        normalized = NORMALIZED.refresh(workspace, project, dagster_run_id=run_id)
-                        counts = project_counts(workspace, project)
-                        metadata = {**normalized.to_metadata(), **{f"count_{k}": v for k, v in counts.items()}}
                     else:
-                        done = layer.refresh(workspace, project, dagster_run_id=run_id)
-                        if layer is DOCUMENTS and done.truncated and log is not None:
-                            log.warning(f"{project}: {done.truncated} document(s) exceeded ~8,000 tokens and were cut "
-                                        "from the middle")
-                        metadata = done.to_metadata()
+                        metadata = _store_layer(workspace, project, layer, run_id=run_id, log=log)
             except BaseException as exc:
                 held.close()
                 if not isinstance(exc, Exception) or is_interrupt(exc):

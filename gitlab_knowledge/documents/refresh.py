@@ -6,6 +6,7 @@ document. Documents of parents that no longer exist are removed at the end of ev
 """
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,12 +19,19 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.documents.build import Document, document_version, parent_document, thread_document
 from gitlab_knowledge.documents.release import release_documents
 from gitlab_knowledge.documents.wiki import wiki_documents
-from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layer_stats import LayerStats, timed, together_stats
 from gitlab_knowledge.layers import DOCUMENTS
 from gitlab_knowledge.store.bulk import insert_rows
-from gitlab_knowledge.store.db import one_row
 from gitlab_knowledge.store.projects import project_id_for
-from gitlab_knowledge.store.watermarks import run_batches, set_watermark
+from gitlab_knowledge.store.watermarks import (
+    RANGES,
+    Ranges,
+    range_params,
+    run_batches,
+    run_together,
+    set_watermark,
+    set_watermarks,
+)
 from gitlab_knowledge.timeutil import utcnow
 from gitlab_knowledge.workspace import Workspace
 
@@ -62,26 +70,62 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
              stats: DocumentStats) -> None:
     with workspace.write() as con:
         project_id = project_id_for(con, project_path)
-        if project_id is not None and _outdated(con, project_id):
+        if project_id is not None and _outdated(con, [project_id]):
             # Documents of another builder/chunking version: every parent is rebuilt (after a crash
             # halfway, again from the start, cheaply: the rebuilt ones compare unchanged).
             set_watermark(con, project_id, DOCUMENTS.state, 0, dagster_run_id)
 
     def rebuild(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int) -> None:
-        changed = _changed_parents(con, project_id, low, high)
-        _requeue_closers(con, changed.get(kinds.ISSUE.name, []))  # before the issues' documents move
-        for kind, ids in changed.items():
-            if kind in KEYED_BUILDERS:
-                _rebuild_keyed(con, project_path, kind, ids, dagster_run_id, stats)
-            else:
-                _rebuild(con, project_id, project_path, kind, ids, dagster_run_id, stats)
+        _rebuild_ranges(con, {project_id: (low, high)}, {project_id: project_path}, dagster_run_id,
+                        lambda _project: stats)
 
     def finish(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
-        stats.deleted += _delete_orphans(con, project_id)
+        stats.deleted += sum(_delete_orphans(con, [project_id]).values())
 
     run_batches(workspace.write, project_path, DOCUMENTS.state,
                 batch_end=lambda con, project_id, low: _batch_end(con, project_id, low, batch_parents),
                 rebuild=rebuild, finish=finish, dagster_run_id=dagster_run_id)
+
+
+def refresh_together(con: duckdb.DuckDBPyConnection, project_ids: dict[str, int], *,
+                     dagster_run_id: str | None = None,
+                     batch_parents: int = BATCH_PARENTS) -> tuple[dict[str, DocumentStats], list[str]]:
+    """`refresh` of several projects (path -> id) in one pass and one transaction on `con`, as
+    normalized/refresh.py's `refresh_together`: the same rows, a stats record per project, and
+    the paths left out of the pass for `refresh` one by one."""
+    started = time.monotonic()
+    stats = {pid: DocumentStats() for pid in project_ids.values()}
+    paths = {pid: path for path, pid in project_ids.items()}
+    outdated = _outdated(con, list(stats))
+    if outdated:  # as in `refresh`: every parent of such a project is rebuilt
+        set_watermarks(con, dict.fromkeys(outdated, 0), DOCUMENTS.state, dagster_run_id)
+
+    def finish(con: duckdb.DuckDBPyConnection, project_ids: list[int]) -> None:
+        for pid, deleted in _delete_orphans(con, project_ids).items():
+            stats[pid].deleted += deleted
+
+    batches, left = run_together(
+        con, list(stats), DOCUMENTS.state, limit=batch_parents, pending=_pending,
+        rebuild=lambda con, ranges: _rebuild_ranges(con, ranges, paths, dagster_run_id, stats.__getitem__),
+        finish=finish, dagster_run_id=dagster_run_id)
+    return together_stats(project_ids, stats, batches, started), [p for p, pid in project_ids.items() if pid in left]
+
+
+def _rebuild_ranges(con: duckdb.DuckDBPyConnection, ranges: Ranges, paths: dict[int, str],
+                    dagster_run_id: str | None, stats_of: Callable[[int], DocumentStats]) -> None:
+    """Rebuild the documents of the parents changed in each project's range (id -> (low, high]);
+    `paths`: the project paths the documents name, as configured."""
+    changed, owner = _changed_parents(con, ranges)
+    _requeue_closers(con, changed.get(kinds.ISSUE.name, []))  # before the issues' documents move
+    for kind, ids in changed.items():
+        if kind in KEYED_BUILDERS:
+            by_project: dict[int, list[int]] = defaultdict(list)
+            for pid in ids:
+                by_project[owner[pid]].append(pid)
+            for project_id, own in by_project.items():
+                _rebuild_keyed(con, paths[project_id], kind, own, dagster_run_id, stats_of(project_id))
+        else:
+            _rebuild(con, paths, kind, ids, dagster_run_id, stats_of)
 
 
 # Issues, MRs and the keyed kinds draw their change_seq from one sequence, so a range of it is a
@@ -102,17 +146,38 @@ def _batch_end(con: duckdb.DuckDBPyConnection, project_id: int, low: int, batch_
     return int(row[0]) if row and row[0] is not None else None
 
 
-def _changed_parents(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int) -> dict[str, list[int]]:
+# The same parents of several projects, each in its range (watermarks.RANGES).
+_PARENTS_IN_RANGES = """
+    SELECT kind, id, change_seq, project_id FROM (
+""" + "        UNION ALL\n".join(f"""        SELECT '{name}' AS kind, t.id, t.change_seq, t.project_id FROM {table} t
+        JOIN ({RANGES}) w ON t.project_id = w.project_id AND t.change_seq > w.low AND t.change_seq <= w.high
+""" for name, table in _PARENT_TABLES) + """    )
+"""
+
+
+def _changed_parents(con: duckdb.DuckDBPyConnection, ranges: Ranges) -> tuple[dict[str, list[int]], dict[int, int]]:
+    """The parents changed in the ranges, by kind, and each one's project."""
     by_kind: dict[str, list[int]] = defaultdict(list)
-    for kind, pid, _seq in con.execute(f"{_PARENTS_AFTER} WHERE change_seq <= $high ORDER BY change_seq",
-                                       {"project": project_id, "low": low, "high": high}).fetchall():
+    owner: dict[int, int] = {}
+    for kind, pid, _seq, project_id in con.execute(f"{_PARENTS_IN_RANGES} ORDER BY change_seq",
+                                                   range_params(ranges)).fetchall():
         by_kind[kind].append(int(pid))
-    return by_kind
+        owner[int(pid)] = int(project_id)
+    return by_kind, owner
 
 
-def _outdated(con: duckdb.DuckDBPyConnection, project_id: int) -> bool:
-    return bool(one_row(con.execute("SELECT count(*) FROM documents WHERE project_id = ? AND builder_version IS DISTINCT FROM ?",
-                                    [project_id, document_version()]))[0])
+def _pending(con: duckdb.DuckDBPyConnection, lows: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """Per project with parents changed after its watermark in `lows`: (the last change_seq, how many)."""
+    rows = con.execute(f"SELECT project_id, max(change_seq), count(*) FROM ({_PARENTS_IN_RANGES}) GROUP BY project_id",
+                       range_params({pid: (low, 2**62) for pid, low in lows.items()})).fetchall()
+    return {int(pid): (int(high), int(n)) for pid, high, n in rows}
+
+
+def _outdated(con: duckdb.DuckDBPyConnection, project_ids: list[int]) -> list[int]:
+    """The projects with documents of another builder version."""
+    return [int(r[0]) for r in con.execute(
+        "SELECT DISTINCT project_id FROM documents WHERE project_id IN (SELECT unnest(?::BIGINT[])) "
+        "AND builder_version IS DISTINCT FROM ?", [project_ids, document_version()]).fetchall()]
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
@@ -131,14 +196,16 @@ class _Parents:
     closes: dict[int, list[tuple[str, str | None]]]  # by MR id: the issues it closes
 
 
-def _rebuild(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, kind: str, ids: list[int],
-             dagster_run_id: str | None, stats: DocumentStats) -> None:
+def _rebuild(con: duckdb.DuckDBPyConnection, paths: dict[int, str], kind: str, ids: list[int],
+             dagster_run_id: str | None, stats_of: Callable[[int], DocumentStats]) -> None:
     """Rebuild the documents of the parents `ids` of `kind`: load, build, compare, write."""
-    parents = _load(con, project_id, kind, ids)
-    docs = _build(kind, parents, project_path)
-    stats.parents += len(parents.rows)
-    stats.built += len(docs)
-    changed, gone = _compare(con, kind, ids, docs, stats)
+    parents = _load(con, kind, ids)
+    docs = _build(kind, parents, paths)
+    for parent in parents.rows:
+        stats_of(parent["project_id"]).parents += 1
+    for doc in docs:
+        stats_of(doc.project_id).built += 1
+    changed, gone = _compare(con, kind, ids, docs, stats_of)
     _write(con, changed, gone, dagster_run_id)
 
 
@@ -156,11 +223,11 @@ def _rebuild_keyed(con: duckdb.DuckDBPyConnection, project_path: str, kind: str,
     docs = [doc for row in rows for doc in KEYED_BUILDERS[kind](row, project_path, row["raw_sync_run_id"])]
     stats.parents += len(rows)
     stats.built += len(docs)
-    changed, gone = _compare(con, kind, ids, docs, stats)
+    changed, gone = _compare(con, kind, ids, docs, lambda _project: stats)
     _write(con, changed, gone, dagster_run_id)
 
 
-def _load(con: duckdb.DuckDBPyConnection, project_id: int, kind: str, ids: list[int]) -> _Parents:
+def _load(con: duckdb.DuckDBPyConnection, kind: str, ids: list[int]) -> _Parents:
     k = kinds.kind(kind)
     table, noteable_type, fk = k.table, k.noteable_type, k.thread_column
     rows = _rows(con, f"""
@@ -186,14 +253,15 @@ def _load(con: duckdb.DuckDBPyConnection, project_id: int, kind: str, ids: list[
     threads_by_parent: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for thread in threads:
         threads_by_parent[thread["parent_id"]].append(thread)
-    closes = _closed_issues(con, project_id, ids) if kind == kinds.MERGE_REQUEST.name else {}
+    closes = _closed_issues(con, ids) if kind == kinds.MERGE_REQUEST.name else {}
     return _Parents(rows, threads_by_parent, notes_by_thread, closes)
 
 
-def _build(kind: str, parents: _Parents, project_path: str) -> list[Document]:
+def _build(kind: str, parents: _Parents, paths: dict[int, str]) -> list[Document]:
     """Every document of the parents: the parent's own, then one per thread that has notes."""
     docs: list[Document] = []
     for parent in parents.rows:
+        project_path = paths[parent["project_id"]]
         docs.append(parent_document(kind, parent, project_path, parent["raw_payload_id"], parent["raw_sync_run_id"],
                                     parents.closes.get(parent["id"], [])))
         for thread in parents.threads.get(parent["id"], []):
@@ -206,17 +274,18 @@ def _build(kind: str, parents: _Parents, project_path: str) -> list[Document]:
 
 
 def _compare(con: duckdb.DuckDBPyConnection, kind: str, ids: list[int], docs: list[Document],
-             stats: DocumentStats) -> tuple[list[Document], list[str]]:
+             stats_of: Callable[[int], DocumentStats]) -> tuple[list[Document], list[str]]:
     """(the documents to write, the stored ones to delete), counted in `stats`: a document whose
     text, metadata and builder version are all unchanged is left alone."""
-    existing = {row[0]: (row[1], row[2], row[3]) for row in con.execute("""
-        SELECT id, content_hash, meta_hash, builder_version FROM documents
+    existing = {row[0]: (row[1], row[2], row[3], row[4]) for row in con.execute("""
+        SELECT id, content_hash, meta_hash, builder_version, project_id FROM documents
         WHERE parent_type = ? AND parent_id IN (SELECT unnest(?::BIGINT[]))
     """, [kind, ids]).fetchall()}
     changed: list[Document] = []
     version = document_version()
     for doc in docs:
         before = existing.get(doc.id)
+        stats = stats_of(doc.project_id)
         if before is None:
             stats.new += 1
         elif before[0] != doc.content_hash:
@@ -232,7 +301,8 @@ def _compare(con: duckdb.DuckDBPyConnection, kind: str, ids: list[int], docs: li
             stats.truncated += 1
             log.warning("document %s (%s) exceeded ~8,000 tokens and was cut from the middle", doc.id, doc.url)
     gone = sorted(set(existing) - {d.id for d in docs})
-    stats.deleted += len(gone)
+    for doc_id in gone:
+        stats_of(existing[doc_id][3]).deleted += 1
     return changed, gone
 
 
@@ -257,8 +327,7 @@ def document_row(d: Document, dagster_run_id: str | None, built_at: datetime, ve
     }
 
 
-def _closed_issues(con: duckdb.DuckDBPyConnection, project_id: int,
-                   mr_ids: list[int]) -> dict[int, list[tuple[str, str | None]]]:
+def _closed_issues(con: duckdb.DuckDBPyConnection, mr_ids: list[int]) -> dict[int, list[tuple[str, str | None]]]:
     """The issues each MR's own title or description closes (graph layer), with their titles.
     Only the MR's own words count: a link from the issue's side changes the issue, not the MR,
     so the MR's document would not be rebuilt when it appears. Only the titles of the MR's own
@@ -267,14 +336,14 @@ def _closed_issues(con: duckdb.DuckDBPyConnection, project_id: int,
     or, on a shared server, the title of an issue in a project that reader cannot see."""
     out: dict[int, list[tuple[str, str | None]]] = defaultdict(list)
     for mr_id, path, iid, own, title in con.execute(f"""
-        SELECT DISTINCT r.source_id, r.target_path, r.target_iid, r.target_project_id = ?,
+        SELECT DISTINCT r.source_id, r.target_path, r.target_iid, r.target_project_id = r.project_id,
                CASE WHEN i.confidential IS FALSE AND i.project_id = r.project_id THEN i.title END
         FROM item_references r
         LEFT JOIN {kinds.ISSUE.table} i ON i.project_id = r.target_project_id AND i.iid = r.target_iid
         WHERE r.source_type = ? AND r.kind = 'closes'
           AND r.source_id IN (SELECT unnest(?::BIGINT[]))
-        ORDER BY r.source_id, r.target_project_id = ? DESC, r.target_path, r.target_iid
-    """, [project_id, kinds.MERGE_REQUEST.name, mr_ids, project_id]).fetchall():
+        ORDER BY r.source_id, r.target_project_id = r.project_id DESC, r.target_path, r.target_iid
+    """, [kinds.MERGE_REQUEST.name, mr_ids]).fetchall():
         out[int(mr_id)].append((kinds.ISSUE.ref(iid, None if own else path), title))
     return out
 
@@ -304,13 +373,17 @@ def _delete(con: duckdb.DuckDBPyConnection, doc_ids: list[str]) -> None:
         con.execute("DELETE FROM documents WHERE id IN (SELECT unnest(?::TEXT[]))", [doc_ids])
 
 
-def _delete_orphans(con: duckdb.DuckDBPyConnection, project_id: int) -> int:
+def _delete_orphans(con: duckdb.DuckDBPyConnection, project_ids: list[int]) -> dict[int, int]:
+    """Delete the projects' documents whose parent is gone; how many, per project that had any."""
     parents = "\n            UNION ALL\n".join(
         f"SELECT 1 FROM {table} p WHERE d.parent_type = ? AND p.id = d.parent_id" for _, table in _PARENT_TABLES)
-    orphans = [r[0] for r in con.execute(f"""
-        SELECT d.id FROM documents d
-        WHERE d.project_id = ? AND NOT EXISTS (
+    orphans = con.execute(f"""
+        SELECT d.id, d.project_id FROM documents d
+        WHERE d.project_id IN (SELECT unnest(?::BIGINT[])) AND NOT EXISTS (
             {parents})
-    """, [project_id, *(name for name, _ in _PARENT_TABLES)]).fetchall()]
-    _delete(con, orphans)
-    return len(orphans)
+    """, [project_ids, *(name for name, _ in _PARENT_TABLES)]).fetchall()
+    _delete(con, [doc_id for doc_id, _ in orphans])
+    counts: dict[int, int] = defaultdict(int)
+    for _, project_id in orphans:
+        counts[int(project_id)] += 1
+    return counts

@@ -17,7 +17,9 @@ without rebuilding anything.
 
 import json
 import logging
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -27,12 +29,22 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.graph import path_rows, people_rows
 from gitlab_knowledge.graph.mentions import around, mentioned_names
 from gitlab_knowledge.graph.refs import ISSUE_LINK_KINDS, MAX_SCAN, UNRELATED, extract
-from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layer_stats import LayerStats, timed, together_stats
 from gitlab_knowledge.layers import GRAPH, NORMALIZED
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.db import one_row
-from gitlab_knowledge.store.projects import canonical_path
-from gitlab_knowledge.store.watermarks import get_watermark, next_batch_end, run_batches
+from gitlab_knowledge.store.projects import canonical_paths
+from gitlab_knowledge.store.watermarks import (
+    RANGES,
+    Ranges,
+    get_watermark,
+    get_watermarks,
+    next_batch_end,
+    pending_raw,
+    range_params,
+    run_batches,
+    run_together,
+)
 from gitlab_knowledge.sync.files import RESOURCE as FILES
 from gitlab_knowledge.workspace import Workspace
 
@@ -79,43 +91,78 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
 
     stats.batches = run_batches(
         workspace.write, project_path, GRAPH.state, batch_end=batch_end,
-        rebuild=lambda con, project_id, low, high: _rebuild_range(con, project_id, gitlab_url, low, high, stats),
+        rebuild=lambda con, project_id, low, high: _rebuild_ranges(con, {project_id: (low, high)}, gitlab_url,
+                                                                   lambda _project: stats),
         finish=finish, dagster_run_id=dagster_run_id)
+
+
+def refresh_together(con: duckdb.DuckDBPyConnection, workspace: Workspace, project_ids: dict[str, int], *,
+                     dagster_run_id: str | None = None,
+                     batch_rows: int = BATCH_ROWS) -> tuple[dict[str, GraphStats], list[str]]:
+    """`refresh` of several projects (path -> id) in one pass and one transaction on `con`, as
+    normalized/refresh.py's `refresh_together`: the same rows, a stats record per project, and
+    the paths left out of the pass for `refresh` one by one."""
+    started = time.monotonic()
+    stats = {pid: GraphStats() for pid in project_ids.values()}
+
+    def pending(con: duckdb.DuckDBPyConnection, lows: dict[int, int]) -> dict[int, tuple[int, int]]:
+        # Links are read from normalized rows: never ahead of the normalized layer.
+        return pending_raw(con, lows, ceilings=get_watermarks(con, list(lows), NORMALIZED.state))
+
+    def finish(con: duckdb.DuckDBPyConnection, project_ids: list[int]) -> None:
+        _resolve_targets(con)  # once for the pass: it is a pass over every link
+        external = dict(con.execute("SELECT project_id, count(*) FROM item_references WHERE external "
+                                    "AND project_id IN (SELECT unnest(?::BIGINT[])) GROUP BY project_id",
+                                    [project_ids]).fetchall())
+        for pid in project_ids:
+            stats[pid].external = int(external.get(pid, 0))
+
+    gitlab_url = workspace.config.gitlab.url
+    batches, left = run_together(
+        con, list(stats), GRAPH.state, limit=batch_rows, pending=pending,
+        rebuild=lambda con, ranges: _rebuild_ranges(con, ranges, gitlab_url, stats.__getitem__),
+        finish=finish, dagster_run_id=dagster_run_id)
+    return together_stats(project_ids, stats, batches, started), [p for p, pid in project_ids.items() if pid in left]
 
 
 _ITEM_NAMES = frozenset(k.name for k in kinds.ITEM_KINDS)
 
 
-def _rebuild_range(con: duckdb.DuckDBPyConnection, project_id: int, gitlab_url: str, low: int, high: int,
-                   stats: GraphStats) -> None:
+def _rebuild_ranges(con: duckdb.DuckDBPyConnection, ranges: Ranges, gitlab_url: str,
+                    stats_of: Callable[[int], GraphStats]) -> None:
+    """Rebuild what the raw rows in each project's range (project id -> (low, high]) touch."""
     parents: dict[str, set[int]] = defaultdict(set)
-    keyed: dict[str, set[int]] = defaultdict(set)  # kinds.KEYED_KINDS: raw row id = the row's id
-    for raw_id, resource_type, key, parent_type, parent_id in con.execute("""
-        SELECT id, resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads
-        WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
-    """, [project_id, low, high]).fetchall():
+    owner: dict[int, int] = {}  # an item's id -> its project's
+    keyed: dict[tuple[int, str], set[int]] = defaultdict(set)  # kinds.KEYED_KINDS: raw row id = the row's id
+    for project_id, raw_id, resource_type, key, parent_type, parent_id in con.execute(f"""
+        SELECT r.project_id, id, resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads r
+        JOIN ({RANGES}) w ON r.project_id = w.project_id AND r.change_seq > w.low AND r.change_seq <= w.high
+    """, range_params(ranges)).fetchall():
         if kinds.keyed(resource_type) is not None:
-            keyed[resource_type].add(int(raw_id))
+            keyed[project_id, resource_type].add(int(raw_id))
         elif resource_type in _ITEM_NAMES:
             parents[resource_type].add(int(key))
+            owner[int(key)] = project_id
         elif parent_type in _ITEM_NAMES:
             parents[parent_type].add(int(parent_id))
-    path = canonical_path(con, project_id) or ""
+            owner[int(parent_id)] = project_id
+    paths = {pid: path or "" for pid, path in canonical_paths(con, list(ranges)).items()}
     for kind, ids in parents.items():
-        _rebuild_references(con, project_id, path, gitlab_url, kinds.kind(kind), sorted(ids), stats)
-        _rebuild_mentions(con, kinds.kind(kind), sorted(ids), stats)
+        _rebuild_references(con, owner, paths, gitlab_url, kinds.kind(kind), sorted(ids), stats_of)
+        _rebuild_mentions(con, owner, kinds.kind(kind), sorted(ids), stats_of)
         people_rows.rebuild(con, kinds.kind(kind), sorted(ids))
-    for name, ids in keyed.items():
-        _rebuild_keyed_references(con, project_id, path, gitlab_url, name, sorted(ids), stats)
+    for (project_id, name), ids in keyed.items():
+        _rebuild_keyed_references(con, project_id, paths[project_id], gitlab_url, name, sorted(ids),
+                                  stats_of(project_id))
     # An MR's changed-file list is its own (merge_request_diffs payloads): no other kind has one.
     if parents.get(kinds.MERGE_REQUEST.name):
-        _rebuild_files(con, project_id, sorted(parents[kinds.MERGE_REQUEST.name]), stats)
+        _rebuild_files(con, owner, sorted(parents[kinds.MERGE_REQUEST.name]), stats_of)
         # The paths the MRs touched (file list and review notes), from the rows just rebuilt.
         path_rows.rebuild(con, sorted(parents[kinds.MERGE_REQUEST.name]))
 
 
-def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, gitlab_url: str,
-                        kind: kinds.Kind, ids: list[int], stats: GraphStats) -> None:
+def _rebuild_references(con: duckdb.DuckDBPyConnection, owner: dict[int, int], paths: dict[int, str], gitlab_url: str,
+                        kind: kinds.Kind, ids: list[int], stats_of: Callable[[int], GraphStats]) -> None:
     con.execute("DELETE FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))",
                 [kind.name, ids])
     # Only what `extract` scans is read (GitLab's limit on a text's length): a longer description
@@ -124,7 +171,7 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
     for item_id, title, description in con.execute(f"""
         SELECT id, title, left(description, {MAX_SCAN}) FROM {kind.table} WHERE id IN (SELECT unnest(?::BIGINT[]))
     """, [ids]).fetchall():
-        stats.items_rebuilt += 1
+        stats_of(owner[int(item_id)]).items_rebuilt += 1
         texts += [(int(item_id), None, "title", title), (int(item_id), None, "description", description)]
     for table, found_in in (("notes", "note"), ("system_notes", "system_note")):
         texts += [(int(item_id), int(note_id), found_in, body) for item_id, note_id, body in con.execute(f"""
@@ -134,7 +181,8 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
         """, [kind.noteable_type, ids]).fetchall()]
     rows: list[dict[str, Any]] = []
     for item_id, note_id, found_in, text in texts:
-        for ref in extract(text, project_path=project_path, gitlab_url=gitlab_url, source_type=kind.name,
+        project_id = owner[item_id]
+        for ref in extract(text, project_path=paths[project_id], gitlab_url=gitlab_url, source_type=kind.name,
                            found_in=found_in):
             if ref.kind == UNRELATED:
                 # "removed the relation with #N" undoes the related or blocking links its item's
@@ -151,10 +199,12 @@ def _rebuild_references(con: duckdb.DuckDBPyConnection, project_id: int, project
                 "external": True, "text": ref.text,
             })
     insert_rows(con, "item_references", rows)
-    stats.references += len(rows)
+    for row in rows:
+        stats_of(row["project_id"]).references += 1
 
 
-def _rebuild_mentions(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, ids: list[int], stats: GraphStats) -> None:
+def _rebuild_mentions(con: duckdb.DuckDBPyConnection, owner: dict[int, int], kind: kinds.Kind, ids: list[int],
+                      stats_of: Callable[[int], GraphStats]) -> None:
     """Who the items' titles, descriptions and notes mention, with who wrote it when and (a note)
     its thread's state: what `me` needs to pick a user's mentions without reading the notes. The
     whole text is read (a mention deep in a long description counts), only where it holds an @."""
@@ -182,7 +232,8 @@ def _rebuild_mentions(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, ids: lis
              "found_in": "note", "author_username": author, "created_at": created_at, "resolvable": resolvable,
              "resolved": resolved}, body)
     insert_rows(con, "mentions", rows)
-    stats.mentions += len(rows)
+    for row in rows:
+        stats_of(owner[int(row["item_id"])]).mentions += 1
 
 
 def _rebuild_keyed_references(con: duckdb.DuckDBPyConnection, project_id: int, project_path: str, gitlab_url: str,
@@ -235,7 +286,8 @@ def _resolve_targets(con: duckdb.DuckDBPyConnection) -> None:
     """)
 
 
-def _rebuild_files(con: duckdb.DuckDBPyConnection, project_id: int, ids: list[int], stats: GraphStats) -> None:
+def _rebuild_files(con: duckdb.DuckDBPyConnection, owner: dict[int, int], ids: list[int],
+                   stats_of: Callable[[int], GraphStats]) -> None:
     con.execute("DELETE FROM mr_files WHERE merge_request_id IN (SELECT unnest(?::BIGINT[]))", [ids])
     rows: list[dict[str, Any]] = []
     for mr_id, raw_id, text in con.execute("""
@@ -248,6 +300,7 @@ def _rebuild_files(con: duckdb.DuckDBPyConnection, project_id: int, ids: list[in
         except ValueError:
             log.warning("skipped the file list of merge request id %s: not JSON", mr_id)
             continue
+        project_id, stats = owner[int(mr_id)], stats_of(owner[int(mr_id)])
         stats.mr_file_lists += 1
         for position, f in enumerate(f for f in files if isinstance(f, dict)):
             rows.append({
@@ -257,7 +310,8 @@ def _rebuild_files(con: duckdb.DuckDBPyConnection, project_id: int, ids: list[in
                 "deleted_file": bool(f.get("deleted_file")), "raw_payload_id": int(raw_id),
             })
     insert_rows(con, "mr_files", rows)
-    stats.mr_files += len(rows)
+    for row in rows:
+        stats_of(row["project_id"]).mr_files += 1
 
 
 def _text(value: Any) -> str | None:

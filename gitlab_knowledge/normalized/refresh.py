@@ -9,6 +9,7 @@ change, a crash between layers) without calling GitLab.
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 import duckdb
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.layer_stats import LayerStats, timed
+from gitlab_knowledge.layer_stats import LayerStats, timed, together_stats
 from gitlab_knowledge.layers import NORMALIZED
 from gitlab_knowledge.normalized.keyed import rebuild_keyed
 from gitlab_knowledge.normalized.transform import (
@@ -28,7 +29,15 @@ from gitlab_knowledge.normalized.transform import (
 )
 from gitlab_knowledge.store.bulk import insert_rows
 from gitlab_knowledge.store.payloads import item_name, item_problem, thread_problem
-from gitlab_knowledge.store.watermarks import next_batch_end, run_batches
+from gitlab_knowledge.store.watermarks import (
+    RANGES,
+    Ranges,
+    next_batch_end,
+    pending_raw,
+    range_params,
+    run_batches,
+    run_together,
+)
 from gitlab_knowledge.workspace import Workspace
 
 BATCH_ROWS = 5000
@@ -62,46 +71,68 @@ def _refresh(workspace: Workspace, project_path: str, dagster_run_id: str | None
     stats.batches = run_batches(
         workspace.write, project_path, NORMALIZED.state,
         batch_end=lambda con, project_id, low: next_batch_end(con, project_id, low, batch_rows),
-        rebuild=lambda con, project_id, low, high: _normalize_range(con, project_id, low, high, stats),
+        rebuild=lambda con, project_id, low, high: _normalize_ranges(con, {project_id: (low, high)},
+                                                                     lambda _project: stats),
         dagster_run_id=dagster_run_id)
 
 
-def _normalize_range(con: duckdb.DuckDBPyConnection, project_id: int, low: int, high: int,
-                     stats: NormalizeStats) -> None:
-    changed = con.execute("""
-        SELECT resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads
-        WHERE project_id = ? AND change_seq > ? AND change_seq <= ?
-    """, [project_id, low, high]).fetchall()
-    stats.raw_changes += len(changed)
+def refresh_together(con: duckdb.DuckDBPyConnection, project_ids: dict[str, int], *,
+                     dagster_run_id: str | None = None,
+                     batch_rows: int = BATCH_ROWS) -> tuple[dict[str, NormalizeStats], list[str]]:
+    """`refresh` of several projects (path -> id) in one pass and one transaction on `con` (a
+    batch's store layers, defs/many_projects.py): the same rows, a stats record per project, and
+    the paths left out of the pass (more rows than one batch holds) for `refresh` one by one."""
+    started = time.monotonic()
+    stats = {pid: NormalizeStats() for pid in project_ids.values()}
+    batches, left = run_together(
+        con, list(stats), NORMALIZED.state, limit=batch_rows, pending=pending_raw,
+        rebuild=lambda con, ranges: _normalize_ranges(con, ranges, stats.__getitem__), dagster_run_id=dagster_run_id)
+    return together_stats(project_ids, stats, batches, started), [p for p, pid in project_ids.items() if pid in left]
+
+
+def _normalize_ranges(con: duckdb.DuckDBPyConnection, ranges: Ranges,
+                      stats_of: Callable[[int], NormalizeStats]) -> None:
+    """Rebuild what the raw rows in each project's range (project id -> (low, high]) touch."""
+    changed = con.execute(f"""
+        SELECT r.project_id, resource_type, gitlab_key, parent_type, parent_id FROM raw_payloads r
+        JOIN ({RANGES}) w ON r.project_id = w.project_id AND r.change_seq > w.low AND r.change_seq <= w.high
+    """, range_params(ranges)).fetchall()
     parents: dict[str, set[int]] = defaultdict(set)
-    keyed: dict[str, list[str]] = defaultdict(list)  # kinds.KEYED_KINDS: rows by gitlab_key
-    for resource_type, key, parent_type, parent_id in changed:
+    owner: dict[int, int] = {}  # a parent's id -> its project's
+    keyed: dict[tuple[int, str], list[str]] = defaultdict(list)  # kinds.KEYED_KINDS: rows by gitlab_key
+    projects: list[int] = []
+    for project_id, resource_type, key, parent_type, parent_id in changed:
+        stats_of(project_id).raw_changes += 1
         if kinds.keyed(resource_type) is not None:
-            keyed[resource_type].append(key)
+            keyed[project_id, resource_type].append(key)
         elif resource_type == "project":
-            _upsert_project(con, int(key))
+            projects.append(int(key))
         elif resource_type in ROW_BUILDERS:
             parents[resource_type].add(int(key))
+            owner[int(key)] = project_id
         elif resource_type == "discussion" and parent_type in ROW_BUILDERS:
             parents[parent_type].add(int(parent_id))
+            owner[int(parent_id)] = project_id
+    if projects:
+        _upsert_projects(con, projects)
     for kind, ids in parents.items():
-        _rebuild_parents(con, project_id, kind, sorted(ids), stats)
-    for kind, keys in keyed.items():
+        _rebuild_parents(con, owner, kind, sorted(ids), stats_of)
+    for (project_id, kind), keys in keyed.items():
         written, gone = rebuild_keyed(con, project_id, kind, keys)
-        stats.parents_rebuilt += written
-        stats.parents_deleted += gone
+        stats_of(project_id).parents_rebuilt += written
+        stats_of(project_id).parents_deleted += gone
 
 
-def _upsert_project(con: duckdb.DuckDBPyConnection, project_id: int) -> None:
-    row = con.execute("SELECT id, json, deleted_at FROM raw_payloads WHERE resource_type = 'project' AND gitlab_key = ?",
-                      [str(project_id)]).fetchone()
-    con.execute("DELETE FROM projects WHERE id = ?", [project_id])
-    if row and row[2] is None:
-        insert_rows(con, "projects", [project_row(json.loads(row[1]), int(row[0]))])
+def _upsert_projects(con: duckdb.DuckDBPyConnection, project_ids: list[int]) -> None:
+    stored = con.execute("SELECT id, json FROM raw_payloads WHERE resource_type = 'project' AND deleted_at IS NULL "
+                         "AND gitlab_key IN (SELECT unnest(?::TEXT[]))", [[str(p) for p in project_ids]]).fetchall()
+    con.execute("DELETE FROM projects WHERE id IN (SELECT unnest(?::BIGINT[]))", [project_ids])
+    insert_rows(con, "projects", [project_row(json.loads(text), int(raw_id)) for raw_id, text in stored])
 
 
-def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str, ids: list[int],
-                     stats: NormalizeStats) -> None:
+def _rebuild_parents(con: duckdb.DuckDBPyConnection, owner: dict[int, int], kind: str, ids: list[int],
+                     stats_of: Callable[[int], NormalizeStats]) -> None:
+    """Rebuild the parents `ids` of `kind` (of the projects `owner` says) with their threads and notes."""
     k = kinds.kind(kind)
     table, label_table, noteable_type, to_row = k.table, k.labels_table, k.noteable_type, ROW_BUILDERS[kind]
     label_fk = fk_column = k.thread_column
@@ -132,7 +163,7 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     for gid, raw_id, text in _drained(payloads):
         row = _checked(lambda payload, raw_id=raw_id: to_row(payload, int(raw_id)), text, _stored_item_problem,
                        lambda payload, gid=gid: item_name(k.display, payload) if payload else f"{k.display} id {gid}",
-                       stats)
+                       stats_of(owner[int(gid)]))
         if row is None:
             continue
         parent_rows.append(row)
@@ -140,16 +171,19 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
             label_rows.append({label_fk: row["id"], "label_name": name})
             project_labels.add((row["project_id"], name))
     live = {row["id"] for row in parent_rows}
-    stats.parents_rebuilt += len(parent_rows)
+    for row in parent_rows:
+        stats_of(owner[row["id"]]).parents_rebuilt += 1
     text = None  # the last payload's JSON too: only its rows go on to the inserts
-    stats.parents_deleted += len(set(ids) - listed)
+    for gone in set(ids) - listed:
+        stats_of(owner[gone]).parents_deleted += 1
 
     discussion_rows, note_rows, position_rows, system_rows = [], [], [], []
     note_ids: set[int] = set()
     for parent_id, raw_id, position, text in _drained(threads):
         if parent_id not in live:
             continue  # an orphan thread of a vanished parent is never stored
-        built = _checked(lambda thread, parent_id=parent_id, raw_id=raw_id, position=position: (
+        project_id, stats = owner[int(parent_id)], stats_of(owner[int(parent_id)])
+        built = _checked(lambda thread, parent_id=parent_id, raw_id=raw_id, position=position, project_id=project_id: (
             str(thread["id"]),
             *thread_rows(thread, parent_type=kind, parent_id=int(parent_id), project_id=project_id,
                          position=int(position or 0), raw_payload_id=int(raw_id)),
@@ -165,10 +199,13 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
             continue
         note_ids.update(n["id"] for n in [*notes, *system])
         system_rows.extend(system)
+        stats.system_notes += len(system)
         if discussion is None:
             continue  # a thread of system notes only: no discussion row, nothing for documents
         discussion_rows.append(discussion)
         note_rows.extend(notes)
+        stats.discussions += 1
+        stats.notes += len(notes)
         position_rows.extend(positions)
     text = None
     insert_rows(con, table, parent_rows, {"change_seq": "nextval('change_seq')"})
@@ -180,9 +217,6 @@ def _rebuild_parents(con: duckdb.DuckDBPyConnection, project_id: int, kind: str,
     insert_rows(con, "notes", note_rows)
     insert_rows(con, "note_positions", position_rows)
     insert_rows(con, "system_notes", system_rows)
-    stats.discussions += len(discussion_rows)
-    stats.notes += len(note_rows)
-    stats.system_notes += len(system_rows)
 
 
 def _drained(rows: list[Any]) -> Iterator[Any]:

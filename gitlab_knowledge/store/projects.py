@@ -36,3 +36,25 @@ def canonical_path(con: duckdb.DuckDBPyConnection, project_id: int) -> str | Non
         WHERE resource_type = 'project' AND gitlab_key = ?
     """, [str(project_id)]).fetchone()
     return row[0] if row else None
+
+
+def project_ids_for(con: duckdb.DuckDBPyConnection, project_paths: list[str]) -> dict[str, int | None]:
+    """`project_id_for` of each path: the paths a sync recorded, in one query (a batch's projects,
+    just synced), the others one by one."""
+    found = dict(con.execute("""
+        SELECT project_path, arg_max(s.project_id, s.id) FROM sync_runs s
+        JOIN raw_payloads r ON r.resource_type = 'project' AND r.gitlab_key = CAST(s.project_id AS TEXT)
+                            AND r.deleted_at IS NULL
+        WHERE s.project_path IN (SELECT unnest(?::TEXT[])) AND s.project_id IS NOT NULL
+        GROUP BY project_path
+    """, [project_paths]).fetchall())
+    return {path: int(found[path]) if path in found else project_id_for(con, path) for path in project_paths}
+
+
+def canonical_paths(con: duckdb.DuckDBPyConnection, project_ids: list[int]) -> dict[int, str | None]:
+    """`canonical_path` of each project, in one query."""
+    found = dict(con.execute("""
+        SELECT CAST(gitlab_key AS BIGINT), json_extract_string(json, '$.path_with_namespace') FROM raw_payloads
+        WHERE resource_type = 'project' AND gitlab_key IN (SELECT unnest(?::TEXT[]))
+    """, [[str(p) for p in project_ids]]).fetchall())
+    return {pid: found.get(pid) for pid in project_ids}

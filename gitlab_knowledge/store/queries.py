@@ -74,6 +74,18 @@ def project_counts(workspace: "Workspace", project: str | None = None) -> dict[s
         return out
 
 
+def project_counts_of(con: duckdb.DuckDBPyConnection, project_ids: dict[str, int]) -> dict[str, dict[str, int]]:
+    """`project_counts` of several projects (path -> id), a query per table for all of them."""
+    out: dict[str, dict[str, int]] = {path: {} for path in project_ids}
+    for table in (*(k.table for k in kinds.ITEM_KINDS), *THREAD_TABLES):
+        counts = dict(con.execute(f"SELECT project_id, count(*) FROM {table} WHERE project_id IN "
+                                  "(SELECT unnest(?::BIGINT[])) GROUP BY project_id",
+                                  [list(project_ids.values())]).fetchall())
+        for path, pid in project_ids.items():
+            out[path][table] = int(counts.get(pid, 0))
+    return out
+
+
 def known_projects(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in con.execute("SELECT path_with_namespace FROM projects ORDER BY 1").fetchall()]
 

@@ -72,3 +72,84 @@ def run_batches(write: Callable[[], contextlib.AbstractContextManager[Connection
                 rebuild(con, project_id, low, high)
                 set_watermark(con, project_id, layer, high, dagster_run_id)
         batches += 1
+
+
+# Several projects' ranges in one statement: `(low, high]` of `change_seq` per project id. A
+# layer's pass over the projects a batch has landed (`run_together`) reads them as this table.
+Ranges = dict[int, tuple[int, int]]
+RANGES = ("SELECT unnest($projects::BIGINT[]) AS project_id, unnest($lows::BIGINT[]) AS low, "
+          "unnest($highs::BIGINT[]) AS high")
+
+
+def range_params(ranges: Ranges) -> dict[str, list[int]]:
+    """The parameters `RANGES` reads."""
+    return {"projects": list(ranges), "lows": [low for low, _ in ranges.values()],
+            "highs": [high for _, high in ranges.values()]}
+
+
+def get_watermarks(con: Connection, project_ids: list[int], layer: str) -> dict[int, int]:
+    """`get_watermark` of each project, in one query."""
+    found = dict(con.execute("SELECT project_id, watermark FROM layer_state WHERE layer = ? "
+                             "AND project_id IN (SELECT unnest(?::BIGINT[]))", [layer, project_ids]).fetchall())
+    return {pid: int(found.get(pid, 0)) for pid in project_ids}
+
+
+def set_watermarks(con: Connection, highs: dict[int, int], layer: str, dagster_run_id: str | None) -> None:
+    """`set_watermark` of each project, in one statement."""
+    if highs:
+        con.execute("INSERT OR REPLACE INTO layer_state SELECT unnest(?::BIGINT[]), ?, unnest(?::BIGINT[]), ?, ?",
+                    [list(highs), layer, list(highs.values()), utcnow(), dagster_run_id])
+
+
+def pending_raw(con: Connection, lows: dict[int, int], ceilings: dict[int, int] | None = None) -> dict[int, tuple[int, int]]:
+    """Per project with raw rows after its watermark in `lows` (and at or before its ceiling):
+    (the last such change_seq, how many rows), in one query."""
+    highs = ceilings if ceilings is not None else {pid: 2**62 for pid in lows}
+    rows = con.execute(f"""
+        SELECT w.project_id, max(r.change_seq), count(*) FROM raw_payloads r JOIN ({RANGES}) w
+          ON r.project_id = w.project_id AND r.change_seq > w.low AND r.change_seq <= w.high
+        GROUP BY w.project_id
+    """, range_params({pid: (low, highs[pid]) for pid, low in lows.items()})).fetchall()
+    return {int(pid): (int(high), int(n)) for pid, high, n in rows}
+
+
+def run_together(con: Connection, project_ids: list[int], layer: str, *, limit: int,
+                 pending: Callable[[Connection, dict[int, int]], dict[int, tuple[int, int]]],
+                 rebuild: Callable[[Connection, Ranges], None],
+                 finish: Callable[[Connection, list[int]], None] | None = None,
+                 dagster_run_id: str | None = None) -> tuple[dict[int, int], list[int]]:
+    """`run_batches` for several projects at once, in one transaction: the statements of a pass
+    are the same whether it carries one project or fifty. `pending(con, lows)` says, per project
+    with rows after its watermark, (where its rows end, how many); `rebuild(con, ranges)` rebuilds
+    every project's range together. Projects join the pass while their rows add up to at most
+    `limit` (what one batch of `run_batches` holds); those that do not fit are returned to be run
+    one by one. Returns ({project id: batches it took}, the project ids left out)."""
+    lows = get_watermarks(con, project_ids, layer)
+    waiting = pending(con, lows)
+    taken: list[int] = []
+    left: list[int] = []
+    rows = 0
+    for pid in project_ids:
+        n = waiting.get(pid, (0, 0))[1]
+        if taken and rows + n > limit or n > limit:
+            left.append(pid)
+        else:
+            taken.append(pid)
+            rows += n
+    batches = dict.fromkeys(taken, 0)
+    with transaction(con):
+        while True:
+            ranges = {pid: (lows[pid], waiting[pid][0]) for pid in taken if pid in waiting}
+            if not ranges:
+                break
+            rebuild(con, ranges)
+            set_watermarks(con, {pid: high for pid, (_, high) in ranges.items()}, layer, dagster_run_id)
+            for pid in ranges:
+                batches[pid] += 1
+            # A rebuild may move rows of the pass past their range (documents: the MRs that close
+            # an issue that changed): the pass goes on until its projects are caught up.
+            lows = {pid: high for pid, (_, high) in ranges.items()}
+            waiting = pending(con, lows)
+        if finish is not None:
+            finish(con, taken)
+    return batches, left

@@ -81,6 +81,15 @@ class Fetches:
                 continue
             yield item
 
+    def landed_meanwhile(self) -> list[Landed]:
+        """The projects that have landed and not been taken by `landed` yet, without waiting: the
+        batch's store layers take them in one pass (defs/many_projects.py)."""
+        out: list[Landed] = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                out.append(self._landed.get_nowait())
+        return out
+
     def close(self) -> None:
         """Cancel the fetches in flight and wait until each has recorded how it ended."""
         self._stopping = True
