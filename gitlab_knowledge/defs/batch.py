@@ -25,6 +25,7 @@ import json
 import os
 import time
 import warnings
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -106,10 +107,12 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
     tag_process(context)
     started = time.monotonic()
     events = EventBatch(context)  # the partitions' events, written many per transaction
+    recorded: Counter[str] = Counter()  # asset -> materializations added so far
     try:
         for project, layer, metadata in _carry_all(context, config, workspace, projects, batch):
             events.add(dg.AssetMaterialization(asset_key=layer.asset, partition=project, metadata=metadata))
-            if _write_now(batch, layer, events):
+            recorded[layer.asset] += 1
+            if _write_now(batch, layer, events, recorded[layer.asset]):
                 events.flush()
     except BaseException as exc:
         with contextlib.suppress(Exception):  # what committed is recorded; Dagster's storage failing is the error
@@ -171,15 +174,21 @@ def _carry_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: W
                 raise DagsterExecutionInterruptedError(str(exc)) from None
 
 
-def _write_now(batch: Batch, layer: Layer, events: EventBatch) -> bool:
+def _write_now(batch: Batch, layer: Layer, events: EventBatch, recorded: int) -> bool:
     """Whether the held events are written now: after a project's last DuckDB layer once they
     have waited a while (a commit per project would cost more than its events), or when no
-    project has `layer` still to come (the last project, or the end of an index layer, which
-    records every project at once and may be followed by a long step). The UI so lags a
-    project's layers by at most HOLD_S or one project's time."""
+    project has `layer` still to come and every one that has it is recorded (`recorded` of
+    them so far: a group of projects gets the layer's metadata at once, before its
+    materializations are added one by one); that is the last project, or the end of an index
+    layer, which records every project at once and may be followed by a long step. The UI so
+    lags a project's layers by at most HOLD_S or one group's time."""
     if layer.pool == DUCKDB_POOL and layer is not DOCUMENTS:  # the project's next layer follows at once
         return False
-    return events.held_long or all(layer.asset in c.metadata or c.error is not None for c in batch.carried.values())
+    if events.held_long:
+        return True
+    carried = batch.carried.values()
+    return (all(layer.asset in c.metadata or c.error is not None for c in carried)
+            and recorded == sum(1 for c in carried if layer.asset in c.metadata))
 
 
 def tag_process(context: dg.OpExecutionContext) -> None:

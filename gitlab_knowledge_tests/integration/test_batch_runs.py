@@ -142,7 +142,7 @@ def test_a_batchs_event_writes_do_not_grow_with_its_projects(env, monkeypatch):
     assert [sum(writes[run]) for run in runs] == [19, 19 * 4]
     # 4 writes however many projects: the DuckDB layers of every project, the lexical layer, the
     # embeddings layer, the check results (the old code wrote each event on its own: 19 and 76).
-    assert [len(writes[run]) for run in runs] == [4, 4]
+    assert [len(writes[run]) for run in runs] == [4, 4], writes
     assert others[runs[0]] == others[runs[1]]
 
 
