@@ -275,6 +275,6 @@ def test_an_mrs_closes_line_names_only_its_own_projects_public_issues_by_title(s
                         "target_path, target_iid, target_project_id, external) VALUES "
                         "(?, 'merge_request', ?, 'description', 'closes', 'issue', ?, ?, ?, false)",
                         [platform, mr, path, iid, target])
-        closes = _closed_issues(con, platform, [mr])[mr]
+        closes = _closed_issues(con, [mr])[mr]
     assert closes == [(f"#{own_iid}", own_title), (f"{web_path}#{other_iid}", None)]
     assert other_title
