@@ -341,10 +341,7 @@ def test_migration_6_upgrades_a_store_written_before_it(v1_store: Path, make_con
         con.execute("INSERT INTO layer_state (project_id, layer, watermark) SELECT DISTINCT project_id, 'graph', "
                     "1000000000 FROM raw_payloads WHERE project_id IS NOT NULL")
     assert version(v1_store) == 5
-    monkeypatch.setattr(migrations, "MIGRATIONS", every)
-    forget_schema_cache()
-    with write_connection(v1_store):
-        pass
+    upgrade(v1_store, monkeypatch, every)
     assert version(v1_store) == migrations.latest_version() >= 6
     assert query(v1_store, "SELECT count(*) FROM project_aliases") == [(0,)]
     assert query(v1_store, "SELECT DISTINCT watermark FROM layer_state WHERE layer = 'graph'") == [(0,)]
@@ -383,10 +380,7 @@ def test_migration_7_upgrades_a_store_written_before_it(v1_store: Path, monkeypa
                     "1000000000 FROM raw_payloads WHERE project_id IS NOT NULL")
     assert version(v1_store) == 6
     assert query(v1_store, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'mentions'") == [(0,)]
-    monkeypatch.setattr(migrations, "MIGRATIONS", every)
-    forget_schema_cache()
-    with write_connection(v1_store):
-        pass
+    upgrade(v1_store, monkeypatch, every)
     assert version(v1_store) == migrations.latest_version() >= 7
     assert query(v1_store, "SELECT count(*) FROM mentions") == [(0,)]
     assert query(v1_store, "SELECT DISTINCT watermark FROM layer_state WHERE layer = 'graph'") == [(0,)]
@@ -417,10 +411,7 @@ def test_migration_8_upgrades_a_store_written_before_it(v1_store: Path, make_con
     assert version(v1_store) == 7
     assert not query(v1_store, "SELECT 1 FROM information_schema.tables WHERE table_name = 'wiki_pages'")
     issues = query(v1_store, "SELECT count(*) FROM issues")
-    monkeypatch.setattr(migrations, "MIGRATIONS", every)
-    forget_schema_cache()
-    with write_connection(v1_store):
-        pass
+    upgrade(v1_store, monkeypatch, every)
     assert version(v1_store) == migrations.latest_version() >= 8
     assert query(v1_store, "SELECT count(*) FROM wiki_pages") == [(0,)]
     assert query(v1_store, "SELECT count(*) FROM issues") == issues
@@ -462,10 +453,7 @@ def test_migration_10_upgrades_a_store_written_before_it(v1_store: Path, monkeyp
         con.execute("INSERT INTO layer_state (project_id, layer, watermark) SELECT DISTINCT project_id, 'graph', "
                     "1000000000 FROM raw_payloads WHERE project_id IS NOT NULL")
     assert query(v1_store, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'user_items'") == [(0,)]
-    monkeypatch.setattr(migrations, "MIGRATIONS", every)
-    forget_schema_cache()
-    with write_connection(v1_store):
-        pass
+    upgrade(v1_store, monkeypatch, every)
     assert version(v1_store) == migrations.latest_version() >= 10
     assert query(v1_store, "SELECT DISTINCT watermark FROM layer_state WHERE layer = 'graph'") == [(0,)]
     assert query(v1_store, "SELECT count(*) FROM mentions WHERE excerpt IS NOT NULL") == [(0,)]
@@ -487,6 +475,15 @@ def test_migration_10_upgrades_a_store_written_before_it(v1_store: Path, monkeyp
     assert answers() == before
     mentioned = before[0][0]["mentions"]
     assert mentioned and "@axe-core" in mentioned[0]["excerpt"]
+
+
+def upgrade(store: Path, monkeypatch: pytest.MonkeyPatch, every: Any) -> None:
+    """Open a store an earlier version wrote (the migrations cut short to it) with every migration
+    back, as this version's first command would."""
+    monkeypatch.setattr(migrations, "MIGRATIONS", every)
+    forget_schema_cache()
+    with write_connection(store):
+        pass
 
 
 def _offline_workspace(store: Path) -> tuple[list[str], Any]:

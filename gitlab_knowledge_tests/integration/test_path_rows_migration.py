@@ -12,6 +12,7 @@ from gitlab_knowledge_tests.integration.test_migrations import (
     _offline_workspace,
     import_fixture,
     query,
+    upgrade,
     version,
 )
 
@@ -53,10 +54,7 @@ def test_migration_11_upgrades_a_store_written_before_it(v1_store: Path, monkeyp
         graph_state = con.execute("SELECT * FROM layer_state WHERE layer = 'graph' ORDER BY ALL").fetchall()
     paths = [r[0] for r in query(v1_store, "SELECT DISTINCT new_path FROM mr_files ORDER BY 1 LIMIT 8")]
     assert paths and query(v1_store, "SELECT count(*) FROM duckdb_tables() WHERE table_name = 'path_touches'") == [(0,)]
-    monkeypatch.setattr(migrations, "MIGRATIONS", every)
-    forget_schema_cache()
-    with write_connection(v1_store):
-        pass
+    upgrade(v1_store, monkeypatch, every)
     assert version(v1_store) == migrations.latest_version() >= 11
     with write_connection(v1_store) as con:
         assert con.execute("SELECT * FROM layer_state WHERE layer = 'graph' ORDER BY ALL").fetchall() == graph_state
