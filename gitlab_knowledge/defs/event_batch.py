@@ -46,9 +46,6 @@ class EventBatch:
         self._pending: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
         self._since = 0.0  # when the oldest held event was added
 
-    def __len__(self) -> int:
-        return len(self._pending)
-
     def add(self, event: dg.AssetMaterialization | dg.AssetCheckEvaluation) -> None:
         if not self._pending:
             self._since = time.monotonic()

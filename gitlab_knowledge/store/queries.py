@@ -65,16 +65,15 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[d
 
 
 def project_counts(workspace: "Workspace", project: str | None = None) -> dict[str, int]:
+    """Rows per item and thread table: of `project`, or of the whole store."""
     with workspace.read() as con:
-        project_id = project_id_for(con, project) if project else None
-        where, params = (" AND project_id = ?", [project_id]) if project else ("", [])
-        out = {}
-        for table in (*(k.table for k in kinds.ITEM_KINDS), *THREAD_TABLES):
-            out[table] = one_row(con.execute(f"SELECT count(*) FROM {table} WHERE true{where}", params))[0]
-        return out
+        if project:
+            return project_counts_of(con, {project: project_id_for(con, project)})[project]
+        return {table: one_row(con.execute(f"SELECT count(*) FROM {table}"))[0]
+                for table in (*(k.table for k in kinds.ITEM_KINDS), *THREAD_TABLES)}
 
 
-def project_counts_of(con: duckdb.DuckDBPyConnection, project_ids: dict[str, int]) -> dict[str, dict[str, int]]:
+def project_counts_of(con: duckdb.DuckDBPyConnection, project_ids: dict[str, int | None]) -> dict[str, dict[str, int]]:
     """`project_counts` of several projects (path -> id), a query per table for all of them."""
     out: dict[str, dict[str, int]] = {path: {} for path in project_ids}
     for table in (*(k.table for k in kinds.ITEM_KINDS), *THREAD_TABLES):
