@@ -20,14 +20,11 @@ Connection = duckdb.DuckDBPyConnection
 
 
 def get_watermark(con: Connection, project_id: int, layer: str) -> int:
-    row = con.execute("SELECT watermark FROM layer_state WHERE project_id = ? AND layer = ?",
-                      [project_id, layer]).fetchone()
-    return int(row[0]) if row else 0
+    return get_watermarks(con, [project_id], layer)[project_id]
 
 
 def set_watermark(con: Connection, project_id: int, layer: str, watermark: int, dagster_run_id: str | None) -> None:
-    con.execute("INSERT OR REPLACE INTO layer_state VALUES (?, ?, ?, ?, ?)",
-                [project_id, layer, watermark, utcnow(), dagster_run_id])
+    set_watermarks(con, {project_id: watermark}, layer, dagster_run_id)
 
 
 def next_batch_end(con: Connection, project_id: int, low: int, batch_rows: int,
