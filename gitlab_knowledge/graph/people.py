@@ -63,9 +63,9 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         with alongside(con) as other, ThreadPoolExecutor(max_workers=1) as pool:
             later = pool.submit(_new_notes, other, u, pid, start, limit)
             mine, kept = _mine(con, name, pid, start)
+            mentions, mentioned = picked(con, kept, name, limit)  # while the notes may still be read
             found, note_total, bodies, unresolved = later.result()
         lists, states = _my_items(mine, unresolved, start, limit)
-        mentions, mentioned = picked(con, kept, name, limit)
         notes = _changes(con, found, bodies, mine)
     todos = None
     if live:
