@@ -7,7 +7,7 @@ and the notes others wrote on them are read from the graph's rows per user (grap
 graph/people_rows.py), not found by testing every item and joining every note.
 """
 
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,8 @@ from gitlab_knowledge.graph.answers import Changes, Me
 from gitlab_knowledge.graph.mentioned import OPEN_STATES, kept_mentions, mention_rows, picked
 from gitlab_knowledge.graph.person import person
 from gitlab_knowledge.graph.queries import excerpt, iso, note_bodies, project_id, public_item, rows
-from gitlab_knowledge.graph.roles import ROLES, descending, entry, username
+from gitlab_knowledge.graph.roles import descending, username
+from gitlab_knowledge.store.db import alongside
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
@@ -56,10 +57,16 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         pid = project_id(con, project)
         name = username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
         u = name.lower()
-        found, kept = _mine(con, name, pid, start)
-        lists, states = _my_items(con, found, start, limit)
-        mentions, mentioned = picked(con, kept, name, limit)
-        notes, note_total = _changes(con, u, pid, start, limit, found)
+        # The new notes (with their bodies) and the unresolved threads need nothing of `_mine`'s:
+        # read on another connection meanwhile, as DuckDB runs both at once (on 2 cores, the
+        # call takes the longer of the two instead of their sum).
+        with alongside(con) as other, ThreadPoolExecutor(max_workers=1) as pool:
+            later = pool.submit(_new_notes, other, u, pid, start, limit)
+            mine, kept = _mine(con, name, pid, start)
+            mentions, mentioned = picked(con, kept, name, limit)  # while the notes may still be read
+            found, note_total, bodies, unresolved = later.result()
+        lists, states = _my_items(mine, unresolved, start, limit)
+        notes = _changes(con, found, bodies, mine)
     todos = None
     if live:
         from gitlab_knowledge.graph.todos import pending_todos
@@ -71,19 +78,33 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
               "todos": len(todos) if todos is not None else None, "notes": note_total, "state_changes": len(states)}
     cut = slice(None, limit)
     return Me(user=name, user_from="argument" if user is not None else "token", since=iso(start), project=project,
-              counts=counts, **{key: _because(lists[key][0], reason) for key, reason in shown.items()},
+              counts=counts, **{key: [{**e, "reason": reason} for e in lists[key][0]] for key, reason in shown.items()},
               mentions=mentions, todos=todos[cut] if todos is not None else None,
               changes=Changes(notes=notes, state_changes=[_state(kind, r, at, change) for kind, r, at, change
                                                           in _newest_changes(states, limit)]))
 
 
+# What `_mine` reads of an item and its roles (a role row) or of a kept mention and its item: one
+# list of columns for both (`created_at` is the mention's, for a mention), in this order.
+_COLUMNS = ("is_role", "kind", "item_id", "iid", "title", "state", "web_url", "project", "created_at", "updated_at",
+            "closed_at", "merged_at", "is_author", "is_assignee", "is_reviewer", "note_id", "discussion_id",
+            "found_in", "author", "excerpt", "resolved")
+(_IS_ROLE, _KIND, _ID, _IID, _TITLE, _STATE, _WEB_URL, _PROJECT, _CREATED, _UPDATED, _CLOSED, _MERGED, _AUTHOR,
+ _ASSIGNEE, _REVIEWER) = range(15)
+# A mention's own columns (graph/mentioned.py `mention_rows`), named apart from its item's in the query.
+_MENTION_OWN = ("note_id", "discussion_id", "found_in", "author", "excerpt", "created_at", "resolved", "resolvable")
+# A row of one of the user's items: a tuple of `_COLUMNS`, read by index (made into dicts, the
+# ~600 rows of a user's items cost ~2 ms at 100K documents, to show a hundred).
+Row = tuple[Any, ...]
+
+
 def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
-          start: datetime) -> tuple[dict[kinds.Kind, list[dict[str, Any]]], list[dict[str, Any]]]:
-    """The user's items (`items_of` with `roles_only` and `open_or_since`: the open ones and those
-    closed or merged since `start`, newest update first, with their roles) and the mentions of the
-    user `me` keeps (graph/mentioned.py), with their items: in one query, which reads the items
-    once for both (two queries each joining both kinds of item cost ~4 ms more at 100K
-    documents). Only what `me` says of an item is read (each column costs its conversion)."""
+          start: datetime) -> tuple[dict[kinds.Kind, list[Row]], list[dict[str, Any]]]:
+    """The user's items (the open ones and those closed or merged since `start`, newest update
+    first, with their roles: `Row`s) and the mentions of the user `me` keeps (graph/mentioned.py),
+    with their items: in one query, which reads the items once for both (two queries each joining
+    both kinds of item cost ~4 ms more at 100K documents). Only what `me` says of an item is read
+    (each column costs its conversion)."""
     u = user.lower()
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     mentioned, mentioned_params = mention_rows(user, pid)
@@ -97,85 +118,73 @@ def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
             WITH r AS (SELECT item_type, item_id, bool_or(role = 'author') AS is_author,
                               bool_or(role = 'assignee') AS is_assignee, bool_or(role = 'reviewer') AS is_reviewer
                        FROM user_items WHERE username = ?{scope} AND role <> 'commenter' GROUP BY ALL)
-            SELECT x.*, t.kind, t.id, t.iid, t.title, t.state, t.web_url, t.created_at, t.updated_at, t.closed_at,
-                   t.merged_at, p.path_with_namespace AS project
+            SELECT x.is_role, t.kind, t.id, t.iid, t.title, t.state, t.web_url, p.path_with_namespace,
+                   CASE WHEN x.is_role THEN t.created_at ELSE x.m_created_at END, t.updated_at, t.closed_at,
+                   t.merged_at, x.is_author, x.is_assignee, x.is_reviewer, x.m_note_id, x.m_discussion_id,
+                   x.m_found_in, x.m_author, x.m_excerpt, x.m_resolved
             FROM (SELECT true AS is_role, item_type, item_id, is_author, is_assignee, is_reviewer, {blank} FROM r
-                  UNION ALL SELECT false, item_type, item_id, NULL, NULL, NULL, {', '.join(_MENTION)}
+                  UNION ALL SELECT false, item_type, item_id, NULL, NULL, NULL, {', '.join(f'{c} AS m_{c}' for c in _MENTION_OWN)}
                   FROM ({mentioned})) x
             JOIN ({items}) t ON t.kind = x.item_type AND t.id = x.item_id JOIN projects p ON p.id = t.project_id
             WHERE CASE WHEN x.is_role THEN t.state IN {OPEN_STATES} OR t.closed_at >= ? OR t.merged_at >= ?
                        ELSE {kept} END
             ORDER BY t.updated_at DESC, t.id DESC""", [u, *scoped, *mentioned_params, start, start, *since])
-    # Each row made into the one dict its use reads (made into a dict of its ~25 columns first, it
-    # cost as much again).
-    names = [d[0] for d in cur.description]
-    role = [(k, names.index(k)) for k in _ITEM]
-    mention = [(k, names.index(k)) for k in _MENTION_ITEM] + [(k, names.index("m_" + k)) for k in _MENTION_OWN]
-    kind_at, is_role = names.index("kind"), names.index("is_role")
-    found: dict[kinds.Kind, list[dict[str, Any]]] = {kind: [] for kind in kinds.ITEM_KINDS}
+    found: dict[kinds.Kind, list[Row]] = {kind: [] for kind in kinds.ITEM_KINDS}
     by_name = {kind.name: found[kind] for kind in kinds.ITEM_KINDS}
     mentions = []
     for r in cur.fetchall():
-        if r[is_role]:
-            by_name[r[kind_at]].append({k: r[i] for k, i in role})
+        if r[_IS_ROLE]:
+            by_name[r[_KIND]].append(r)
         else:
-            mentions.append({k: r[i] for k, i in mention})
+            # What graph/mentioned.py `picked` reads of a kept mention and its item.
+            mention = dict(zip(_COLUMNS, r, strict=True))
+            mention["item_type"] = r[_KIND]
+            mentions.append(mention)
     return found, mentions
 
 
-# What `me` says of an item (graph/roles.py `entry` drops ITEM_COLUMNS' other columns) and its roles.
-_ITEM = ("id", "iid", "title", "state", "web_url", "created_at", "updated_at", "closed_at", "project", "merged_at",
-         "is_author", "is_assignee", "is_reviewer")
-# A kept mention's own columns (graph/mentioned.py `mention_rows`), named apart from its item's
-# in the query, and what `picked` reads of its item.
-_MENTION_OWN = ("note_id", "discussion_id", "found_in", "author", "excerpt", "created_at", "resolved", "resolvable")
-_MENTION = tuple(f"{c} AS m_{c}" for c in _MENTION_OWN)
-_MENTION_ITEM = ("item_type", "item_id", "kind", "iid", "title", "state", "web_url", "project")
+def _item(r: Row) -> dict[str, Any]:
+    """What `public_item` reads of an item's row."""
+    return {"iid": r[_IID], "title": r[_TITLE], "state": r[_STATE], "web_url": r[_WEB_URL], "project": r[_PROJECT]}
 
 
-def _because(entries: list[dict[str, Any]], reason: str) -> list[dict[str, Any]]:
-    """Each entry with why it is in its group, as a person would say it."""
-    return [{**e, "reason": reason} for e in entries]
+def _entry(kind: kinds.Kind, r: Row, **extra: Any) -> dict[str, Any]:
+    """An item of `me`'s lists as graph/roles.py `entry` makes one, with `extra` after it."""
+    return {**public_item(kind, _item(r)), "created_at": iso(r[_CREATED]), "updated_at": iso(r[_UPDATED]), **extra}
 
 
-def _my_items(con: duckdb.DuckDBPyConnection, mine: dict[kinds.Kind, list[dict[str, Any]]], start: datetime,
+def _my_items(mine: dict[kinds.Kind, list[Row]], unresolved: dict[int, int], start: datetime,
               limit: int | None) -> tuple[dict[str, tuple[list[dict[str, Any]], int]],
-                                          list[tuple[kinds.Kind, dict[str, Any], datetime, str]]]:
+                                          list[tuple[kinds.Kind, Row, datetime, str]]]:
     """`me`'s item lists, newest update first: the open issues assigned to the user, the open MRs
     assigned (not authored), to review and authored (with their unresolved threads), each whole
     (`counts`) with entries for the first `limit` only (made into entries, a user's ~1,000 items
-    cost more than reading them) and how many; and the items closed or merged since `start`, with when and how."""
-    def picked(kind: kinds.Kind, keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
-        return [r for r in mine[kind] if r["state"] in OPEN_STATES and keep(r)]
-
-    def entries(kind: kinds.Kind, items: list[dict[str, Any]], **extra: Any) -> tuple[list[dict[str, Any]], int]:
-        return [entry(kind, {**{k: v for k, v in r.items() if k not in ROLES},
-                             **{k: v[r["id"]] for k, v in extra.items()}}) for r in items[cut]], len(items)
-
+    cost more than reading them) and how many; and the items closed or merged since `start`, with
+    when and how."""
     cut = slice(None, limit)
     issues, mrs = kinds.ISSUE, kinds.MERGE_REQUEST
+    open_issues = [r for r in mine[issues] if r[_STATE] in OPEN_STATES]
+    open_mrs = [r for r in mine[mrs] if r[_STATE] in OPEN_STATES]
     # An MR's author is usually its assignee too (GitLab's habit): those are "authored".
-    authored = picked(mrs, lambda r: r["is_author"])
-    unresolved = dict(con.execute("""
-        SELECT merge_request_id, count(*) FROM discussions
-        WHERE merge_request_id IN (SELECT unnest(?::BIGINT[])) AND resolvable AND NOT COALESCE(resolved, false)
-        GROUP BY ALL""", [[r["id"] for r in authored[cut]]]).fetchall()) if authored else {}
-    states: list[tuple[kinds.Kind, dict[str, Any], datetime, str]] = []
+    picked = {"assigned_issues": (issues, [r for r in open_issues if r[_ASSIGNEE]]),
+              "assigned_mrs": (mrs, [r for r in open_mrs if r[_ASSIGNEE] and not r[_AUTHOR]]),
+              "review_requested": (mrs, [r for r in open_mrs if r[_REVIEWER]]),
+              "authored_open_mrs": (mrs, [r for r in open_mrs if r[_AUTHOR]])}
+    lists = {key: ([_entry(kind, r) for r in items[cut]], len(items)) for key, (kind, items) in picked.items()}
+    lists["authored_open_mrs"] = ([_entry(mrs, r, unresolved_threads=unresolved.get(r[_ID], 0))
+                                   for r in picked["authored_open_mrs"][1][cut]], lists["authored_open_mrs"][1])
+    states: list[tuple[kinds.Kind, Row, datetime, str]] = []
     for kind, items in mine.items():
         for r in items:
-            if r["merged_at"] is not None and r["merged_at"] >= start:
-                states.append((kind, r, r["merged_at"], "merged"))
-            elif r["closed_at"] is not None and r["closed_at"] >= start:
-                states.append((kind, r, r["closed_at"], "closed"))
-    return {"assigned_issues": entries(issues, picked(issues, lambda r: r["is_assignee"])),
-            "assigned_mrs": entries(mrs, picked(mrs, lambda r: r["is_assignee"] and not r["is_author"])),
-            "review_requested": entries(mrs, picked(mrs, lambda r: r["is_reviewer"])),
-            "authored_open_mrs": entries(mrs, authored, unresolved_threads={r["id"]: unresolved.get(r["id"], 0)
-                                                                            for r in authored[cut]})}, states
+            if r[_MERGED] is not None and r[_MERGED] >= start:
+                states.append((kind, r, r[_MERGED], "merged"))
+            elif r[_CLOSED] is not None and r[_CLOSED] >= start:
+                states.append((kind, r, r[_CLOSED], "closed"))
+    return lists, states
 
 
-def _newest_changes(states: list[tuple[kinds.Kind, dict[str, Any], datetime, str]],
-                    limit: int | None) -> list[tuple[kinds.Kind, dict[str, Any], datetime, str]]:
+def _newest_changes(states: list[tuple[kinds.Kind, Row, datetime, str]],
+                    limit: int | None) -> list[tuple[kinds.Kind, Row, datetime, str]]:
     """The first `limit` state changes as the answer orders them: by the ISO text of when, then
     reference, descending. Sorted by time first, only those within the second of the `limit`-th
     can change places by the text (graph/roles.py `newest`), so only those are made into text."""
@@ -183,21 +192,21 @@ def _newest_changes(states: list[tuple[kinds.Kind, dict[str, Any], datetime, str
     if limit is not None and len(by_time) > limit:
         floor = by_time[limit - 1][2].replace(microsecond=0)
         by_time = [s for s in by_time if s[2] >= floor]
-    return sorted(by_time, key=lambda s: (iso(s[2]) or "", s[0].ref(s[1]["iid"], s[1]["project"])),
+    return sorted(by_time, key=lambda s: (iso(s[2]) or "", s[0].ref(s[1][_IID], s[1][_PROJECT])),
                   reverse=True)[:limit]
 
 
-def _state(kind: kinds.Kind, r: dict[str, Any], at: datetime, change: str) -> dict[str, Any]:
-    return {"item": public_item(kind, r), "change": change, "at": iso(at)}
+def _state(kind: kinds.Kind, r: Row, at: datetime, change: str) -> dict[str, Any]:
+    return {"item": public_item(kind, _item(r)), "change": change, "at": iso(at)}
 
 
-def _changes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime, limit: int | None,
-             mine: dict[kinds.Kind, list[dict[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+def _new_notes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime,
+               limit: int | None) -> tuple[list[dict[str, Any]], int, dict[int, str | None], dict[int, int]]:
     """New notes by others on the user's items (those they authored, are assigned to or review)
-    since `start`: the newest `limit`, and how many there are. Read from the notes kept per user
-    (graph/people_rows.py `user_item_notes`): joining every note to the user's ~1,000 items cost
-    ~10 ms at 100K documents. Their items are those `me` read already (`mine`: the open ones and
-    those closed or merged since `start`); only an item closed before is read here."""
+    since `start`: the newest `limit`, how many there are and the bodies of those, read from the
+    notes kept per user (graph/people_rows.py `user_item_notes`: joining every note to the user's
+    ~1,000 items cost ~10 ms at 100K documents); and the unresolved threads of every MR the user
+    authored, by MR (`me` shows those of their open MRs)."""
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     # The newest first and how many, without a body; then the bodies of those shown only (a
     # user's items can carry ten thousand notes since a day long ago, and an agent is shown 100).
@@ -207,15 +216,28 @@ def _changes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: dat
         FROM user_item_notes WHERE username = ? AND created_at >= ?{scope}
         ORDER BY created_at DESC, note_id DESC{f' LIMIT {int(limit)}' if limit is not None else ''}""",
                  [u, start, *scoped])
-    items = {(kind.name, r["id"]): r for kind, rs in mine.items() for r in rs}
-    items.update(_items(con, {(r["kind"], r["id"]) for r in found} - items.keys()))
+    bodies = note_bodies(con, [r["note_id"] for r in found])
+    unresolved = dict(con.execute(f"""
+        SELECT merge_request_id, count(*) FROM discussions
+        WHERE merge_request_id IN (SELECT item_id FROM user_items WHERE username = ? AND role = 'author'
+                                   AND item_type = '{kinds.MERGE_REQUEST.name}'{scope})
+          AND resolvable AND NOT COALESCE(resolved, false) GROUP BY ALL""", [u, *scoped]).fetchall())
+    return found, found[0]["total"] if found else 0, bodies, unresolved
+
+
+def _changes(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]], bodies: dict[int, str | None],
+             mine: dict[kinds.Kind, list[Row]]) -> list[dict[str, Any]]:
+    """The entries of the new notes `found` (`_new_notes`). Their items are those `me` read
+    already (`mine`: the open ones and those closed or merged since `start`); only an item closed
+    before is read here."""
+    wanted = {(r["kind"], r["id"]) for r in found}
+    items = {(kind.name, r[_ID]): _item(r) for kind, rs in mine.items() for r in rs if (kind.name, r[_ID]) in wanted}
+    items.update(_items(con, wanted - items.keys()))
     # An item the lens hides, or gone since, is left out as a join with the items would.
-    shown = [(r, items[(r["kind"], r["id"])]) for r in found if (r["kind"], r["id"]) in items]
-    bodies = note_bodies(con, [r["note_id"] for r, _ in shown])
-    notes = [{"item": public_item(kinds.kind(r["kind"]), t), "note_id": r["note_id"], "author": r["note_author"],
-              "created_at": iso(r["note_at"]), "excerpt": excerpt(bodies.get(r["note_id"])),
-              "url": kinds.note_url(t['web_url'], r['note_id']) if t["web_url"] else None} for r, t in shown]
-    return notes, found[0]["total"] if found else 0
+    return [{"item": public_item(kinds.kind(r["kind"]), t), "note_id": r["note_id"], "author": r["note_author"],
+             "created_at": iso(r["note_at"]), "excerpt": excerpt(bodies.get(r["note_id"])),
+             "url": kinds.note_url(t["web_url"], r["note_id"]) if t["web_url"] else None}
+            for r in found if (t := items.get((r["kind"], r["id"]))) is not None]
 
 
 def _items(con: duckdb.DuckDBPyConnection, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:

@@ -7,6 +7,7 @@ items where they wrote last, and their notes since a date (`since`) are counted 
 """
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from gitlab_knowledge.graph.mentioned import mentions_of
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
 from gitlab_knowledge.graph.roles import ROLES, descending, entry, is_user, items_of, newest, plain, username
 from gitlab_knowledge.graph.roles import since as is_since
+from gitlab_knowledge.store.db import alongside
 from gitlab_knowledge.timeutil import naive_utc
 from gitlab_knowledge.workspace import Workspace
 
@@ -74,38 +76,53 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
                              + ": not an author, assignee, reviewer or commenter of any synced item")
         created = (" AND t.created_at >= ?", [start]) if start else ("", [])
         noted = " AND n.created_at >= ?" if start else ""
-        # Every item they authored, are assigned, review or commented on, with their notes there,
-        # read once for both kinds: every list but the mentions comes from it.
-        roles = items_of(con, u, pid)
-        authored = {kind: sorted((r for r in items if r["is_author"] and (start is None or is_since(r["created_at"], start))),
-                                 key=lambda r: (descending(r["created_at"]), -r["id"])) for kind, items in roles.items()}
-        assigned = {kind: [r for r in items if r["is_assignee"] and (start is None or is_since(r["updated_at"], start))]
-                    for kind, items in roles.items()}
-        reviewed = [r for r in roles[kinds.MERGE_REQUEST] if not r["is_author"] and (r["is_reviewer"] or r["notes"])
-                    and (start is None or is_since(r["updated_at"], start))]
-        commented = _commented(roles) if start is None else _commented_since(con, u, pid, start)
-        everyone = [(kind, r) for kind in kinds.ITEM_KINDS for r in assigned[kind]]
-        # How many of each, and the entries of the `limit` shown (thousands of commented items
-        # made into entries to show twenty cost more than reading them).
-        counts = {"authored_issues": len(authored[kinds.ISSUE]), "authored_mrs": len(authored[kinds.MERGE_REQUEST]),
-                  "reviewed_mrs": len(reviewed), "assigned": len(everyone), "commented_on": len(commented)}
-        lists = {
-            "authored_issues": plain(kinds.ISSUE, authored[kinds.ISSUE][:limit]),
-            "authored_mrs": plain(kinds.MERGE_REQUEST, authored[kinds.MERGE_REQUEST][:limit]),
-            "reviewed_mrs": [entry(kinds.MERGE_REQUEST, {**{k: v for k, v in r.items() if k not in ROLES},
-                                                         "review_requested": r["is_reviewer"], "notes": r["notes"] or 0})
-                             for r in reviewed[:limit]],
-            "assigned": [plain(kind, [r])[0] for kind, r in newest(everyone, "updated_at", limit)],
-            "commented_on": [{**plain(kind, [r])[0], "notes": r["notes"], "last_note_at": iso(r["last_note_at"])}
-                             for kind, r in newest(commented, "last_note_at", limit)],
-        }
-        lists["mentioned_in"], mentioned = mentions_of(con, name, pid, start, limit=limit)
+        # The mentions and the paths need nothing of their items': read on another connection
+        # meanwhile, as DuckDB runs both at once (graph/people.py `me` does the same).
+        with alongside(con) as other, ThreadPoolExecutor(max_workers=1) as pool:
+            beside = pool.submit(lambda: (mentions_of(other, name, pid, start, limit=limit),
+                                          _top_paths(other, u, pid, created, noted, start)))
+            lists, counts, authored, assigned, roles = _lists(con, u, pid, start, limit)
+            activity = _activity(con, u, pid, start, limit, authored, roles)
+            (lists["mentioned_in"], mentioned), paths = beside.result()
         labels = _top_labels(authored, assigned)
-        paths = _top_paths(con, u, pid, created, noted, start)
-        activity = _activity(con, u, pid, start, limit, authored, roles)
     return Person(user=name, name=display or None, project=project, since=iso(start),
                   counts={**counts, "mentioned_in": mentioned}, **lists,
                   top_labels=labels, top_paths=paths, recent_activity=activity)
+
+
+Roles = dict[kinds.Kind, list[dict[str, Any]]]
+
+
+def _lists(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime | None,
+           limit: int) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int], Roles, Roles, Roles]:
+    """`person`'s lists of items (the newest `limit` of each) and how many there are of each, with
+    the items they authored and are assigned (newest first) and every item with their roles."""
+    # Every item they authored, are assigned, review or commented on, with their notes there,
+    # read once for both kinds: every list but the mentions comes from it.
+    roles = items_of(con, u, pid)
+    authored = {kind: sorted((r for r in items if r["is_author"] and (start is None or is_since(r["created_at"], start))),
+                             key=lambda r: (descending(r["created_at"]), -r["id"])) for kind, items in roles.items()}
+    assigned = {kind: [r for r in items if r["is_assignee"] and (start is None or is_since(r["updated_at"], start))]
+                for kind, items in roles.items()}
+    reviewed = [r for r in roles[kinds.MERGE_REQUEST] if not r["is_author"] and (r["is_reviewer"] or r["notes"])
+                and (start is None or is_since(r["updated_at"], start))]
+    commented = _commented(roles) if start is None else _commented_since(con, u, pid, start)
+    everyone = [(kind, r) for kind in kinds.ITEM_KINDS for r in assigned[kind]]
+    # How many of each, and the entries of the `limit` shown (thousands of commented items
+    # made into entries to show twenty cost more than reading them).
+    counts = {"authored_issues": len(authored[kinds.ISSUE]), "authored_mrs": len(authored[kinds.MERGE_REQUEST]),
+              "reviewed_mrs": len(reviewed), "assigned": len(everyone), "commented_on": len(commented)}
+    lists = {
+        "authored_issues": plain(kinds.ISSUE, authored[kinds.ISSUE][:limit]),
+        "authored_mrs": plain(kinds.MERGE_REQUEST, authored[kinds.MERGE_REQUEST][:limit]),
+        "reviewed_mrs": [entry(kinds.MERGE_REQUEST, {**{k: v for k, v in r.items() if k not in ROLES},
+                                                     "review_requested": r["is_reviewer"], "notes": r["notes"] or 0})
+                         for r in reviewed[:limit]],
+        "assigned": [plain(kind, [r])[0] for kind, r in newest(everyone, "updated_at", limit)],
+        "commented_on": [{**plain(kind, [r])[0], "notes": r["notes"], "last_note_at": iso(r["last_note_at"])}
+                         for kind, r in newest(commented, "last_note_at", limit)],
+    }
+    return lists, counts, authored, assigned, roles
 
 
 def _commented(roles: dict[kinds.Kind, list[dict[str, Any]]]) -> list[tuple[kinds.Kind, dict[str, Any]]]:

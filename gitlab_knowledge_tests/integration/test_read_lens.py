@@ -7,6 +7,7 @@ import pytest
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store import queries
+from gitlab_knowledge.store.db import alongside
 from gitlab_knowledge.store.reader import StoreReader
 from gitlab_knowledge.store.visibility import hidden_lens
 from gitlab_knowledge.workspace import Workspace
@@ -51,3 +52,24 @@ def test_the_lens_applies_under_count_list_and_show(sample: Any) -> None:
     finally:
         reader.close()
     assert hidden_lens(include_confidential=True, include_internal=True) is None
+
+
+def test_a_connection_alongside_sees_through_the_same_lens(sample: Any) -> None:
+    """`alongside` (store/db.py): a second connection for another thread within a read sees what
+    the read sees: through its lens (a reader's), or every row (a plain read)."""
+    plain = Workspace(sample.config)
+    reader = StoreReader(sample.config.duckdb_path)
+    count = "SELECT count(*) FROM issues"
+    try:
+        lensed = plain.with_(lens=hidden_lens(include_confidential=False, include_internal=False), reader=reader)
+        for workspace in (plain, plain.with_(reader=reader), lensed):
+            with workspace.read() as con, alongside(con) as other:
+                assert other.execute(count).fetchone() == con.execute(count).fetchone()
+                assert other.execute(HIDDEN_NOTES).fetchone() == con.execute(HIDDEN_NOTES).fetchone()
+        with plain.read() as con:
+            confidential = con.execute("SELECT count(*) FROM issues WHERE coalesce(confidential, false)").fetchone()[0]
+        with lensed.read() as con, alongside(con) as other:
+            assert other.execute(HIDDEN_NOTES).fetchone() == (0,)  # the lens hides every note it should
+            assert other.execute(count).fetchone()[0] == queries.count(plain, "issues", None) - confidential > 0
+    finally:
+        reader.close()
