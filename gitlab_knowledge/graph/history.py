@@ -23,8 +23,8 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.answers import History
 from gitlab_knowledge.graph.paths import repo_path
-from gitlab_knowledge.graph.queries import excerpt, iso, links_for, project_paths, public_item, rows
-from gitlab_knowledge.store.queries import project_id_of
+from gitlab_knowledge.graph.queries import excerpt, iso, links_for, public_item, rows
+from gitlab_knowledge.store.queries import project_id_of, project_paths
 from gitlab_knowledge.workspace import Workspace
 
 

@@ -19,7 +19,7 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import NoteNotStored, resolve
 from gitlab_knowledge.graph.answers import Related
 from gitlab_knowledge.graph.refs import INVERSE
-from gitlab_knowledge.store.queries import check_project
+from gitlab_knowledge.store.queries import check_project, project_paths
 from gitlab_knowledge.workspace import Workspace
 
 # The groups `related` sorts links into, in the order they are printed.
@@ -122,16 +122,6 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
     return kind, item
 
 
-def project_paths(workspace: Workspace | None, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
-    """The stored projects' paths by id (what a reference names) as `con`'s lens shows them,
-    remembered per version of the store by a long-lived reader (the MCP server's): joined into a
-    query they cost more."""
-    def read() -> dict[int, str]:
-        return dict(con.execute("SELECT id, path_with_namespace FROM projects").fetchall())
-    reader = workspace.reader if workspace is not None else None
-    return read() if reader is None else reader.remembered(workspace.lens if workspace else None, ("project_paths",), read)
-
-
 def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
              item: dict[str, Any], paths: dict[int, str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The item's links, grouped, each other item once per group."""
@@ -163,12 +153,12 @@ def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
     outgoing = [r for r in found if r["outgoing"]]
     incoming = [r for r in found if r["incoming"]]
     # A link not resolved when it was read names its project by path: it may have been synced since.
-    by_path: dict[str, int] = {}
+    id_of_path: dict[str, int] = {}
     if any(r["target_project_id"] is None for r in outgoing):
         for pid in sorted(paths, reverse=True):  # the lowest id of a path in two cases
-            by_path[paths[pid].lower()] = pid
+            id_of_path[paths[pid].lower()] = pid
     for r in outgoing:
-        r["pid"] = r["target_project_id"] if r["target_project_id"] is not None else by_path.get(r["target_path"].lower())
+        r["pid"] = r["target_project_id"] if r["target_project_id"] is not None else id_of_path.get(r["target_path"].lower())
     by_key, by_id = _items_keyed(con, paths, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None},
                                  {(r["source_type"], r["source_id"]) for r in incoming})
     for r in outgoing:
