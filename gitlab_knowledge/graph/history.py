@@ -24,7 +24,7 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph.answers import History
 from gitlab_knowledge.graph.paths import repo_path
 from gitlab_knowledge.graph.queries import excerpt, iso, links_for, public_item, rows
-from gitlab_knowledge.store.queries import project_id_of
+from gitlab_knowledge.store.queries import project_id_of, project_paths
 from gitlab_knowledge.workspace import Workspace
 
 
@@ -117,14 +117,6 @@ def _read(con: duckdb.DuckDBPyConnection, targets: list[_Target]) -> list[dict[s
         GROUP BY ALL""", params)
 
 
-def _project_paths(workspace: Workspace, con: duckdb.DuckDBPyConnection) -> dict[int, str]:
-    """The stored projects' paths by id (what a reference names), remembered per version of the
-    store by a long-lived reader (the MCP server's): joined into the paths' read they cost more."""
-    def read() -> dict[int, str]:
-        return dict(con.execute("SELECT id, path_with_namespace FROM projects").fetchall())
-    return read() if workspace.reader is None else workspace.reader.remembered(workspace.lens, ("project_paths",), read)
-
-
 def _follow(con: duckdb.DuckDBPyConnection, root: _Target, paths: dict[int, str]
             ) -> tuple[list[_Target], list[list[dict[str, Any]]], list[dict[str, Any]]]:
     """The paths the history follows (the one asked about, then each path a file had before a
@@ -187,7 +179,7 @@ def _details(con: duckdb.DuckDBPyConnection, targets: list[_Target], hits: dict[
         FROM path_touches t
         WHERE t.merge_request_id IN (SELECT unnest(?::BIGINT[])) AND ({' OR '.join(sql for sql, _ in either)})
         ORDER BY t.merge_request_id, t.position""", [mr_ids, *[p for _, ps in either for p in ps]])
-    for r in found:  # (the project's path as `_project_paths` says it)
+    for r in found:  # (the project's path as `project_paths` says it)
         r.update(merge_request_id=r["id"], project=hits[r["id"]]["project"])
     shown = {r["id"]: r for r in found}
     files = [r for r in found if r["note_id"] is None]
@@ -229,7 +221,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
     with workspace.read() as con:
         pid = project_id_of(workspace, con, project)
         root = _Target(base, True, pid, None, None)
-        paths = _project_paths(workspace, con)
+        paths = project_paths(workspace, con)
         targets, found_at, renames = _follow(con, root, paths)
         hits: dict[int, dict[str, Any]] = {}
         # Path by path as they were followed: an MR is counted under the first path that names it
@@ -241,7 +233,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
         newest = sorted(hits, key=lambda mr_id: (hits[mr_id]["at"] or datetime.min, mr_id), reverse=True)[:limit]
         # What they are, their files, threads and links in a few queries for all of them, not per MR.
         found, threads = _details(con, targets, hits, newest)
-        links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found])
+        links = links_for(con, workspace.config, kinds.MERGE_REQUEST, [found[i] for i in newest if i in found], paths)
         out = []
         for mr_id in newest:
             hit, mr = hits[mr_id], found[mr_id]

@@ -19,7 +19,7 @@ from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.explain import NoteNotStored, resolve
 from gitlab_knowledge.graph.answers import Related
 from gitlab_knowledge.graph.refs import INVERSE
-from gitlab_knowledge.store.queries import check_project
+from gitlab_knowledge.store.queries import check_project, project_paths
 from gitlab_knowledge.workspace import Workspace
 
 # The groups `related` sorts links into, in the order they are printed.
@@ -34,7 +34,8 @@ ITEM_COLUMNS = ("t.id, t.iid, t.title, t.state, t.web_url, t.project_id, t.creat
                 "t.author_username, t.labels, p.path_with_namespace AS project")
 # What a link says of the stored item on its other side (`public_item`) and what keys it: the
 # rows of every iid linked, in every project, are read, and each column costs their conversion.
-_LINKED_COLUMNS = "t.id, t.iid, t.title, t.state, t.web_url, t.project_id, p.path_with_namespace AS project"
+# (The project's path comes from `project_paths`: joined with `projects`, the read cost ~1 ms more.)
+_LINKED_COLUMNS = "t.id, t.iid, t.title, t.state, t.web_url, t.project_id"
 
 
 def iso(value: Any) -> str | None:
@@ -125,39 +126,43 @@ def resolve_item(con: duckdb.DuckDBPyConnection, ref: str, project: str | None,
 
 
 def links_of(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
-             item: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+             item: dict[str, Any], paths: dict[int, str] | None = None) -> dict[str, list[dict[str, Any]]]:
     """The item's links, grouped, each other item once per group."""
-    return links_for(con, config, kind, [item])[item["id"]]
+    return links_for(con, config, kind, [item], paths)[item["id"]]
 
 
 def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
-              items: list[dict[str, Any]]) -> dict[int, dict[str, list[dict[str, Any]]]]:
-    """`links_of` for each of several items of one kind, by item id, read in three queries for all
-    of them: both directions of their links, the projects a link names by path, and the stored
-    items on the links' other side (a query per link cost ~1.5 ms at 100K documents, and an MR
-    links a dozen items; a query per direction and per kind, ~2-3 ms each)."""
+              items: list[dict[str, Any]], paths: dict[int, str] | None = None) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """`links_of` for each of several items of one kind, by item id, read in two queries for all
+    of them: both directions of their links in one scan, and the stored items on the links' other
+    side (a query per link cost ~1.5 ms at 100K documents, and an MR links a dozen items; a query
+    per direction and per kind, ~2-3 ms each; each reference to a lens's view ~1 ms). `paths`:
+    `project_paths` of `con` (read when not given)."""
     out: dict[int, dict[str, dict[tuple[str, str], dict[str, Any]]]] = {i["id"]: {g: {} for g in GROUPS} for i in items}
     if not items:
         return {}
+    if paths is None:
+        paths = project_paths(None, con)
+    # A row may be both (an item naming its own iid): it counts in each direction, as the two
+    # scans of each direction read it.
     found = rows(con, """
-        SELECT true AS outgoing, source_type, source_id, kind, found_in, target_type, target_path, target_iid,
-               target_project_id, external
-        FROM item_references WHERE source_type = ? AND source_id IN (SELECT unnest(?::BIGINT[]))
-        UNION ALL
-        SELECT false, source_type, source_id, kind, found_in, target_type, target_path, target_iid,
-               target_project_id, external
-        FROM item_references WHERE target_type = ? AND target_iid IN (SELECT unnest(?::BIGINT[]))""",
-                 [kind.name, [i["id"] for i in items], kind.name, sorted({i["iid"] for i in items})])
+        SELECT source_type = ? AND list_contains(?::BIGINT[], source_id) AS outgoing,
+               target_type = ? AND list_contains(?::BIGINT[], target_iid) AS incoming,
+               source_type, source_id, kind, found_in, target_type, target_path, target_iid, target_project_id, external
+        FROM item_references
+        WHERE (source_type = ? AND list_contains(?::BIGINT[], source_id))
+           OR (target_type = ? AND list_contains(?::BIGINT[], target_iid))""",
+                 [kind.name, [i["id"] for i in items], kind.name, sorted({i["iid"] for i in items})] * 2)
     outgoing = [r for r in found if r["outgoing"]]
-    incoming = [r for r in found if not r["outgoing"]]
+    incoming = [r for r in found if r["incoming"]]
     # A link not resolved when it was read names its project by path: it may have been synced since.
-    paths: dict[str, int] = {}
+    id_of_path: dict[str, int] = {}
     if any(r["target_project_id"] is None for r in outgoing):
-        for pid, path in con.execute("SELECT id, lower(path_with_namespace) FROM projects ORDER BY id DESC").fetchall():
-            paths[path] = pid
+        for pid in sorted(paths, reverse=True):  # the lowest id of a path in two cases
+            id_of_path[paths[pid].lower()] = pid
     for r in outgoing:
-        r["pid"] = r["target_project_id"] if r["target_project_id"] is not None else paths.get(r["target_path"].lower())
-    by_key, by_id = _items_keyed(con, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None},
+        r["pid"] = r["target_project_id"] if r["target_project_id"] is not None else id_of_path.get(r["target_path"].lower())
+    by_key, by_id = _items_keyed(con, paths, {(r["target_type"], r["pid"], r["target_iid"]) for r in outgoing if r["pid"] is not None},
                                  {(r["source_type"], r["source_id"]) for r in incoming})
     for r in outgoing:
         target_kind = kinds.kind(r["target_type"])
@@ -194,11 +199,12 @@ def links_for(con: duckdb.DuckDBPyConnection, config: Config, kind: kinds.Kind,
     return {i: {g: sorted(links.values(), key=_link_order) for g, links in groups.items()} for i, groups in out.items()}
 
 
-def _items_keyed(con: duckdb.DuckDBPyConnection, keys: set[tuple[str, int, int]], ids: set[tuple[str, int]]
+def _items_keyed(con: duckdb.DuckDBPyConnection, paths: dict[int, str], keys: set[tuple[str, int, int]],
+                 ids: set[tuple[str, int]]
                  ) -> tuple[dict[tuple[str, int, int], dict[str, Any]], dict[tuple[str, int], dict[str, Any]]]:
     """Stored items by (kind name, project id, iid) and by (kind name, id), in one query for both
     kinds: the rows of those iids or ids (a few more than asked: an iid is one per project), kept
-    where they match."""
+    where they match, of the projects `paths` holds (as a join with `projects` keeps them)."""
     wanted = [(k, sorted({iid for name, _, iid in keys if name == k.name}), sorted(i for name, i in ids if name == k.name))
               for k in kinds.ITEM_KINDS]
     wanted = [w for w in wanted if w[1] or w[2]]
@@ -207,11 +213,14 @@ def _items_keyed(con: duckdb.DuckDBPyConnection, keys: set[tuple[str, int, int]]
     if not wanted:
         return by_key, by_id
     found = rows(con, " UNION ALL ".join(
-        f"SELECT '{k.name}' AS kind_name, {_LINKED_COLUMNS} FROM {k.table} t JOIN projects p ON p.id = t.project_id "
+        f"SELECT '{k.name}' AS kind_name, {_LINKED_COLUMNS} FROM {k.table} t "
         "WHERE list_contains(?::BIGINT[], t.iid) OR list_contains(?::BIGINT[], t.id)" for k, _, _ in wanted),
                  [p for _, iids, item_ids in wanted for p in (iids, item_ids)])
     for r in found:
+        if r["project_id"] not in paths:
+            continue
         name = r.pop("kind_name")
+        r["project"] = paths[r["project_id"]]
         if (name, r["project_id"], r["iid"]) in keys:
             by_key[(name, r["project_id"], r["iid"])] = r
         if (name, r["id"]) in ids:
@@ -250,5 +259,5 @@ def related(workspace: Workspace, ref: str, project: str | None = None) -> Relat
     """An issue or MR and everything it links to or is linked from, grouped by kind of link."""
     with workspace.read() as con:
         kind, item = resolve_item(con, ref, project)
-        links = links_of(con, workspace.config, kind, item)
+        links = links_of(con, workspace.config, kind, item, project_paths(workspace, con))
     return Related(item=public_item(kind, item), links=links)

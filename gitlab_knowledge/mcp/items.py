@@ -86,8 +86,9 @@ def graph_of(con: duckdb.DuckDBPyConnection, workspace: Workspace, kind: kinds.K
     """The item's links, grouped as `related` groups them, an MR's changed files in GitLab's order,
     and how many of its notes the lens hides (read on `con`, the item's own read)."""
     from gitlab_knowledge.graph.queries import links_of
+    from gitlab_knowledge.store.queries import project_paths
 
-    links = links_of(con, workspace.config, kind, item)
+    links = links_of(con, workspace.config, kind, item, project_paths(workspace, con))
     files: list[dict[str, Any]] = []
     if kind is kinds.MERGE_REQUEST:
         rows = con.execute("""

@@ -138,7 +138,12 @@ class StoreReader:
     def _enter(self, wait: float, lens: Lens | None) -> duckdb.DuckDBPyConnection:
         with self._guard:
             if self._instance is None:
-                self._instance = duckdb.connect(":memory:")
+                # One thread per query: a tool's reads are a few ms each, where handing pipelines
+                # to DuckDB's worker threads costs more than it saves (~10% of the CPU of
+                # file_history, get_merge_request and related at 100K documents, and on a busy
+                # machine waits for a worker to be scheduled); calls on several threads of the
+                # server still run side by side, each on its own.
+                self._instance = duckdb.connect(":memory:", config={"threads": 1})
                 self._lenses.clear()
                 self._overlay_written = -1
             if self._readers == 0:
