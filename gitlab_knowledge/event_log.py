@@ -40,6 +40,7 @@ class BatchingSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
     """`ConsolidatedSqliteEventLogStorage` whose `store_event_batch` is one transaction."""
 
     transactions = 0  # batches written in one transaction by this process (what the tests count)
+    REMEMBERED = 50_000  # materializations `written_materializations` answers for (the newest)
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         if not events:
@@ -57,6 +58,23 @@ class BatchingSqliteEventLogStorage(ConsolidatedSqliteEventLogStorage):
             self._store_asset_entries(conn, events, ids)
             _store_check_evaluations(conn, events, ids, rows)
         type(self).transactions += 1
+        self._remember(events, ids)
+
+    def _remember(self, events: Sequence[EventLogEntry], ids: list[int]) -> None:
+        written = self.__dict__.setdefault("_written", {})
+        for storage_id, event in zip(ids, events, strict=True):
+            if event.dagster_event is not None and event.dagster_event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+                written[storage_id] = (event.run_id, event.timestamp)
+        while len(written) > self.REMEMBERED:
+            del written[next(iter(written))]
+
+    def written_materializations(self, storage_ids: Sequence[int]) -> dict[int, tuple[str, float]]:
+        """storage id -> (run id, timestamp) of the materializations among `storage_ids` that this
+        storage object wrote in a batch: what a check result's target needs of them, without
+        reading back (and deserializing) the events just written (~0.5 ms each: 300 projects'
+        layers took ~1 s of a batch's end)."""
+        written = self.__dict__.get("_written", {})
+        return {i: written[i] for i in storage_ids if i in written}
 
     def _store_asset_entries(self, conn: Any, events: Sequence[EventLogEntry], ids: list[int]) -> None:
         """The asset keys' rows and the events' indexed tags, as `store_event` leaves them: a key's

@@ -245,15 +245,27 @@ def aimed_at_latest(instance: dg.DagsterInstance,
 def latest_materializations(instance: dg.DagsterInstance,
                             partitions: Mapping[dg.AssetKey, set[str]]) -> dict[tuple[dg.AssetKey, str | None], Any]:
     """(asset, partition) -> that partition's latest materialization, as a check result's target:
-    two event-log queries per asset for all its partitions, not one per check and partition."""
+    at most two event-log queries per asset for all its partitions, not one per check and
+    partition."""
     from dagster._core.definitions.asset_checks.asset_check_evaluation import (
         AssetCheckEvaluationTargetMaterializationData,
     )
 
+    from gitlab_knowledge.event_log import BatchingSqliteEventLogStorage
+
+    storage = instance.event_log_storage
     out: dict[tuple[dg.AssetKey, str | None], Any] = {}
     for key, keys in partitions.items():
-        ids = sorted(instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION,
-                                                                 set(keys)).values())
+        latest = instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION, set(keys))
+        # Those this process just wrote (a batch's own) are known; the others are read back.
+        known = (storage.written_materializations(list(latest.values()))
+                 if isinstance(storage, BatchingSqliteEventLogStorage) else {})
+        for partition, storage_id in latest.items():
+            if storage_id in known:
+                run_id, timestamp = known[storage_id]
+                out[(key, partition)] = AssetCheckEvaluationTargetMaterializationData(
+                    storage_id=storage_id, run_id=run_id, timestamp=timestamp)
+        ids = sorted(i for i in latest.values() if i not in known)
         for start in range(0, len(ids), TARGETS_PER_QUERY):
             chunk = ids[start:start + TARGETS_PER_QUERY]
             records = instance.fetch_materializations(dg.AssetRecordsFilter(key, storage_ids=chunk),

@@ -123,6 +123,26 @@ def test_a_batch_of_events_stores_the_rows_one_at_a_time_stores(tmp_path: Path) 
             assert history[0].event.dagster_event.asset_check_evaluation_data.target_materialization_data
 
 
+def test_check_results_aim_at_what_the_batch_just_wrote_without_reading_it_back(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch of 300 projects read its 1,800 materializations back (and deserialized them, ~1 s)
+    # to aim its check results at them: the storage that wrote them knows what a target needs.
+    batching = home(tmp_path / "batching", plain=False)
+    record_job.execute_in_process(instance=batching, tags={"how": "batched"}, run_config=QUIET)
+    evaluations = [dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=f"{asset}_ok", passed=True,
+                                           partition=p) for p in PARTITIONS for asset in ("raw", "docs")]
+    elsewhere = dg.DagsterInstance.from_config(str(tmp_path / "batching"))  # another process: nothing written
+    read_back = [e.target_materialization_data for e in aimed_at_latest(elsewhere, evaluations)]
+    reads: list[Any] = []
+    fetch = dg.DagsterInstance.fetch_materializations
+    monkeypatch.setattr(dg.DagsterInstance, "fetch_materializations",
+                        lambda self, *args, **kwargs: reads.append(args) or fetch(self, *args, **kwargs))
+    known = [e.target_materialization_data for e in aimed_at_latest(batching, evaluations)]
+    assert reads == []
+    assert known == read_back and all(known)
+    assert len({t.storage_id for t in known}) == len(PARTITIONS) * 2  # each partition's own latest
+
+
 def _partition(key: str) -> Any:
     from dagster._core.storage.event_log.base import PartitionKeyFilter
 
