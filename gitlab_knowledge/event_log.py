@@ -143,9 +143,15 @@ def _store_check_evaluations(conn: Any, events: Sequence[EventLogEntry], ids: li
         )
     if not results:
         return
+    # The rows of these checks and partitions only: a run's every row, read again for each
+    # transaction, grew with the batch (300 projects: 11 transactions of 500 results).
+    partitions = {partition for *_, partition in results}
+    named = table.c.partition.in_(sorted(p for p in partitions if p is not None))
     planned = {tuple(row) for row in conn.execute(
         db.select(table.c.asset_key, table.c.check_name, table.c.run_id, table.c.partition)
-        .where(table.c.run_id.in_({run for _, _, run, _ in results})))}
+        .where(table.c.run_id.in_({run for _, _, run, _ in results}),
+               table.c.check_name.in_({check for _, check, _, _ in results}),
+               db.or_(named, table.c.partition.is_(None)) if None in partitions else named))}
     new = []
     for (asset_key, check_name, run_id, partition), values in results.items():
         if (asset_key, check_name, run_id, partition) not in planned:

@@ -160,6 +160,40 @@ def test_a_batch_larger_than_a_transaction_is_split(tmp_path: Path, monkeypatch:
     assert len(stored(tmp_path / "home", result.run_id)["checks"]) == 14
 
 
+def test_each_transaction_looks_up_the_check_rows_of_its_own_results_only(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each transaction of check results looked for planned rows among every row of the run, which
+    # grew with each transaction before it (a batch of 300 projects writes 11).
+    monkeypatch.setattr(event_batch, "EVENTS_PER_TRANSACTION", 4)
+    instance = home(tmp_path / "home", plain=False)
+    looked_up: list[int] = []
+
+    class Reading:
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def execute(self, statement: Any, *args: Any) -> Any:
+            result = self._conn.execute(statement, *args)
+            if getattr(statement, "is_select", False) and "asset_check_executions" in str(statement):
+                rows = list(result)
+                looked_up.append(len(rows))
+                return rows
+            return result
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+    from gitlab_knowledge import event_log
+
+    store = event_log._store_check_evaluations
+    monkeypatch.setattr(event_log, "_store_check_evaluations",
+                        lambda conn, *args: store(Reading(conn), *args))  # type: ignore[arg-type]
+    result = record_job.execute_in_process(instance=instance, tags={"how": "batched"}, run_config=QUIET)
+    assert len(looked_up) == 4  # 14 check results in transactions of 4
+    assert sum(looked_up) == 0  # none written before for the same partitions (was 0 + 4 + 8 + 12)
+    assert len(stored(tmp_path / "home", result.run_id)["checks"]) == 14
+
+
 def test_an_instance_an_earlier_version_created_gets_the_batching_event_log_and_keeps_its_history(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # not the repository root, whose dagster.yaml would be used
