@@ -258,14 +258,12 @@ def latest_materializations(instance: dg.DagsterInstance,
     for key, keys in partitions.items():
         latest = instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION, set(keys))
         # Those this process just wrote (a batch's own) are known; the others are read back.
-        known = (storage.written_materializations(list(latest.values()))
+        known = (storage.written_materializations(key, latest)
                  if isinstance(storage, BatchingSqliteEventLogStorage) else {})
-        for partition, storage_id in latest.items():
-            if storage_id in known:
-                run_id, timestamp = known[storage_id]
-                out[(key, partition)] = AssetCheckEvaluationTargetMaterializationData(
-                    storage_id=storage_id, run_id=run_id, timestamp=timestamp)
-        ids = sorted(i for i in latest.values() if i not in known)
+        for partition, (run_id, timestamp) in known.items():
+            out[(key, partition)] = AssetCheckEvaluationTargetMaterializationData(
+                storage_id=latest[partition], run_id=run_id, timestamp=timestamp)
+        ids = sorted(i for partition, i in latest.items() if partition not in known)
         for start in range(0, len(ids), TARGETS_PER_QUERY):
             chunk = ids[start:start + TARGETS_PER_QUERY]
             records = instance.fetch_materializations(dg.AssetRecordsFilter(key, storage_ids=chunk),

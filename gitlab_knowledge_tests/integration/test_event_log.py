@@ -141,6 +141,11 @@ def test_check_results_aim_at_what_the_batch_just_wrote_without_reading_it_back(
     assert reads == []
     assert known == read_back and all(known)
     assert len({t.storage_id for t in known}) == len(PARTITIONS) * 2  # each partition's own latest
+    # An id remembered for another event (SQLite reuses a deleted row's id) is read back instead.
+    written = batching.event_log_storage.__dict__["_written"]
+    written[known[0].storage_id] = (dg.AssetKey("elsewhere"), "p", "another-run", 0.0)
+    assert [e.target_materialization_data for e in aimed_at_latest(batching, evaluations)] == read_back
+    assert len(reads) == 1
 
 
 def _partition(key: str) -> Any:
