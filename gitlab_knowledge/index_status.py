@@ -51,10 +51,16 @@ def index_status(workspace: Workspace, provider: str | None = None, model: str |
     for project, doc_id, content_hash, meta_hash, builder_version in docs:
         projects.setdefault(project, {})[doc_id] = document_hashes(content_hash, meta_hash, builder_version, version)
     out = []
-    for project, documents in sorted(projects.items()):
-        vector_state = vectors.document_state(project) if vectors else {}
-        failed = set(vectors.failures(project)) if vectors else set()
-        lexical_state = lexical.state(project) if lexical else {}
+    # Each index read once for every project (one scan, one reader), not once per project.
+    names = sorted(projects)
+    vector_states = vectors.document_states(names) if vectors else {}
+    failures = vectors.failures_of(names) if vectors else {}
+    lexical_states = lexical.states(names) if lexical else {}
+    for project in names:
+        documents = projects[project]
+        vector_state = vector_states.get(project, {})
+        failed = set(failures.get(project, {}))
+        lexical_state = lexical_states.get(project, {})
         if viewer:  # an index entry of a document hidden from them is not theirs to count, orphan or not
             vector_state, lexical_state = ({k: v for k, v in state.items() if k in documents}
                                            for state in (vector_state, lexical_state))

@@ -22,7 +22,7 @@ from gitlab_knowledge.defs.assets.normalized import normalized_gitlab
 from gitlab_knowledge.defs.assets.raw import raw_gitlab_payloads
 from gitlab_knowledge.defs.partitions import project_partitions
 from gitlab_knowledge.store import integrity
-from gitlab_knowledge.store.projects import project_id_for
+from gitlab_knowledge.store.projects import project_id_for, project_ids_for
 from gitlab_knowledge.workspace import Workspace
 
 FRESHNESS = timedelta(minutes=30)
@@ -182,38 +182,39 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> l
 
     rules = _by_asset()
     with workspace.read(wait=120.0) as con:
-        ids = {project: project_id_for(con, project) for project in projects}
+        ids = project_ids_for(con, projects)
         # One pass of each rule for every project (grouped by project in SQL), not one per project.
         outcomes = {name: integrity.evaluate_many(con, name, sorted({i for p in projects if (i := ids[p]) is not None}))
                     for names in rules.values() for name in names}
+        unscoped: dict[str, integrity.Outcome] = {}  # a project not stored yet: the rule over the store, as its step
         for project in projects:
             for asset, names in rules.items():
                 if asset in done[project]:
                     for name in names:
                         project_id = ids[project]
-                        outcome = (outcomes[name][project_id] if project_id is not None
-                                   else integrity.RULES[name][0](con, None))
+                        if project_id is None and name not in unscoped:
+                            unscoped[name] = integrity.RULES[name][0](con, None)
+                        outcome = outcomes[name][project_id] if project_id is not None else unscoped[name]
                         add(asset, name, outcome, project, _severity(name))
-    indexed = [p for p in projects if {layers.EMBEDDINGS.asset, layers.LEXICAL.asset} & done[p]]
-    status = _index_status_of(workspace, indexed, index_status)
-    for project in indexed:
+    # The indexes read once for every project, for the index checks and the backlog alike.
+    status = index_status(workspace, projects_only=projects)
+    entries = {e["project"]: e for e in status["projects"]}
+    for project in projects:
+        # The status of the project alone: what each rule keeps of it, without a pass over every project's.
+        own = {**status, "projects": [entries[project]] if project in entries else []}
         if layers.EMBEDDINGS.asset in done[project]:
             add(layers.EMBEDDINGS.asset, "vectors_match_documents",
-                integrity.index_agreement(status, project, "vectors"), project, dg.AssetCheckSeverity.ERROR)
-            add(layers.EMBEDDINGS.asset, "no_failed_embeddings", integrity.no_failed_embeddings(status, project),
+                integrity.index_agreement(own, project, "vectors"), project, dg.AssetCheckSeverity.ERROR)
+            add(layers.EMBEDDINGS.asset, "no_failed_embeddings", integrity.no_failed_embeddings(own, project),
                 project, dg.AssetCheckSeverity.WARN)
         if layers.LEXICAL.asset in done[project]:
             add(layers.LEXICAL.asset, "lexical_matches_documents",
-                integrity.index_agreement(status, project, "lexical"), project, dg.AssetCheckSeverity.ERROR)
-    work = backlog(workspace, projects)
+                integrity.index_agreement(own, project, "lexical"), project, dg.AssetCheckSeverity.ERROR)
+    work = backlog(workspace, projects, status)
     for project in projects:
         behind = list(work[project].behind) if project in work else []
         add(layers.RAW.asset, "layers_caught_up", _caught_up(behind), project, dg.AssetCheckSeverity.WARN)
     return out
-
-
-def _index_status_of(workspace: Workspace, projects: list[str], index_status: Any) -> dict[str, Any]:
-    return index_status(workspace, projects_only=projects) if projects else {}
 
 
 def _caught_up(behind: list[str]) -> integrity.Outcome:
@@ -244,15 +245,25 @@ def aimed_at_latest(instance: dg.DagsterInstance,
 def latest_materializations(instance: dg.DagsterInstance,
                             partitions: Mapping[dg.AssetKey, set[str]]) -> dict[tuple[dg.AssetKey, str | None], Any]:
     """(asset, partition) -> that partition's latest materialization, as a check result's target:
-    two event-log queries per asset for all its partitions, not one per check and partition."""
+    at most two event-log queries per asset for all its partitions, not one per check and
+    partition."""
     from dagster._core.definitions.asset_checks.asset_check_evaluation import (
         AssetCheckEvaluationTargetMaterializationData,
     )
 
+    from gitlab_knowledge.event_log import BatchingSqliteEventLogStorage
+
+    storage = instance.event_log_storage
     out: dict[tuple[dg.AssetKey, str | None], Any] = {}
     for key, keys in partitions.items():
-        ids = sorted(instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION,
-                                                                 set(keys)).values())
+        latest = instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION, set(keys))
+        # Those this process just wrote (a batch's own) are known; the others are read back.
+        known = (storage.written_materializations(key, latest)
+                 if isinstance(storage, BatchingSqliteEventLogStorage) else {})
+        for partition, (run_id, timestamp) in known.items():
+            out[(key, partition)] = AssetCheckEvaluationTargetMaterializationData(
+                storage_id=latest[partition], run_id=run_id, timestamp=timestamp)
+        ids = sorted(i for partition, i in latest.items() if partition not in known)
         for start in range(0, len(ids), TARGETS_PER_QUERY):
             chunk = ids[start:start + TARGETS_PER_QUERY]
             records = instance.fetch_materializations(dg.AssetRecordsFilter(key, storage_ids=chunk),

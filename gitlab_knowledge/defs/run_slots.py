@@ -89,8 +89,7 @@ def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str], exclud
     from dagster._core.storage.dagster_run import DagsterRunStatus
 
     live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
-    for project in projects:
-        refuse_if_project_busy(instance, project)
+    _refuse_if_projects_busy(instance, projects)
     for run_id, pool in _pool_run_ids(instance).items():
         if run_id == exclude:  # the asking run itself
             continue
@@ -107,8 +106,25 @@ def refuse_if_project_busy(instance: dg.DagsterInstance, project: str) -> None:
 
     live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
     for run in instance.get_runs(RunsFilter(statuses=live, tags={"dagster/partition": project}), limit=1):
-        raise SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
-                                  f"{_started_by(run)}): try again when it finishes")
+        raise _project_busy(project, run)
+
+
+def _refuse_if_projects_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> None:
+    """`refuse_if_project_busy` for each of `projects` in order, from one query of the live runs
+    (a query per project was ~0.3-1 s of a 300-project sync's start, twice)."""
+    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+
+    newest: dict[str, Any] = {}
+    for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING])):
+        newest.setdefault(run.tags.get("dagster/partition", ""), run)  # newest first, as `limit=1` took
+    for project in projects:
+        if project in newest:
+            raise _project_busy(project, newest[project])
+
+
+def _project_busy(project: str, run: Any) -> SyncInProgressError:
+    return SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
+                               f"{_started_by(run)}): try again when it finishes")
 
 
 def _started_by(run: Any) -> str:

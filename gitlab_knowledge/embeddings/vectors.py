@@ -216,6 +216,17 @@ class VectorStore:
         rows = self._scan(self._db.open_table(FAILURES_TABLE), where, FAILURE_SCHEMA.names).to_pylist()
         return {r["doc_id"]: r for r in rows}
 
+    def failures_of(self, projects: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+        """`failures` of each of `projects` from one scan (a check of a batch of many projects
+        read them once per project)."""
+        out: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in projects}
+        if not projects or FAILURES_TABLE not in self._names():
+            return out
+        where = f"table_name = {sql_str(self.name)} AND " + sql_in("project", projects)
+        for r in self._scan(self._db.open_table(FAILURES_TABLE), where, FAILURE_SCHEMA.names).to_pylist():
+            out.setdefault(r["project"], {})[r["doc_id"]] = r
+        return out
+
     # -- writes -----------------------------------------------------------------------------
 
     def delete_docs(self, doc_ids: Sequence[str]) -> None:

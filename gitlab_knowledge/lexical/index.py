@@ -242,7 +242,15 @@ class LexicalIndex:
 
     def state(self, project: str | None = None) -> dict[str, tuple[str, str]]:
         """doc_id → (content_hash, meta_hash) of the indexed documents (of one project)."""
+        return self._state(self.index.searcher(), project)
+
+    def states(self, projects: Sequence[str]) -> dict[str, dict[str, tuple[str, str]]]:
+        """`state` of each of `projects`, on one reader (a check of a batch of many projects
+        opened one per project)."""
         searcher = self.index.searcher()
+        return {project: self._state(searcher, project) for project in projects}
+
+    def _state(self, searcher: tantivy.Searcher, project: str | None) -> dict[str, tuple[str, str]]:
         if searcher.num_docs == 0:
             return {}
         query = self.term("project", project) if project else tantivy.Query.all_query()

@@ -6,6 +6,7 @@ project backs off."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -235,6 +236,29 @@ def test_a_batch_waits_for_a_live_run_of_its_project_where_the_cli_refuses():
 
         wait_until_free(instance, ["acme/a"], 600.0, sleep=sleep)
         assert slept == [1.0]
+
+
+def test_refusing_a_busy_project_asks_for_the_live_runs_once_however_many_projects(monkeypatch):
+    # A 300-project sync asked for each project's live runs, twice (the CLI, then the batch's
+    # step) before its first fetch: one query of the live runs answers for all of them.
+    from gitlab_knowledge.defs.run_slots import refuse_if_busy
+    from gitlab_knowledge.errors import SyncInProgressError
+
+    with dg.instance_for_test() as instance:
+        job = defs.resolve_job_def("sync_project")
+        for project, status in (("acme/c", dg.DagsterRunStatus.STARTED), ("acme/b", dg.DagsterRunStatus.SUCCESS),
+                                ("acme/d", dg.DagsterRunStatus.STARTING)):
+            instance.create_run_for_job(job, tags={"dagster/partition": project}, status=status)
+        newer = instance.create_run_for_job(job, tags={"dagster/partition": "acme/d"}, status=dg.DagsterRunStatus.STARTED)
+        asked: list[Any] = []
+        get_runs = type(instance).get_runs
+        monkeypatch.setattr(type(instance), "get_runs",
+                            lambda self, *args, **kwargs: asked.append(args) or get_runs(self, *args, **kwargs))
+        refuse_if_busy(instance, [f"acme/free-{i}" for i in range(50)] + ["acme/b"])
+        assert len(asked) == 1
+        with pytest.raises(SyncInProgressError, match=f"a run of acme/d is already in progress \\(Dagster run "
+                                                      f"{newer.run_id}, started from Dagster"):
+            refuse_if_busy(instance, ["acme/a", "acme/d", "acme/c"])  # the first busy one, its newest run
 
 
 def test_the_distributed_deployments_sensor_asks_for_a_run_per_project(env):

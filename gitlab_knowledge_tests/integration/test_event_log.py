@@ -123,6 +123,31 @@ def test_a_batch_of_events_stores_the_rows_one_at_a_time_stores(tmp_path: Path) 
             assert history[0].event.dagster_event.asset_check_evaluation_data.target_materialization_data
 
 
+def test_check_results_aim_at_what_the_batch_just_wrote_without_reading_it_back(tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # A batch of 300 projects read its 1,800 materializations back (and deserialized them, ~1 s)
+    # to aim its check results at them: the storage that wrote them knows what a target needs.
+    batching = home(tmp_path / "batching", plain=False)
+    record_job.execute_in_process(instance=batching, tags={"how": "batched"}, run_config=QUIET)
+    evaluations = [dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=f"{asset}_ok", passed=True,
+                                           partition=p) for p in PARTITIONS for asset in ("raw", "docs")]
+    elsewhere = dg.DagsterInstance.from_config(str(tmp_path / "batching"))  # another process: nothing written
+    read_back = [e.target_materialization_data for e in aimed_at_latest(elsewhere, evaluations)]
+    reads: list[Any] = []
+    fetch = dg.DagsterInstance.fetch_materializations
+    monkeypatch.setattr(dg.DagsterInstance, "fetch_materializations",
+                        lambda self, *args, **kwargs: reads.append(args) or fetch(self, *args, **kwargs))
+    known = [e.target_materialization_data for e in aimed_at_latest(batching, evaluations)]
+    assert reads == []
+    assert known == read_back and all(known)
+    assert len({t.storage_id for t in known}) == len(PARTITIONS) * 2  # each partition's own latest
+    # An id remembered for another event (SQLite reuses a deleted row's id) is read back instead.
+    written = batching.event_log_storage.__dict__["_written"]
+    written[known[0].storage_id] = (dg.AssetKey("elsewhere"), "p", "another-run", 0.0)
+    assert [e.target_materialization_data for e in aimed_at_latest(batching, evaluations)] == read_back
+    assert len(reads) == 1
+
+
 def _partition(key: str) -> Any:
     from dagster._core.storage.event_log.base import PartitionKeyFilter
 
@@ -137,6 +162,40 @@ def test_a_batch_larger_than_a_transaction_is_split(tmp_path: Path, monkeypatch:
     # 21 materializations in 5 batches of 4 and the last one alone (which Dagster stores as a
     # single event), 14 check results in 4 batches
     assert BatchingSqliteEventLogStorage.transactions - before == 5 + 4
+    assert len(stored(tmp_path / "home", result.run_id)["checks"]) == 14
+
+
+def test_each_transaction_looks_up_the_check_rows_of_its_own_results_only(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each transaction of check results looked for planned rows among every row of the run, which
+    # grew with each transaction before it (a batch of 300 projects writes 11).
+    monkeypatch.setattr(event_batch, "EVENTS_PER_TRANSACTION", 4)
+    instance = home(tmp_path / "home", plain=False)
+    looked_up: list[int] = []
+
+    class Reading:
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def execute(self, statement: Any, *args: Any) -> Any:
+            result = self._conn.execute(statement, *args)
+            if getattr(statement, "is_select", False) and "asset_check_executions" in str(statement):
+                rows = list(result)
+                looked_up.append(len(rows))
+                return rows
+            return result
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+    from gitlab_knowledge import event_log
+
+    store = event_log._store_check_evaluations
+    monkeypatch.setattr(event_log, "_store_check_evaluations",
+                        lambda conn, *args: store(Reading(conn), *args))  # type: ignore[arg-type]
+    result = record_job.execute_in_process(instance=instance, tags={"how": "batched"}, run_config=QUIET)
+    assert len(looked_up) == 4  # 14 check results in transactions of 4
+    assert sum(looked_up) == 0  # none written before for the same partitions (was 0 + 4 + 8 + 12)
     assert len(stored(tmp_path / "home", result.run_id)["checks"]) == 14
 
 
