@@ -12,9 +12,12 @@ import pytest
 
 from gitlab_knowledge.errors import GitLabError
 from gitlab_knowledge.store import db
+from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync import engine
 from gitlab_knowledge.sync.engine import ProjectSync
+from gitlab_knowledge.sync.known import Known, read_known, read_stored
 from gitlab_knowledge.sync.many import Fetches
+from gitlab_knowledge.sync.redirects import known_paths
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.helpers import rows, workspace
 
@@ -170,3 +173,36 @@ def test_a_request_does_not_search_for_a_module_that_is_not_installed(tiny_sandb
         patched.setattr(importlib.machinery.PathFinder, "find_spec", spying)
         asyncio.run(some_requests())
     assert searched == []
+
+
+class CountingStatements:
+    def __init__(self, con) -> None:
+        self.con, self.statements = con, 0
+
+    def execute(self, *args, **kwargs):
+        self.statements += 1
+        return self.con.execute(*args, **kwargs)
+
+
+def test_what_a_first_sync_starts_from_is_two_statements_and_the_same_as_reading_it_all(four_small_projects,
+                                                                                       make_config):
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb)
+        synced_path = config.projects[0]
+        ProjectSync(workspace(config), synced_path).run()
+    with db.write_connection(config.duckdb_path) as con:
+        synced = project_id_for(con, synced_path)
+        assert synced is not None
+        statements = {}
+        for project_id in (synced + 10_000, synced):  # one the store holds nothing of, then one it holds
+            for full in (False, True):
+                counting = CountingStatements(con)
+                quick = read_known(counting, project_id, full=full, configured=config.projects)
+                statements[project_id, full] = counting.statements
+                everything = read_stored(con, Known(project_id=project_id, paths=known_paths(con, config.projects)),
+                                         full=full)
+                assert quick == everything, (project_id, full)
+        assert everything.states["issue"].known  # the synced project's were read
+    # The old code read thirteen (nine with --full: each kind's cursor, hashes, rechecks and their
+    # threads, the MRs without files, four statements of known paths) for a project it held nothing of.
+    assert statements[synced + 10_000, False] == statements[synced + 10_000, True] == 2
