@@ -365,7 +365,8 @@ class ProjectSync:
 
     def _provenance(self) -> raw.Provenance:
         return raw.Provenance(project_id=self.project_id, sync_run_id=self.result.sync_run_id,
-                              dagster_run_id=self.dagster_run_id, fetched_at=utcnow())
+                              dagster_run_id=self.dagster_run_id, fetched_at=utcnow(),
+                              fresh=self._known.fresh and self._known.project_id == self.project_id)
 
     def _commit_parents(self, kind: str, resource: str, parents: Sequence[Parent], stats: ResourceStats,
                         cursor_item: dict[str, Any] | None) -> None:

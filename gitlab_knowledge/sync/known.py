@@ -25,6 +25,7 @@ class Known:
     signatures: dict[str, dict[int, Any]] = field(default_factory=dict)  # by kind: the rechecks' stored threads
     without_files: list[dict[str, Any]] = field(default_factory=list)  # stored MRs with no file list
     paths: redirects.KnownPaths = field(default_factory=redirects.KnownPaths)
+    fresh: bool = False  # the store held no row of the project (raw.Provenance.fresh)
 
 
 def read_known(con: duckdb.DuckDBPyConnection, project_id: int, *, full: bool, configured: Iterable[str]) -> Known:
@@ -37,6 +38,7 @@ def read_known(con: duckdb.DuckDBPyConnection, project_id: int, *, full: bool, c
     known = Known(project_id=project_id)
     known.paths = redirects.known_paths(con, configured)
     if not _holds_any(con, project_id):
+        known.fresh = True
         for _resource, kind in RESOURCES:
             known.states[kind] = listing.ListingState(anchor=None, best=None, known={})
             if not full:

@@ -201,8 +201,81 @@ def test_what_a_first_sync_starts_from_is_two_statements_and_the_same_as_reading
                 statements[project_id, full] = counting.statements
                 everything = read_stored(con, Known(project_id=project_id, paths=known_paths(con, config.projects)),
                                          full=full)
+                assert quick.fresh is (project_id != synced)  # it holds nothing of the project
+                quick.fresh = False
                 assert quick == everything, (project_id, full)
         assert everything.states["issue"].known  # the synced project's were read
     # The old code read thirteen (nine with --full: each kind's cursor, hashes, rechecks and their
     # threads, the MRs without files, four statements of known paths) for a project it held nothing of.
     assert statements[synced + 10_000, False] == statements[synced + 10_000, True] == 2
+
+
+class StatementsOf:
+    """Every statement run on a connection `db._open` hands out (and its cursors)."""
+
+    def __init__(self, con, counts: list[str]) -> None:
+        self._con, self._counts = con, counts
+
+    def execute(self, sql, *args, **kwargs):
+        self._counts.append(" ".join(str(sql).split())[:40])
+        return self._con.execute(sql, *args, **kwargs)
+
+    def executemany(self, sql, *args, **kwargs):
+        self._counts.append(" ".join(str(sql).split())[:40])
+        return self._con.executemany(sql, *args, **kwargs)
+
+    def cursor(self):
+        return StatementsOf(self._con.cursor(), self._counts)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def stored_in_full(config) -> list[tuple]:
+    """The raw layer, its cursors and each run's counts: what a first sync leaves, without when it ran."""
+    import json
+
+    return stored(config) + rows(config, """
+        SELECT project_id, resource_type, gitlab_key, parent_type, parent_id, position, updated_at, json,
+               discussions_fetched_at IS NULL, deleted_at IS NULL FROM raw_payloads ORDER BY ALL""") + sorted(
+        (path, status, json.dumps({k: v for k, v in json.loads(stats)["resources"].items()}, sort_keys=True))
+        for path, status, stats in rows(config, "SELECT project_path, status, stats FROM sync_runs"))
+
+
+def test_a_first_sync_inserts_its_new_rows_in_one_statement_each_and_stores_what_the_lookups_stored(
+        four_small_projects, make_config, tmp_path, monkeypatch):
+    """`raw.Provenance.fresh`: a project the store holds nothing of inserts first (no look-up of
+    stored rows, no tombstone pass over threads, wiki pages or releases it cannot have stored);
+    the rows, cursors and counts are those of the look-up-first writes, then and on the next sync."""
+    from gitlab_knowledge.sync import known
+
+    def batch(config, statements: list[str]) -> list:
+        with monkeypatch.context() as patched:
+            real_open = db._open
+            patched.setattr(db, "_open", lambda path, read_only, wait: StatementsOf(real_open(path, read_only, wait),
+                                                                                    statements))
+            with db.one_writer(), Fetches(workspace(config), list(config.projects), in_flight=2) as fetches:
+                landed = list(fetches.landed())
+        assert [one.error for one in landed] == [None] * PROJECTS
+        return landed
+
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        fresh, looked_up = make_config(sb), make_config(sb, data_dir=tmp_path / "looked-up")
+        fresh_statements: list[str] = []
+        batch(fresh, fresh_statements)
+        with monkeypatch.context() as patched:  # as if every project had rows stored: the old writes
+            patched.setattr(known, "_holds_any", lambda con, project_id: True)
+            old_statements: list[str] = []
+            batch(looked_up, old_statements)
+        assert stored_in_full(fresh) == stored_in_full(looked_up)
+        # The look-ups of stored rows and the tombstone passes a first sync cannot need: each
+        # upsert's look-up, the threads' tombstones (a page of issues, one of MRs), the wiki's and
+        # the releases' (the old code ran them all; the reads it started from are counted apart).
+        lookups = [s for s in old_statements if s.startswith(("SELECT i.gitlab_key", "UPDATE raw_payloads SET deleted",
+                                                              "SELECT gitlab_key FROM raw_payloads"))]
+        assert len(lookups) >= 6 * PROJECTS
+        assert not [s for s in fresh_statements if s in lookups]
+        for config in (fresh, looked_up):
+            again = batch(config, [])
+            assert all(one.result.resources["issues"].fetched == 0 for one in again)
+        assert stored_in_full(fresh) == stored_in_full(looked_up)
