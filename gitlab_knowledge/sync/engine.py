@@ -189,13 +189,11 @@ class ProjectSync:
             self.commits.transactions += 1
             if queued:
                 self.commits.settle(con)  # the counts it adds go into the stats below
-            if self._project_id is not None:
-                runs.heartbeat(con, self.sync_run_id, self._project_id)  # sync_runs records whose run it was
-            stats = self.result.as_dict()
+            stats = self.result.as_dict()  # with whose run it was (its project's id), in one statement
             if error is None:
-                runs.finish_run(con, self.sync_run_id, stats)
+                runs.finish_run(con, self.sync_run_id, stats, self._project_id)
             else:
-                runs.fail_run(con, self.sync_run_id, error, stats)
+                runs.fail_run(con, self.sync_run_id, error, stats, self._project_id)
         self._ended = True
 
     async def _run(self, client: GitLabClient) -> None:
