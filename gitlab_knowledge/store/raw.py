@@ -95,8 +95,9 @@ class Provenance:
     sync_run_id: int | None
     dagster_run_id: str | None
     fetched_at: datetime
-    # The store held no row of the project when its sync began (a first sync): its rows are most
-    # likely new, so `upsert_rows` inserts first and looks up only what was stored after all.
+    # The store held no row of the project when its sync began (a first sync): no wiki page or
+    # release of it is stored but what this sync writes, so their tombstone passes are not run.
+    # (Inserting first, `ON CONFLICT DO NOTHING`, instead of the look-up was measured: no cheaper.)
     fresh: bool = False
 
 
@@ -142,23 +143,6 @@ def dedupe(rows: Sequence[RawRow]) -> list[RawRow]:
 
 
 _LEAVE_STORED = "ANTI JOIN raw_payloads r ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key"
-_INSERT = """
-    INSERT INTO raw_payloads (id, project_id, resource_type, gitlab_key, parent_type, parent_id,
-        position, updated_at, payload_hash, json, fetched_at, discussions_fetched_at,
-        sync_run_id, dagster_run_id, change_seq, deleted_at)
-    SELECT nextval('raw_payload_ids'), ?, i.resource_type, i.gitlab_key, i.parent_type, i.parent_id,
-        i.position, i.updated_at, i.payload_hash, i.json, ?, i.discussions_fetched_at,
-        ?, ?, nextval('change_seq'), NULL
-    FROM {source}
-"""
-
-
-def _arrow(rows: Sequence[RawRow]) -> pa.Table:
-    return pa.Table.from_pylist([{
-        "resource_type": r.resource_type, "gitlab_key": r.gitlab_key, "parent_type": r.parent_type,
-        "parent_id": r.parent_id, "position": r.position, "updated_at": r.updated_at,
-        "payload_hash": r.payload_hash, "json": r.json, "discussions_fetched_at": r.discussions_fetched_at,
-    } for r in rows], schema=_ROW_SCHEMA)
 
 
 def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance) -> UpsertCounts:
@@ -168,17 +152,11 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
     if not rows:
         return counts
     rows = dedupe(rows)
-    params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
-    if prov.fresh:
-        # One statement where a row stored already is the exception: the rest go the usual way.
-        with registered(con, gk_incoming=_arrow(rows)):
-            inserted = set(con.execute(_INSERT.format(source="gk_incoming i") + """
-                ON CONFLICT DO NOTHING RETURNING resource_type, gitlab_key""", params).fetchall())
-        counts.new = len(inserted)
-        rows = [r for r in rows if (r.resource_type, r.gitlab_key) not in inserted]
-        if not rows:
-            return counts
-    table = _arrow(rows)
+    table = pa.Table.from_pylist([{
+        "resource_type": r.resource_type, "gitlab_key": r.gitlab_key, "parent_type": r.parent_type,
+        "parent_id": r.parent_id, "position": r.position, "updated_at": r.updated_at,
+        "payload_hash": r.payload_hash, "json": r.json, "discussions_fetched_at": r.discussions_fetched_at,
+    } for r in rows], schema=_ROW_SCHEMA)
     with registered(con, gk_incoming=table):
         existing = con.execute("""
             SELECT i.gitlab_key, r.id, r.payload_hash = i.payload_hash
@@ -188,14 +166,22 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
               ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key
         """).fetchall()
         known = {key: (rid, same) for key, rid, same in existing}
-        unchanged = sum(1 for _, same in known.values() if same)
-        counts.unchanged = unchanged
-        counts.updated = len(known) - unchanged
-        counts.new += len(rows) - len(known)
-        if len(rows) > len(known):
+        counts.unchanged = sum(1 for _, same in known.values() if same)
+        counts.updated = len(known) - counts.unchanged
+        counts.new = len(rows) - len(known)
+        params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
+        if counts.new:
             # None stored yet (a first sync's rows, just looked up in this transaction): no
             # second pass over raw_payloads to leave the stored ones out.
-            con.execute(_INSERT.format(source=f"gk_incoming i {_LEAVE_STORED if known else ''}"), params)
+            con.execute(f"""
+                INSERT INTO raw_payloads (id, project_id, resource_type, gitlab_key, parent_type, parent_id,
+                    position, updated_at, payload_hash, json, fetched_at, discussions_fetched_at,
+                    sync_run_id, dagster_run_id, change_seq, deleted_at)
+                SELECT nextval('raw_payload_ids'), ?, i.resource_type, i.gitlab_key, i.parent_type, i.parent_id,
+                    i.position, i.updated_at, i.payload_hash, i.json, ?, i.discussions_fetched_at,
+                    ?, ?, nextval('change_seq'), NULL
+                FROM gk_incoming i {_LEAVE_STORED if known else ""}
+            """, params)
         if counts.updated:
             con.execute("""
                 UPDATE raw_payloads SET json = i.json, payload_hash = i.payload_hash, updated_at = i.updated_at,
