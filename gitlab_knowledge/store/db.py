@@ -170,15 +170,17 @@ def _keep(path: Path, key: str, held: bool | None, hold_s: float, gap_s: float, 
     while held is not None:
         stop.wait(hold_s)
         with changed:
-            if held:
-                _gaps.add(key)  # no new hold meanwhile: the pass in progress ends, then the gap
-                while _holders[key] > 1:
-                    changed.wait()
-                _unhold(key)
-            if not stop.is_set():
-                stop.wait(gap_s)  # with the turn: no connection of this process opens the file
-            _gaps.discard(key)
-            changed.notify_all()
+            try:
+                if held:
+                    _gaps.add(key)  # no new hold meanwhile: the pass in progress ends, then the gap
+                    while _holders[key] > 1:
+                        changed.wait()
+                    _unhold(key)
+                if not stop.is_set():
+                    stop.wait(gap_s)  # with the turn: no connection of this process opens the file
+            finally:  # a close that failed too: no hold waits for a gap that will not end
+                _gaps.discard(key)
+                changed.notify_all()
             if stop.is_set():
                 return
             held = _try_hold(path, key)
