@@ -33,7 +33,7 @@ from gitlab_knowledge.embeddings.tables import kept_models
 from gitlab_knowledge.errors import KnowledgeError, is_interrupt
 from gitlab_knowledge.layers import DOCUMENTS, EMBEDDINGS, GRAPH, LAYERS, LEXICAL, NORMALIZED, RAW, Layer
 from gitlab_knowledge.progress import SyncProgress
-from gitlab_knowledge.store.db import holding_open, one_writer
+from gitlab_knowledge.store.db import holding_open, kept_open, one_writer
 from gitlab_knowledge.store.projects import project_ids_for
 from gitlab_knowledge.store.queries import project_counts, project_counts_of
 from gitlab_knowledge.sync.many import STOP_ALL, Fetches, Landed
@@ -115,8 +115,9 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
                     log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
     """Up to `in_flight` projects' fetches at once (sync/many.py), each project's raw layer
     recorded as its fetch lands and the store layers here for the projects that landed meanwhile,
-    together; the store written by one of them at a time (`one_writer`)."""
-    with one_writer(), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
+    together; the store written by one of them at a time (`one_writer`), and kept open in this
+    process meanwhile, with a gap for other processes every `store.db.KEEP_S` (`kept_open`)."""
+    with one_writer(), kept_open(workspace.config.duckdb_path), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
                                progress=progress) as fetches:
         for landed in fetches.landed():
             # Not waiting for more to land: while this thread holds the store for its layers, the

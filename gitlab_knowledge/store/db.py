@@ -30,7 +30,16 @@ _PID_PATTERN = re.compile(r"PID (\d+)")
 _schema_ready: set[str] = set()
 _schema_lock = threading.Lock()
 _held: dict[str, duckdb.DuckDBPyConnection] = {}  # resolved path -> the connection `holding_open` keeps
-_writer: list[threading.RLock] = []  # set by `one_writer`: every connection of this process taken one at a time
+_holders: dict[str, int] = {}  # resolved path -> how many `holding_open` (and `kept_open`) want it held
+_closers: dict[str, contextlib.ExitStack] = {}
+_gaps: set[str] = set()  # resolved paths `kept_open` is giving to other processes for a moment
+# Set by `one_writer`: the turn (every connection of this process taken one at a time) and a
+# condition on it, signalled when a hold ends or a gap closes.
+_writer: list[Any] = []
+# `kept_open`: held at most this long before a gap (plus the pass in progress), and the gap. A
+# reader of another process retries every <= 0.25 s, so a gap of 0.5 s takes one attempt in.
+KEEP_S = 2.0
+GAP_S = 0.5
 
 
 def one_row(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
@@ -101,21 +110,98 @@ def holding_open(path: Path, wait: float = 120.0) -> Iterator[None]:
     open-write-close cycles on a small store took 1.47 s against 0.10 s with a connection held (a
     loaded machine), and one project's layers open it about a dozen times. No other process can
     open the file meanwhile, so the holder keeps it for pure store work only, never across a wait
-    for GitLab. Under `one_writer` the open and the close take their turn like any connection (a
-    fetch's commit on another thread may be using a cursor of it), not the whole span."""
+    for GitLab (`kept_open` is the exception, with gaps). Holds nest (the connection closes with
+    the last). Under `one_writer` the open and the close take their turn like any connection (a
+    fetch's commit on another thread may be using a cursor of it), not the whole span, and a new
+    hold waits out a gap `kept_open` is giving to other processes."""
     key = str(path.resolve())
-    if key in _held:
-        yield
-        return
-    opened = contextlib.ExitStack()
     with _turn():
-        _held[key] = opened.enter_context(_write_connection(path, wait))
+        _hold(path, key, wait)
     try:
         yield
     finally:
         with _turn():
-            del _held[key]
-            opened.close()
+            _unhold(key)
+
+
+def _hold(path: Path, key: str, wait: float) -> None:
+    """One more holder of the store (the caller has the turn)."""
+    while key in _gaps:  # under one_writer only: `kept_open` is giving the file to other processes
+        _writer[1].wait()
+    if key not in _held:
+        opened = contextlib.ExitStack()
+        _held[key] = opened.enter_context(_write_connection(path, wait))
+        _closers[key] = opened
+    _holders[key] = _holders.get(key, 0) + 1
+
+
+def _unhold(key: str) -> None:
+    """One holder fewer; the last closes the connection (the caller has the turn)."""
+    _holders[key] -= 1
+    if _holders[key] == 0:
+        del _held[key], _holders[key]
+        _closers.pop(key).close()
+    if len(_writer) > 1:
+        _writer[1].notify_all()
+
+
+@contextlib.contextmanager
+def kept_open(path: Path, hold_s: float | None = None, gap_s: float | None = None) -> Iterator[None]:
+    """The store held open in this process for a long span of store work between waits for
+    GitLab (a batch's fetch phase: its projects' commits and store-layer passes, several a
+    second), and given up to other processes at bounded intervals: every `hold_s` the hold is
+    released once no pass is inside it, and for `gap_s` no connection of this process touches
+    the file. A reader of another process retries every <= 0.25 s (`waiting_out_writers`), so
+    one attempt falls inside the gap: its wait is at most `hold_s`, plus the pass in progress,
+    plus `gap_s`. Without the hold, each commit of a fetch thread that came while no pass held
+    the store opened it (loading its catalog, ~10-20 ms) and checkpointed it on close."""
+    key = str(path.resolve())
+    hold_s, gap_s = KEEP_S if hold_s is None else hold_s, GAP_S if gap_s is None else gap_s
+    with one_writer():
+        with _writer[1]:  # the first hold before anything else connects: no open of the file is left to luck
+            held = _try_hold(path, key)
+        stop = threading.Event()
+        keeper = threading.Thread(target=_keep, args=(path, key, held, hold_s, gap_s, stop), name="store-keeper",
+                                  daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            keeper.join()
+
+
+def _try_hold(path: Path, key: str) -> bool | None:
+    """A hold of the store if the file is free now: False while another process has it (this
+    round goes without), None if it cannot be opened at all (each connection will say why)."""
+    try:
+        _hold(path, key, wait=0.0)
+    except StoreBusyError:
+        return False
+    except StoreError:
+        return None
+    return True
+
+
+def _keep(path: Path, key: str, held: bool | None, hold_s: float, gap_s: float, stop: threading.Event) -> None:
+    changed = _writer[1]
+    while held is not None:
+        stop.wait(hold_s)
+        with changed:
+            try:
+                if held:
+                    _gaps.add(key)  # no new hold meanwhile: the pass in progress ends, then the gap
+                    while _holders[key] > 1:
+                        changed.wait()
+                    _unhold(key)
+                if not stop.is_set():
+                    stop.wait(gap_s)  # with the turn: no connection of this process opens the file
+            finally:  # a close that failed too: no hold waits for a gap that will not end
+                _gaps.discard(key)
+                changed.notify_all()
+            if stop.is_set():
+                return
+            held = _try_hold(path, key)
 
 
 @contextlib.contextmanager
@@ -129,7 +215,8 @@ def one_writer() -> Iterator[None]:
     if _writer:
         yield
         return
-    _writer.append(threading.RLock())
+    turn = threading.RLock()
+    _writer.extend([turn, threading.Condition(turn)])
     try:
         yield
     finally:

@@ -95,6 +95,10 @@ class Provenance:
     sync_run_id: int | None
     dagster_run_id: str | None
     fetched_at: datetime
+    # The store held no row of the project when its sync began (a first sync): no wiki page or
+    # release of it is stored but what this sync writes, so their tombstone passes are not run.
+    # (Inserting first, `ON CONFLICT DO NOTHING`, instead of the look-up was measured: no cheaper.)
+    fresh: bool = False
 
 
 @contextlib.contextmanager
@@ -233,14 +237,18 @@ class DiscussionCounts:
 
 
 def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[ParentDiscussions],
-                        prov: Provenance) -> DiscussionCounts:
-    """Make the stored threads of each parent exactly `threads` (vanished ones tombstoned)."""
+                        prov: Provenance, *, new_parents: bool = False) -> DiscussionCounts:
+    """Make the stored threads of each parent exactly `threads` (vanished ones tombstoned).
+    `new_parents`: every parent was stored for the first time in this transaction, so none has a
+    stored thread to tombstone (a thread is stored only with its parent): no statement for it."""
     counts = DiscussionCounts()
     if not parents:
         return counts
     rows = [RawRow.for_discussion(p.parent_type, p.parent_id, i, d) for p in parents for i, d in enumerate(p.threads)]
     upserted = upsert_rows(con, rows, prov)
     counts.new, counts.updated = upserted.new, upserted.updated
+    if new_parents:
+        return counts
     keep = pa.table({"gitlab_key": pa.array([r.gitlab_key for r in rows] + [k for p in parents for k in p.kept],
                                             pa.string())})
     replaced = [p for p in parents if not p.keep_all]

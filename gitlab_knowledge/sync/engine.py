@@ -189,13 +189,11 @@ class ProjectSync:
             self.commits.transactions += 1
             if queued:
                 self.commits.settle(con)  # the counts it adds go into the stats below
-            if self._project_id is not None:
-                runs.heartbeat(con, self.sync_run_id, self._project_id)  # sync_runs records whose run it was
-            stats = self.result.as_dict()
+            stats = self.result.as_dict()  # with whose run it was (its project's id), in one statement
             if error is None:
-                runs.finish_run(con, self.sync_run_id, stats)
+                runs.finish_run(con, self.sync_run_id, stats, self._project_id)
             else:
-                runs.fail_run(con, self.sync_run_id, error, stats)
+                runs.fail_run(con, self.sync_run_id, error, stats, self._project_id)
         self._ended = True
 
     async def _run(self, client: GitLabClient) -> None:
@@ -365,7 +363,8 @@ class ProjectSync:
 
     def _provenance(self) -> raw.Provenance:
         return raw.Provenance(project_id=self.project_id, sync_run_id=self.result.sync_run_id,
-                              dagster_run_id=self.dagster_run_id, fetched_at=utcnow())
+                              dagster_run_id=self.dagster_run_id, fetched_at=utcnow(),
+                              fresh=self._known.fresh and self._known.project_id == self.project_id)
 
     def _commit_parents(self, kind: str, resource: str, parents: Sequence[Parent], stats: ResourceStats,
                         cursor_item: dict[str, Any] | None) -> None:

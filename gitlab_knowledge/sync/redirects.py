@@ -71,14 +71,16 @@ class KnownPaths:
 
 
 def known_paths(con: duckdb.DuckDBPyConnection, configured: Iterable[str]) -> KnownPaths:
+    """One statement: each project's sync reads these before its listings (a batch, once a project)."""
     known = KnownPaths()
-    known.external.update(r[0] for r in con.execute(
-        "SELECT DISTINCT lower(target_path) FROM item_references WHERE external").fetchall())
     known.answered.update(c.casefold() for c in configured)
-    known.answered.update(r[0] for r in con.execute("SELECT lower(path_with_namespace) FROM projects").fetchall())
-    known.answered.update(r[0] for r in con.execute("SELECT path FROM project_aliases").fetchall())
-    known.answered.update(r[0] for r in con.execute(
-        "SELECT lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL").fetchall())
+    for external, path in con.execute("""
+        SELECT true, lower(target_path) FROM item_references WHERE external
+        UNION ALL SELECT false, lower(path_with_namespace) FROM projects
+        UNION ALL SELECT false, path FROM project_aliases
+        UNION ALL SELECT false, lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL
+    """).fetchall():
+        (known.external if external else known.answered).add(path)
     return known
 
 

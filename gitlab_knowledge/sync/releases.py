@@ -73,7 +73,9 @@ async def sync_releases(client: GitLabClient, project_id: int, project_path: str
         stats.fetched += counts.new + counts.updated
         stats.new += counts.new
         stats.updated += counts.updated
-        if seen is not None and pages == 1:  # one page: its absence is the evidence, no GET to ask
+        # One page: its absence is the evidence, no GET to ask. A project the store held nothing
+        # of (`prov.fresh`) has stored no release but these.
+        if seen is not None and pages == 1 and not prov.fresh:
             _tombstone(con, project_id, project_path, sorted(_stored(con, project_id) - seen), progress, stats)
 
     if pages == 1 or seen is None:

@@ -173,13 +173,13 @@ def begin_run(con: duckdb.DuckDBPyConnection, project_path: str, mode: str, *, f
         raise SyncInProgressError(
             f"a sync of {project_path} is already running (sync run {run_id}, {where}, "
             f"last heartbeat {ago}s ago); {hint}")
-    run_id = one_row(con.execute("SELECT nextval('sync_run_ids')"))[0]
-    con.execute("""
+    run_id = one_row(con.execute("""
         INSERT INTO sync_runs (id, project_path, mode, status, started_at, heartbeat_at, pid, hostname,
                                dagster_run_id, stats)
-        VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)
-    """, [run_id, project_path, mode, now, now, os.getpid(), HOSTNAME, dagster_run_id,
-          json.dumps({"process_start": _own_start()})])
+        VALUES (nextval('sync_run_ids'), ?, ?, 'running', ?, ?, ?, ?, ?, ?)
+        RETURNING id
+    """, [project_path, mode, now, now, os.getpid(), HOSTNAME, dagster_run_id,
+          json.dumps({"process_start": _own_start()})]))[0]
     return int(run_id)
 
 
@@ -189,16 +189,21 @@ def heartbeat(con: duckdb.DuckDBPyConnection, run_id: int, project_id: int | Non
 
 
 def _close(con: duckdb.DuckDBPyConnection, run_id: int, status: str, error: str | None,
-           stats: dict[str, Any] | None = None) -> None:
+           stats: dict[str, Any] | None = None, project_id: int | None = None) -> None:
     con.execute("""
-        UPDATE sync_runs SET status = ?, finished_at = ?, error = ?, stats = COALESCE(?, stats) WHERE id = ?
+        UPDATE sync_runs SET status = ?, finished_at = ?, error = ?, stats = COALESCE(?, stats),
+            project_id = COALESCE(?, project_id)
+        WHERE id = ?
     """, [status, utcnow(), redact(error) if error else None, json.dumps(stats) if stats is not None else None,
-          run_id])
+          project_id, run_id])
 
 
-def finish_run(con: duckdb.DuckDBPyConnection, run_id: int, stats: dict[str, Any]) -> None:
-    _close(con, run_id, "succeeded", None, stats)
+def finish_run(con: duckdb.DuckDBPyConnection, run_id: int, stats: dict[str, Any],
+               project_id: int | None = None) -> None:
+    """The run succeeded; `project_id`: whose run it was, if no heartbeat recorded it yet."""
+    _close(con, run_id, "succeeded", None, stats, project_id)
 
 
-def fail_run(con: duckdb.DuckDBPyConnection, run_id: int, error: str, stats: dict[str, Any]) -> None:
-    _close(con, run_id, "failed", error, stats)
+def fail_run(con: duckdb.DuckDBPyConnection, run_id: int, error: str, stats: dict[str, Any],
+             project_id: int | None = None) -> None:
+    _close(con, run_id, "failed", error, stats, project_id)

@@ -92,7 +92,7 @@ def write(con: Any, prov: raw.Provenance, listing: WikiListing, stats: ResourceS
     stats.new += counts.new
     stats.updated += counts.updated
     stats.fetched += counts.new + counts.updated
-    if listing.complete and not listing.rejected:
+    if listing.complete and not listing.rejected and not prov.fresh:  # fresh: no page stored before these
         keys = [r.gitlab_key for r in rows]
         stats.deleted += raw.tombstone(
             con, "project_id = ? AND resource_type = ? AND NOT list_contains(?::TEXT[], gitlab_key)",

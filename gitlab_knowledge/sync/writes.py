@@ -32,7 +32,7 @@ def write_parents(con: duckdb.DuckDBPyConnection, prov: raw.Provenance, kind: st
             [[p.fetched_at, kind, str(p.gitlab_id)] for p in unchanged])
     threads = raw.replace_discussions(
         con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads, p.kept, p.keep_all) for p in alive
-              if p.threads is not None], prov)
+              if p.threads is not None], prov, new_parents=len(items) == len(alive) == counts.new)
     deleted = raw.tombstone_parents(con, kind, gone)
     if cursor_item is not None:
         con.execute("""

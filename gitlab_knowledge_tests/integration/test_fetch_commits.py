@@ -12,9 +12,12 @@ import pytest
 
 from gitlab_knowledge.errors import GitLabError
 from gitlab_knowledge.store import db
+from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync import engine
 from gitlab_knowledge.sync.engine import ProjectSync
+from gitlab_knowledge.sync.known import Known, read_known, read_stored
 from gitlab_knowledge.sync.many import Fetches
+from gitlab_knowledge.sync.redirects import known_paths
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
 from gitlab_knowledge_tests.helpers import rows, workspace
 
@@ -170,3 +173,108 @@ def test_a_request_does_not_search_for_a_module_that_is_not_installed(tiny_sandb
         patched.setattr(importlib.machinery.PathFinder, "find_spec", spying)
         asyncio.run(some_requests())
     assert searched == []
+
+
+class CountingStatements:
+    def __init__(self, con) -> None:
+        self.con, self.statements = con, 0
+
+    def execute(self, *args, **kwargs):
+        self.statements += 1
+        return self.con.execute(*args, **kwargs)
+
+
+def test_what_a_first_sync_starts_from_is_two_statements_and_the_same_as_reading_it_all(four_small_projects,
+                                                                                       make_config):
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb)
+        synced_path = config.projects[0]
+        ProjectSync(workspace(config), synced_path).run()
+    with db.write_connection(config.duckdb_path) as con:
+        synced = project_id_for(con, synced_path)
+        assert synced is not None
+        statements = {}
+        for project_id in (synced + 10_000, synced):  # one the store holds nothing of, then one it holds
+            for full in (False, True):
+                counting = CountingStatements(con)
+                quick = read_known(counting, project_id, full=full, configured=config.projects)
+                statements[project_id, full] = counting.statements
+                everything = read_stored(con, Known(project_id=project_id, paths=known_paths(con, config.projects)),
+                                         full=full)
+                assert quick.fresh is (project_id != synced)  # it holds nothing of the project
+                quick.fresh = False
+                assert quick == everything, (project_id, full)
+        assert everything.states["issue"].known  # the synced project's were read
+    # The old code read thirteen (nine with --full: each kind's cursor, hashes, rechecks and their
+    # threads, the MRs without files, four statements of known paths) for a project it held nothing of.
+    assert statements[synced + 10_000, False] == statements[synced + 10_000, True] == 2
+
+
+class StatementsOf:
+    """Every statement run on a connection `db._open` hands out (and its cursors)."""
+
+    def __init__(self, con, counts: list[str]) -> None:
+        self._con, self._counts = con, counts
+
+    def execute(self, sql, *args, **kwargs):
+        self._counts.append(" ".join(str(sql).split())[:40])
+        return self._con.execute(sql, *args, **kwargs)
+
+    def executemany(self, sql, *args, **kwargs):
+        self._counts.append(" ".join(str(sql).split())[:40])
+        return self._con.executemany(sql, *args, **kwargs)
+
+    def cursor(self):
+        return StatementsOf(self._con.cursor(), self._counts)
+
+    def __getattr__(self, name):
+        return getattr(self._con, name)
+
+
+def stored_in_full(config) -> list[tuple]:
+    """The raw layer, its cursors and each run's counts: what a first sync leaves, without when it ran."""
+    import json
+
+    return stored(config) + rows(config, """
+        SELECT project_id, resource_type, gitlab_key, parent_type, parent_id, position, updated_at, json,
+               discussions_fetched_at IS NULL, deleted_at IS NULL FROM raw_payloads ORDER BY ALL""") + sorted(
+        (path, status, json.dumps({k: v for k, v in json.loads(stats)["resources"].items()}, sort_keys=True))
+        for path, status, stats in rows(config, "SELECT project_path, status, stats FROM sync_runs"))
+
+
+def test_a_first_sync_runs_no_tombstone_pass_it_cannot_need_and_stores_what_the_passes_stored(
+        four_small_projects, make_config, tmp_path, monkeypatch):
+    """A project the store holds nothing of (`raw.Provenance.fresh`) and parents stored for the
+    first time: no tombstone pass over threads, wiki pages or releases they cannot have stored;
+    the rows, cursors and counts are those of the writes with the passes, then and on the next sync."""
+    from gitlab_knowledge.sync import known
+
+    def batch(config, statements: list[str]) -> list:
+        with monkeypatch.context() as patched:
+            real_open = db._open
+            patched.setattr(db, "_open", lambda path, read_only, wait: StatementsOf(real_open(path, read_only, wait),
+                                                                                    statements))
+            with db.one_writer(), Fetches(workspace(config), list(config.projects), in_flight=2) as fetches:
+                landed = list(fetches.landed())
+        assert [one.error for one in landed] == [None] * PROJECTS
+        return landed
+
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        fresh, looked_up = make_config(sb), make_config(sb, data_dir=tmp_path / "looked-up")
+        fresh_statements: list[str] = []
+        batch(fresh, fresh_statements)
+        with monkeypatch.context() as patched:  # as if every project had rows stored: the old writes
+            patched.setattr(known, "_holds_any", lambda con, project_id: True)
+            old_statements: list[str] = []
+            batch(looked_up, old_statements)
+        assert stored_in_full(fresh) == stored_in_full(looked_up)
+        # The tombstone passes a first sync cannot need: the threads' (a page of issues, one of
+        # MRs), the wiki's and the releases' look-up of stored ones (the old code ran them all).
+        passes = [s for s in old_statements if s.startswith(("UPDATE raw_payloads SET deleted",
+                                                             "SELECT gitlab_key FROM raw_payloads"))]
+        assert len(passes) >= 2 * PROJECTS
+        assert not [s for s in fresh_statements if s in passes]
+        for config in (fresh, looked_up):
+            again = batch(config, [])
+            assert all(one.result.resources["issues"].fetched == 0 for one in again)
+        assert stored_in_full(fresh) == stored_in_full(looked_up)

@@ -80,3 +80,20 @@ def test_under_one_writer_a_connection_of_another_thread_waits_for_its_turn(tmp_
             with db.read_connection(path):
                 assert not other_thread_may_connect()
         assert other_thread_may_connect()
+
+
+def test_a_kept_store_is_shared_by_the_holds_inside_it_and_freed_at_its_end(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    path = tmp_path / "store.duckdb"
+    with db.write_connection(path) as con:
+        con.execute("CREATE TABLE t (x INTEGER)")
+    opens: list[bool] = []
+    real_open = db._open
+    monkeypatch.setattr(db, "_open", lambda p, read_only, wait: opens.append(read_only) or real_open(p, read_only, wait))
+    with db.kept_open(path, hold_s=600.0):
+        for i in range(3):
+            with db.holding_open(path), db.write_connection(path) as con:  # a pass inside: the kept connection
+                con.execute("INSERT INTO t VALUES (?)", [i])
+        assert not other_process_can_read(path)  # the passes' holds ended, the kept one did not
+    assert opens == [False]
+    assert other_process_can_read(path)
