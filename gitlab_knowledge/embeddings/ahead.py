@@ -28,6 +28,7 @@ embedded ahead and asks the real provider for the rest.
 
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Sequence
 
@@ -49,6 +50,7 @@ AHEAD_THREADS = 1
 # Documents a call: small, so that stopping (the embeddings layer starting, an interrupt) waits
 # for one short call at most.
 AHEAD_BATCH = 16
+AHEAD_NICE = 10  # how much lower the priority of the work ahead's threads is than the batch's
 CHUNK_OVERHEAD = 200  # bytes a chunk costs beyond its vector and text (the objects around them)
 
 
@@ -128,6 +130,7 @@ class Ahead:
             return taken
 
     def _run(self) -> None:
+        _lower_priority()
         try:
             while (projects := self._next()) is not None:
                 if not self._round(projects):
@@ -226,5 +229,17 @@ def embedding_ahead(workspace: Workspace) -> Ahead | None:
         return None
     if not isinstance(configured, EmbeddedProvider):
         return None
-    provider = configured if configured.threads == AHEAD_THREADS else EmbeddedProvider(threads=AHEAD_THREADS)
-    return Ahead(workspace, provider)
+    # An instance of its own: its ONNX session (and that session's threads) is made on the thread
+    # ahead, at its lower priority, and freed when the layer starts; the layer's stays its own.
+    return Ahead(workspace, EmbeddedProvider(threads=AHEAD_THREADS))
+
+
+def _lower_priority() -> None:
+    """The calling thread (and the threads it starts: an ONNX session's) yields the CPU to the
+    batch's own threads: the work ahead is to use a core the fetch phase leaves idle, not to slow
+    the fetch phase on a machine whose cores are all busy (Linux nice is per thread)."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + AHEAD_NICE))
+    except (AttributeError, OSError):  # no per-thread priority here: the work ahead runs as it is
+        pass
