@@ -28,7 +28,7 @@ from typing import Any
 import dagster as dg
 
 from gitlab_knowledge.defs.failures import original, said_plainly
-from gitlab_knowledge.embeddings.ahead import Ahead, AheadProvider, embedding_ahead
+from gitlab_knowledge.embeddings.ahead import Ahead, embedding_ahead
 from gitlab_knowledge.embeddings.refresh import outage
 from gitlab_knowledge.embeddings.tables import kept_models
 from gitlab_knowledge.errors import KnowledgeError, is_interrupt
@@ -376,15 +376,13 @@ def _embeddings(workspace: Workspace, projects: list[str], progress: SyncProgres
     """The configured model's vectors, and those of the other models `embedding.models` keeps
     current, for every project at once; a project whose documents could not be embedded because
     the provider was down fails this layer (its failures are recorded and retried), as its own run's
-    embeddings step would. `ahead`: the configured model's vectors computed during the fetch
-    phase, which the provider answers from (the kept models' are computed here)."""
+    embeddings step would; the configured model's from what was embedded `ahead` where it can."""
     from gitlab_knowledge.embeddings.refresh import refresh_many
 
     provider = ahead.finish(workspace.embedder()) if ahead is not None else workspace.embedder()
     primary = refresh_many(workspace, projects, provider=provider, progress=progress)
-    if isinstance(provider, AheadProvider) and log is not None:
-        log.info(f"embeddings: {provider.answered} document(s) embedded during the fetch phase, "
-                 f"{provider.asked} after it")
+    if ahead is not None and log is not None:
+        log.info(f"embeddings: {ahead.summary(provider)}")
     kept = [refresh_many(workspace, projects, provider=workspace.embedder(other, model), progress=progress)
             for other, model in kept_models(workspace.config)]
     out: dict[str, dict[str, Any] | BaseException] = {}

@@ -30,6 +30,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -84,6 +85,7 @@ class Ahead:
         self.full = False  # the cap was reached: the rest is the layer's
         self.error: str | None = None  # what ended the work ahead early (the layer retries it all)
         self.documents = 0  # documents embedded ahead
+        self.cpu_s = 0.0  # the thread's CPU time (its ONNX session computes on it: one intra-op thread)
         self._thread = threading.Thread(target=self._run, name="gk-embed-ahead", daemon=True)
         self._thread.start()
 
@@ -118,6 +120,13 @@ class Ahead:
             return provider
         return AheadProvider(provider, self.computed)
 
+    def summary(self, provider: EmbeddingProvider) -> str:
+        """What the work ahead did, for the run's log; `provider` is what `finish` returned."""
+        stopped = (" up to its cap" if self.full else "") + (f", then stopped: {self.error}" if self.error else "")
+        used = (f"{provider.answered} answered from them, {provider.asked} embedded after it"
+                if isinstance(provider, AheadProvider) else "every document embedded after it")
+        return f"{self.documents} document(s) embedded during the fetch phase ({self.cpu_s:.1f} s of CPU{stopped}); {used}"
+
     def _next(self) -> list[str] | None:
         with self._wake:
             while not self._queue and not self._stopping:
@@ -131,6 +140,7 @@ class Ahead:
 
     def _run(self) -> None:
         _lower_priority()
+        started = time.thread_time()
         try:
             while (projects := self._next()) is not None:
                 if not self._round(projects):
@@ -139,6 +149,7 @@ class Ahead:
             self.error = f"{type(exc).__name__}: {exc}"
             log.info("embedding ahead stopped: %s", self.error)
         finally:
+            self.cpu_s = time.thread_time() - started
             self.idle.set()
 
     def _round(self, projects: list[str]) -> bool:

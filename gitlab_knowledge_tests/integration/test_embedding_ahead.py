@@ -88,9 +88,19 @@ class Seen:
         monkeypatch.setattr(Ahead, "finish", finish)
 
 
-def run(workspace: Workspace, projects: list[str]) -> Batch:
+class Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str) -> None:
+        self.lines.append(message)
+
+    warning = info
+
+
+def run(workspace: Workspace, projects: list[str], log: Log | None = None) -> Batch:
     batch = Batch({p: Carried(p) for p in projects})
-    for _ in carry(workspace, projects, batch):
+    for _ in carry(workspace, projects, batch, log=log):
         pass
     assert batch.unfinished == []
     return batch
@@ -134,8 +144,8 @@ def no_thread_ahead() -> bool:
 def test_the_layer_answers_from_what_was_embedded_ahead_and_records_the_same(sandbox_url, without_ahead, tmp_path,
                                                                              monkeypatch, token_env):
     url, projects = sandbox_url
-    texts, seen = Texts(monkeypatch), Seen(monkeypatch)
-    batch = run(workspace_at(tmp_path / "data", url, projects), projects)
+    texts, seen, log = Texts(monkeypatch), Seen(monkeypatch), Log()
+    batch = run(workspace_at(tmp_path / "data", url, projects), projects, log)
     rows, stats = without_ahead
     assert vector_rows(workspace_at(tmp_path / "data", url, projects)) == rows
     assert embed_stats(batch) == stats
@@ -147,6 +157,9 @@ def test_the_layer_answers_from_what_was_embedded_ahead_and_records_the_same(san
     assert provider.asked == 0
     assert len(texts.asked) == len(set(texts.asked)) == embedded
     assert no_thread_ahead()
+    said = [line for line in log.lines if "during the fetch phase" in line]
+    assert said == [f"embeddings: {embedded} document(s) embedded during the fetch phase "
+                    f"({ahead.cpu_s:.1f} s of CPU); {embedded} answered from them, 0 embedded after it"]
 
 
 def test_a_provider_failing_ahead_leaves_the_batch_as_without_it(sandbox_url, without_ahead, tmp_path, monkeypatch,
