@@ -159,7 +159,8 @@ def test_the_layer_answers_from_what_was_embedded_ahead_and_records_the_same(san
     assert no_thread_ahead()
     said = [line for line in log.lines if "during the fetch phase" in line]
     assert said == [f"embeddings: {embedded} document(s) embedded during the fetch phase "
-                    f"({ahead.cpu_s:.1f} s of CPU); {embedded} answered from them, 0 embedded after it"]
+                    f"({ahead.cpu_s:.1f} s of CPU, {ahead.rounds} read(s) of the store); {embedded} answered "
+                    "from them, 0 embedded after it"]
 
 
 def test_a_provider_failing_ahead_leaves_the_batch_as_without_it(sandbox_url, without_ahead, tmp_path, monkeypatch,
@@ -251,3 +252,17 @@ def test_a_batch_of_one_project_does_not_embed_ahead(sandbox_url, tmp_path, monk
     monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: made.append(1) or real(workspace))
     run(workspace_at(tmp_path / "data", url, projects[:1]), projects[:1])
     assert made == [] and no_thread_ahead()
+
+
+def test_the_store_is_read_at_most_once_an_interval_and_stopping_does_not_wait_it_out(monkeypatch):
+    read: list[list[str]] = []
+    monkeypatch.setattr(Ahead, "_round", lambda ahead, projects: read.append(projects) or True)
+    monkeypatch.setattr(ahead_module, "ROUND_EVERY_S", 3600.0)
+    ahead = Ahead(None, None)  # type: ignore[arg-type]
+    ahead.add(["a"])
+    assert ahead.idle.wait(timeout=300)
+    ahead.add(["b"])
+    ahead.add(["c"])  # within the interval: left for the next read, which the stop comes before
+    ahead.close()
+    assert read == [["a"]] and ahead.rounds == 1
+    assert no_thread_ahead()
