@@ -254,15 +254,30 @@ def test_a_batch_of_one_project_does_not_embed_ahead(sandbox_url, tmp_path, monk
     assert made == [] and no_thread_ahead()
 
 
-def test_the_store_is_read_at_most_once_an_interval_and_stopping_does_not_wait_it_out(monkeypatch):
+def test_the_store_is_read_at_most_once_an_interval_and_projects_landed_meanwhile_together(monkeypatch):
     read: list[list[str]] = []
     monkeypatch.setattr(Ahead, "_round", lambda ahead, projects: read.append(projects) or True)
-    monkeypatch.setattr(ahead_module, "ROUND_EVERY_S", 3600.0)
+    clock = [1000.0]
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return clock[0]
+
+        thread_time = staticmethod(__import__("time").thread_time)
+
+    monkeypatch.setattr(ahead_module, "time", Clock)
     ahead = Ahead(None, None)  # type: ignore[arg-type]
     ahead.add(["a"])
     assert ahead.idle.wait(timeout=300)
-    ahead.add(["b"])
-    ahead.add(["c"])  # within the interval: left for the next read, which the stop comes before
+    for project in ("b", "c", "d"):  # within the interval of the first read: none is read yet
+        ahead.add([project])
+        # The thread has the queue and its turn to run; it waits for the interval (without it,
+        # it would read the project and be idle).
+        assert not ahead.idle.wait(timeout=0.5) and read == [["a"]]
+    clock[0] += ahead_module.ROUND_EVERY_S
+    ahead.add(["e"])
+    assert ahead.idle.wait(timeout=300)
     ahead.close()
-    assert read == [["a"]] and ahead.rounds == 1
+    assert read == [["a"], ["b", "c", "d", "e"]] and ahead.rounds == 2
     assert no_thread_ahead()
