@@ -69,11 +69,6 @@ class EmbeddedProvider:
     def dims(self) -> int:
         return 384
 
-    @property
-    def threads(self) -> int:
-        """ONNX intra-op threads of its sessions (the vectors are the same with any number)."""
-        return self._threads
-
     def _load(self) -> None:
         with self._lock:
             if self._tokenizer is not None:
