@@ -28,6 +28,7 @@ from typing import Any
 import dagster as dg
 
 from gitlab_knowledge.defs.failures import original, said_plainly
+from gitlab_knowledge.embeddings.ahead import Ahead, embedding_ahead
 from gitlab_knowledge.embeddings.refresh import outage
 from gitlab_knowledge.embeddings.tables import kept_models
 from gitlab_knowledge.errors import KnowledgeError, is_interrupt
@@ -72,6 +73,7 @@ class Batch:
 
     carried: dict[str, Carried]
     stopped: BaseException | None = None  # the failure that stopped the rest
+    ahead: Ahead | None = None  # embedding the stored projects' documents during the fetch phase
 
     @property
     def failed(self) -> list[Carried]:
@@ -89,9 +91,26 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
           log: Any = None) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
     """Run every layer for `projects`, yielding each (project, layer, metadata) once committed."""
     in_flight = workspace.config.sync.projects_in_flight
+    fetching_ahead = len(projects) > 1 and in_flight > 1
+    # The projects' documents embedded during the fetch phase, on the core its Python leaves idle
+    # (embeddings/ahead.py); the thread is stopped and joined however the batch ends.
+    batch.ahead = embedding_ahead(workspace) if fetching_ahead else None
+    try:
+        yield from _carry(workspace, projects, batch, in_flight, full=full, force=force, run_id=run_id,
+                          progress=progress, log=log)
+    finally:
+        if batch.ahead is not None:
+            batch.ahead.close()
+            batch.ahead = None
+
+
+def _carry(workspace: Workspace, projects: Sequence[str], batch: Batch, in_flight: int, *, full: bool, force: bool,
+           run_id: str | None, progress: SyncProgress | None, log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
     if len(projects) > 1 and in_flight > 1:
         yield from _fetching_ahead(workspace, projects, batch, in_flight, full=full, force=force, run_id=run_id,
                                    progress=progress, log=log)
+        if batch.ahead is not None:  # the store is no longer one writer's: the layers below open it read-only
+            batch.ahead.stop_reading()
     else:
         for project in projects:
             if batch.stopped is not None:
@@ -105,7 +124,8 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
     live = [p for p in projects if batch.carried[p].error is None]
     yield from _index_layer(workspace, LEXICAL, live, batch, lambda ps: _lexical(workspace, ps))
     if batch.stopped is None:
-        yield from _index_layer(workspace, EMBEDDINGS, live, batch, lambda ps: _embeddings(workspace, ps, progress, log))
+        yield from _index_layer(workspace, EMBEDDINGS, live, batch,
+                                lambda ps: _embeddings(workspace, ps, progress, log, ahead=batch.ahead))
     if batch.stopped is not None:
         _not_attempted(batch)
 
@@ -202,6 +222,8 @@ def _stored_together(workspace: Workspace, fetched: list[Carried], batch: Batch,
             done = _layer_together(workspace, layer, fetched, ids, batch, run_id=run_id, log=log)
             if layer is DOCUMENTS:
                 held.close()  # before the materializations are recorded: the store is committed and free
+                if batch.ahead is not None:
+                    batch.ahead.add([carried.project for carried, _ in done])
             for carried, metadata in done:
                 yield carried.project, layer, metadata
 
@@ -351,14 +373,17 @@ def _lexical(workspace: Workspace, projects: list[str]) -> dict[str, dict[str, A
 
 
 def _embeddings(workspace: Workspace, projects: list[str], progress: SyncProgress | None,
-                log: Any) -> dict[str, dict[str, Any] | BaseException]:
+                log: Any, *, ahead: Ahead | None = None) -> dict[str, dict[str, Any] | BaseException]:
     """The configured model's vectors, and those of the other models `embedding.models` keeps
     current, for every project at once; a project whose documents could not be embedded because
     the provider was down fails this layer (its failures are recorded and retried), as its own run's
-    embeddings step would."""
+    embeddings step would; the configured model's from what was embedded `ahead` where it can."""
     from gitlab_knowledge.embeddings.refresh import refresh_many
 
-    primary = refresh_many(workspace, projects, provider=workspace.embedder(), progress=progress)
+    provider = ahead.finish(workspace.embedder()) if ahead is not None else workspace.embedder()
+    primary = refresh_many(workspace, projects, provider=provider, progress=progress)
+    if ahead is not None and log is not None:
+        log.info(f"embeddings: {ahead.summary(provider)}")
     kept = [refresh_many(workspace, projects, provider=workspace.embedder(other, model), progress=progress)
             for other, model in kept_models(workspace.config)]
     out: dict[str, dict[str, Any] | BaseException] = {}

@@ -147,7 +147,8 @@ def test_the_store_layers_of_a_batch_run_no_more_statements_for_more_projects(fe
     monkeypatch.setattr(Fetches, "landed", landed_together)
     # Only the store layers are counted: the index layers are not what this is about.
     monkeypatch.setattr(many_projects, "_lexical", lambda workspace, ps: {p: {} for p in ps})
-    monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log: {p: {} for p in ps})
+    monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log, **_: {p: {} for p in ps})
+    monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: None)
     runs = {}
     with SandboxGitLab(dataset=dataset) as sb:
         for n in (2, 6):

@@ -1,0 +1,271 @@
+"""Embedding ahead: a batch's vectors computed during its fetch phase, on the core it leaves idle.
+
+A batch of many projects (defs/many_projects.py) fetches and stores them on one core (its Python
+is GIL-bound) and embeds only after every project's documents are built (measured at 300
+projects: ~31 s of fetch phase with the second core idle, then ~32 s of embedding). Here, as each
+group of projects' documents commit, a thread plans them as the embeddings layer will
+(`refresh.plan_many`, `stage_documents`: the same plan and the same input texts) and embeds the
+documents to embed, keeping each text's chunks in memory keyed by a digest of the exact text
+handed to the provider: a text that changed after it was embedded ahead can only miss, never get
+another text's vectors. The layer then runs as it always does (one plan, one LanceDB write, one
+commit, its stats, failures and retries) through `AheadProvider`, which answers the texts
+embedded ahead and asks the real provider for the rest.
+
+- Never fails the batch: any error ahead (a provider failing, the store busy) ends the work ahead
+  and leaves its documents to the layer, which retries them and records failures as it does now.
+- Bounded: at most `AHEAD_BYTES` of chunks (vectors and covered texts) are held; past it the work
+  ahead stops and the layer embeds the rest.
+- The store is read through `write_connection`, taking its turn with the batch's commits
+  (`store.db.one_writer`) for one short read a round, as the fetches' own reads do, and only
+  during the fetch phase (`stop_reading`): after it, the batch's layers open the store read-only,
+  and DuckDB refuses a read-only open in a process that has it open for writing. Nothing writes
+  LanceDB while the batch holds its pool, so the vector-table scan of the plan is stable.
+- Only the embedded provider works ahead: its vectors are the same whatever the batch (tested)
+  and a call lasts a fraction of a second, so stopping the thread never waits long. Ollama's work
+  happens in its server (its own threads, often a GPU), and a hung server would hold the stop up
+  to `embedding.timeout`.
+"""
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from gitlab_knowledge.documents.stage import iter_documents, stage_documents
+from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
+from gitlab_knowledge.embeddings.provider import Chunk, EmbeddingProvider
+from gitlab_knowledge.embeddings.refresh import plan_many, vectors_problem
+from gitlab_knowledge.workspace import Workspace
+
+log = logging.getLogger(__name__)
+# The chunks held at most (vectors and the text each covers): ~40,000 windows of 384 dimensions.
+# A first sync of 100K documents stops embedding ahead there and the layer embeds the rest.
+AHEAD_BYTES = 128 * 2**20
+# ONNX threads of the work ahead: the fetch phase's Python holds one core (docs/ARCHITECTURE.md,
+# "Embedding during the fetch phase", has the measurements that chose 1).
+AHEAD_THREADS = 1
+# Documents a call: small, so that stopping (the embeddings layer starting, an interrupt) waits
+# for one short call at most.
+AHEAD_BATCH = 16
+AHEAD_NICE = 10  # how much lower the priority of the work ahead's threads is than the batch's
+# A read of the store at most this often: each takes its turn among the batch's connections
+# (~60 ms through the held store, ~150 ms opening it, at load 7-10), and the projects that land
+# meanwhile are read together.
+ROUND_EVERY_S = 2.0
+CHUNK_OVERHEAD = 200  # bytes a chunk costs beyond its vector and text (the objects around them)
+
+
+def text_key(text: str) -> bytes:
+    """What a vector computed ahead is found by: the exact text given to the provider."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _size(chunks: list[Chunk]) -> int:
+    return sum(int(c.vector.nbytes) + len(c.text) + CHUNK_OVERHEAD for c in chunks)
+
+
+class Ahead:
+    """The thread embedding ahead: `add` the projects whose documents committed, `finish` when the
+    embeddings layer starts (the thread stops and is joined; what it computed is handed over),
+    `close` in any case (idempotent)."""
+
+    def __init__(self, workspace: Workspace, provider: EmbeddingProvider, *, cap_bytes: int | None = None,
+                 batch_size: int | None = None) -> None:
+        self._workspace, self._provider = workspace, provider
+        self._cap = AHEAD_BYTES if cap_bytes is None else cap_bytes
+        self._batch_size = batch_size or AHEAD_BATCH
+        self._queue: list[str] = []
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._reading = threading.Lock()  # held through a read of the store
+        self.idle = threading.Event()  # set while it waits with nothing queued (all it was given is done)
+        self._may_read = True
+        self.computed: dict[bytes, list[Chunk]] = {}
+        self.held_bytes = 0
+        self.full = False  # the cap was reached: the rest is the layer's
+        self.error: str | None = None  # what ended the work ahead early (the layer retries it all)
+        self.documents = 0  # documents embedded ahead
+        self.cpu_s = 0.0  # the thread's CPU time (its ONNX session computes on it: one intra-op thread)
+        self.rounds = 0  # reads of the store
+        self._last_round = float("-inf")
+        self._thread = threading.Thread(target=self._run, name="gk-embed-ahead", daemon=True)
+        self._thread.start()
+
+    def add(self, projects: Sequence[str]) -> None:
+        """Projects whose documents layer committed: theirs may be embedded ahead."""
+        if not projects:
+            return
+        with self._wake:
+            self._queue.extend(projects)
+            if self._thread.is_alive():
+                self.idle.clear()
+            self._wake.notify()
+
+    def stop_reading(self) -> None:
+        """The fetch phase is over (one_writer no longer orders this process's connections): no
+        more reads of the store; a read in progress is waited for. What was staged is still embedded."""
+        with self._reading:
+            self._may_read = False
+
+    def close(self) -> None:
+        """Stop after the call in progress and join the thread."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join()
+
+    def finish(self, provider: EmbeddingProvider) -> EmbeddingProvider:
+        """Stop, and `provider` answering from what was computed ahead (itself if nothing was)."""
+        self.close()
+        self._provider = None  # type: ignore[assignment]  # its ONNX session is freed
+        if not self.computed:
+            return provider
+        return AheadProvider(provider, self.computed)
+
+    def summary(self, provider: EmbeddingProvider) -> str:
+        """What the work ahead did, for the run's log; `provider` is what `finish` returned."""
+        stopped = (" up to its cap" if self.full else "") + (f", then stopped: {self.error}" if self.error else "")
+        used = (f"{provider.answered} answered from them, {provider.asked} embedded after it"
+                if isinstance(provider, AheadProvider) else "every document embedded after it")
+        return (f"{self.documents} document(s) embedded during the fetch phase ({self.cpu_s:.1f} s of CPU, "
+                f"{self.rounds} read(s) of the store{stopped}); {used}")
+
+    def _next(self) -> list[str] | None:
+        with self._wake:
+            while not self._stopping:
+                if not self._queue:
+                    self.idle.set()
+                    self._wake.wait()
+                    continue
+                early = self._last_round + ROUND_EVERY_S - time.monotonic()
+                if early <= 0:
+                    break
+                self._wake.wait(early)
+            self.idle.clear()
+            if self._stopping:
+                return None
+            taken, self._queue = self._queue, []
+            self._last_round = time.monotonic()
+            self.rounds += 1
+            return taken
+
+    def _run(self) -> None:
+        _lower_priority()
+        started = time.thread_time()
+        try:
+            while (projects := self._next()) is not None:
+                if not self._round(projects):
+                    return
+        except Exception as exc:  # noqa: BLE001 - the work ahead never fails the batch: the layer does it all
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.info("embedding ahead stopped: %s", self.error)
+        finally:
+            self.cpu_s = time.thread_time() - started
+            self.idle.set()
+
+    def _round(self, projects: list[str]) -> bool:
+        """Plan `projects` as the layer will and embed their documents to embed; False: stop."""
+        store = self._workspace.vectors(self._provider.provider, self._provider.model)
+        with self._workspace.scratch("gk-ahead-") as tmp:
+            staged = tmp / "documents.parquet"
+            with self._reading:
+                if not self._may_read:
+                    return False
+                # Its turn among the batch's connections (one_writer): one short read, through the
+                # store the batch holds or an open of its own, as a fetch's read is.
+                with self._workspace.write() as con:
+                    plans = plan_many(con, store, projects, False)
+                    wanted = [doc for p in projects for doc in plans[p].to_embed]
+                    if wanted:
+                        stage_documents(con, wanted, staged)
+            if not wanted:
+                return True
+            for docs in iter_documents(staged, self._batch_size):
+                if self._stopping:
+                    return False
+                texts = [t for t in dict.fromkeys(d["content_text"] for d in docs) if text_key(t) not in self.computed]
+                if texts and not self._embed(texts):
+                    return False
+        return True
+
+    def _embed(self, texts: list[str]) -> bool:
+        chunks = self._provider.embed_documents(texts)
+        problem = vectors_problem(chunks, len(texts), self._provider.dims)
+        if problem is not None:
+            raise ValueError(f"{self._provider.provider}/{self._provider.model} {problem}")
+        for text, doc_chunks in zip(texts, chunks, strict=True):
+            self.computed[text_key(text)] = doc_chunks
+            self.held_bytes += _size(doc_chunks)
+        self.documents += len(texts)
+        if self.held_bytes >= self._cap:
+            self.full = True
+            log.info("embedding ahead stopped at its cap: %d documents, %d bytes", self.documents, self.held_bytes)
+            return False
+        return True
+
+
+class AheadProvider:
+    """The layer's provider for a batch that embedded ahead: a text embedded ahead is answered from
+    memory, the others by `inner` (one call per batch, as without it); its failures are the
+    layer's as before. `answered` and `asked` count documents."""
+
+    def __init__(self, inner: EmbeddingProvider, computed: dict[bytes, list[Chunk]]) -> None:
+        self.provider, self.model = inner.provider, inner.model
+        self._inner, self._computed = inner, computed
+        self.answered = 0
+        self.asked = 0
+
+    @property
+    def dims(self) -> int:
+        return self._inner.dims
+
+    def embed_documents(self, texts: list[str]) -> list[list[Chunk]]:
+        keys = [text_key(t) for t in texts]
+        missing = [t for t, k in zip(texts, keys, strict=True) if k not in self._computed]
+        fresh = self._inner.embed_documents(missing) if missing else []
+        self.asked += len(missing)
+        known = [self._computed[k] for k in keys if k in self._computed]
+        if len(fresh) != len(missing):  # a nonsense answer stays one: the layer's check fails the batch
+            return known + fresh
+        self.answered += len(known)
+        answers, out = iter(fresh), []
+        for k in keys:
+            out.append(self._computed[k] if k in self._computed else next(answers))
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._inner.embed_query(text)
+
+    def check(self) -> str:
+        return self._inner.check()
+
+
+def embedding_ahead(workspace: Workspace) -> Ahead | None:
+    """The work ahead of a batch, started; None where the configured provider does not work ahead
+    (Ollama, a provider a test sets) or the cap is 0."""
+    if AHEAD_BYTES <= 0:
+        return None
+    try:
+        configured = workspace.embedder()
+    except Exception:  # noqa: BLE001 - a provider the config gets wrong is the embeddings layer's failure to report
+        return None
+    if not isinstance(configured, EmbeddedProvider):
+        return None
+    # An instance of its own: its ONNX session (and that session's threads) is made on the thread
+    # ahead, at its lower priority, and freed when the layer starts; the layer's stays its own.
+    return Ahead(workspace, EmbeddedProvider(threads=AHEAD_THREADS))
+
+
+def _lower_priority() -> None:
+    """The calling thread (and the threads it starts: an ONNX session's) yields the CPU to the
+    batch's own threads: the work ahead is to use a core the fetch phase leaves idle, not to slow
+    the fetch phase on a machine whose cores are all busy (Linux nice is per thread)."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + AHEAD_NICE))
+    except (AttributeError, OSError):  # no per-thread priority here: the work ahead runs as it is
+        pass
