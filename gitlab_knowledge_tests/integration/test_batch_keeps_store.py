@@ -33,7 +33,8 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def only_store_layers(monkeypatch: pytest.MonkeyPatch) -> None:
     """The index layers do nothing: they are not what these tests are about."""
     monkeypatch.setattr(many_projects, "_lexical", lambda workspace, ps: {p: {} for p in ps})
-    monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log: {p: {} for p in ps})
+    monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log, **_: {p: {} for p in ps})
+    monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: None)
 
 
 def test_a_batch_opens_the_store_once_however_many_projects_it_fetches(dataset, tmp_path, monkeypatch, token_env,
