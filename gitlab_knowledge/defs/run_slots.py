@@ -102,11 +102,7 @@ def refuse_if_busy(instance: dg.DagsterInstance, projects: Sequence[str], exclud
 
 def refuse_if_project_busy(instance: dg.DagsterInstance, project: str) -> None:
     """Refuse while another live run syncs `project` (one the UI launched while a batch ran)."""
-    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
-
-    live = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
-    for run in instance.get_runs(RunsFilter(statuses=live, tags={"dagster/partition": project}), limit=1):
-        raise _project_busy(project, run)
+    _refuse_if_projects_busy(instance, [project])
 
 
 def _refuse_if_projects_busy(instance: dg.DagsterInstance, projects: Sequence[str]) -> None:
@@ -116,15 +112,12 @@ def _refuse_if_projects_busy(instance: dg.DagsterInstance, projects: Sequence[st
 
     newest: dict[str, Any] = {}
     for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING])):
-        newest.setdefault(run.tags.get("dagster/partition", ""), run)  # newest first, as `limit=1` took
+        newest.setdefault(run.tags.get("dagster/partition", ""), run)  # the newest run of each partition
     for project in projects:
         if project in newest:
-            raise _project_busy(project, newest[project])
-
-
-def _project_busy(project: str, run: Any) -> SyncInProgressError:
-    return SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
-                               f"{_started_by(run)}): try again when it finishes")
+            run = newest[project]
+            raise SyncInProgressError(f"a run of {project} is already in progress (Dagster run {run.run_id}, "
+                                      f"{_started_by(run)}): try again when it finishes")
 
 
 def _started_by(run: Any) -> str:

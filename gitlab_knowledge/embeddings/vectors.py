@@ -210,9 +210,11 @@ class VectorStore:
         return {r["doc_id"]: r["excerpt"] or "" for r in rows if chunks.get(r["doc_id"]) == r["chunk"]}
 
     def failures(self, project: str | None = None) -> dict[str, dict[str, Any]]:
+        if project:
+            return self.failures_of([project])[project]
         if FAILURES_TABLE not in self._names():
             return {}
-        where = f"table_name = {sql_str(self.name)}" + (f" AND project = {sql_str(project)}" if project else "")
+        where = f"table_name = {sql_str(self.name)}"
         rows = self._scan(self._db.open_table(FAILURES_TABLE), where, FAILURE_SCHEMA.names).to_pylist()
         return {r["doc_id"]: r for r in rows}
 
