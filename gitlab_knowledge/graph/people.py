@@ -8,6 +8,7 @@ graph/people_rows.py), not found by testing every item and joining every note.
 """
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,13 +33,15 @@ DEFAULT_SINCE = timedelta(days=7)
 # every call cost ~2 ms of a call on a loaded machine), made again in a forked child (whose copy
 # has no threads). Calls of more threads than these queue their notes.
 _alongside: tuple[int, ThreadPoolExecutor] | None = None
+_alongside_made = threading.Lock()
 
 
 def _pool() -> ThreadPoolExecutor:
     global _alongside
-    if _alongside is None or _alongside[0] != os.getpid():
-        _alongside = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="me-alongside"))
-    return _alongside[1]
+    with _alongside_made:
+        if _alongside is None or _alongside[0] != os.getpid():
+            _alongside = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="me-alongside"))
+        return _alongside[1]
 
 
 # -- me -----------------------------------------------------------------------------------------

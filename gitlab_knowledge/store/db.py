@@ -15,15 +15,15 @@ import os
 import re
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import duckdb
 
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.store import migrations
+from gitlab_knowledge.store.lingering import release_lingering
 
 _LOCK_PATTERN = re.compile(r"Could not set lock on file|Conflicting lock is held", re.IGNORECASE)
 _READ_ONLY_PATTERN = re.compile(r"Permission denied|Read-only file system", re.IGNORECASE)
@@ -41,34 +41,6 @@ _writer: list[Any] = []
 # reader of another process retries every <= 0.25 s, so a gap of 0.5 s takes one attempt in.
 KEEP_S = 2.0
 GAP_S = 0.5
-
-
-class Lingering(Protocol):
-    def release_idle(self) -> None: ...
-
-
-# resolved path -> the readers of this process that may keep it attached between reads
-# (store/reader.py): DuckDB refuses to open a file that another database of the process has
-# attached ("Unique file handle conflict"), so an open here first asks them to let go.
-_lingering: dict[str, weakref.WeakSet[Any]] = {}
-_lingering_lock = threading.Lock()
-
-
-def lingering(path: Path, holder: Lingering) -> None:
-    """`holder` may keep the store at `path` attached while no read uses it."""
-    with _lingering_lock:
-        _lingering.setdefault(str(path.resolve()), weakref.WeakSet()).add(holder)
-
-
-def release_lingering(path: Path, but: object = None) -> None:
-    """Every reader of this process that keeps the store at `path` attached, idle, detaches it
-    (but `but`): this process is about to open or attach the file."""
-    if not _lingering:
-        return
-    with _lingering_lock:
-        holders = [h for h in _lingering.get(str(path.resolve()), ()) if h is not but]
-    for holder in holders:
-        holder.release_idle()
 
 
 def one_row(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
@@ -128,7 +100,7 @@ def waiting_out_writers(path: Path, wait: float, attempt: Callable[[], T]) -> T:
 
 
 def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
-    release_lingering(path)
+    release_lingering(path)  # a reader of this process keeping the file attached lets it go first
     return waiting_out_writers(path, wait, lambda: duckdb.connect(str(path), read_only=read_only))
 
 

@@ -36,7 +36,8 @@ from typing import Any, TypeVar
 import duckdb
 
 from gitlab_knowledge.errors import StoreError
-from gitlab_knowledge.store.db import lingering, read_connection, release_lingering, waiting_out_writers
+from gitlab_knowledge.store.db import read_connection, waiting_out_writers
+from gitlab_knowledge.store.lingering import lingering, release_lingering
 from gitlab_knowledge.store.overlay import ConfidentialOverlay
 
 ALIAS = "gk_store"
