@@ -23,6 +23,7 @@ reader's overlay (store/overlay.py: issues a shared server learnt are confidenti
 sync) changed: the reader writes it as tables of the resident instance the lenses read.
 """
 
+import atexit
 import contextlib
 import threading
 import time
@@ -267,9 +268,25 @@ class _Detacher:
         self._changed = threading.Condition()
         self._due: dict[int, tuple[float, weakref.ref[StoreReader]]] = {}
         self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        """At exit, before the interpreter stops its threads: the attachments due are let go here,
+        each after a detach in progress on the thread, so none is left for that thread to be cut
+        off in the middle of (a DuckDB call torn down under a thread can abort the process)."""
+        with self._changed:
+            self._stopped = True
+            readers = [ref() for _, ref in self._due.values()]
+            self._due.clear()
+        for reader in readers:
+            if reader is not None:
+                reader.release_idle()
 
     def due(self, reader: StoreReader, at: float) -> None:
         with self._changed:
+            if self._stopped:
+                reader._detach_if_unused()  # the process is exiting: no attachment outlives the call
+                return
             self._due[id(reader)] = (at, weakref.ref(reader))
             if self._thread is None or not self._thread.is_alive():  # none yet, or a forked child's
                 self._thread = threading.Thread(target=self._run, name="store-detacher", daemon=True)
@@ -291,3 +308,4 @@ class _Detacher:
 
 
 _DETACHER = _Detacher()
+atexit.register(_DETACHER.stop)

@@ -158,3 +158,17 @@ def test_reads_on_several_threads_share_one_attachment(tmp_path: Path, linger: f
         t.join()
     assert seen == [["open", "secret"]] * 2 and len(attaches) == 1
     reader.close()
+
+
+def test_a_process_exiting_while_its_reader_lingers_exits_cleanly_and_lets_the_store_go(tmp_path: Path) -> None:
+    workspace = make_store(tmp_path)
+    script = ("import sys; from pathlib import Path; from gitlab_knowledge.store.reader import StoreReader\n"
+              "reader = StoreReader(Path(sys.argv[1]), linger=3600.0)\n"
+              "with reader.read(5.0) as con:\n"
+              "    print(con.execute('SELECT count(*) FROM issues').fetchone()[0])\n"
+              "print(reader._attached)\n")  # exits with the store attached: the exit lets it go
+    done = subprocess.run([sys.executable, "-c", script, str(workspace.config.duckdb_path)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.split(), done.stderr) == (0, ["2", "True"], "")
+    with workspace.write(wait=0) as con:  # nothing of it is left holding the file
+        con.execute("DELETE FROM issues WHERE id = 11")
