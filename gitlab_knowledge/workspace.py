@@ -149,8 +149,9 @@ class Workspace:
             return read_connection(self.config.duckdb_path, wait)
         from gitlab_knowledge.store.reader import StoreReader
 
-        # A lens is a schema of views in a resident instance: without a shared reader, a fresh one.
-        reader = self.reader if self.reader is not None else StoreReader(self.config.duckdb_path)
+        # A lens is a schema of views in a resident instance: without a shared reader, a fresh one
+        # (for this read only: it lets the store go as the read ends).
+        reader = self.reader if self.reader is not None else StoreReader(self.config.duckdb_path, linger=0)
         return reader.read(wait, self.lens)
 
     # -- the index stores -------------------------------------------------------------------

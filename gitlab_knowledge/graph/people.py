@@ -7,6 +7,8 @@ and the notes others wrote on them are read from the graph's rows per user (grap
 graph/people_rows.py), not found by testing every item and joining every note.
 """
 
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +29,19 @@ from gitlab_knowledge.workspace import Workspace
 __all__ = ["me", "person", "recorded_username"]
 
 DEFAULT_SINCE = timedelta(days=7)
+# The threads `me` reads the new notes on, beside its own: kept for the process (starting one on
+# every call cost ~2 ms of a call on a loaded machine), made again in a forked child (whose copy
+# has no threads). Calls of more threads than these queue their notes.
+_alongside: tuple[int, ThreadPoolExecutor] | None = None
+_alongside_made = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _alongside
+    with _alongside_made:
+        if _alongside is None or _alongside[0] != os.getpid():
+            _alongside = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="me-alongside"))
+        return _alongside[1]
 
 
 # -- me -----------------------------------------------------------------------------------------
@@ -57,15 +72,17 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         pid = project_id(con, project)
         name = username(user) if user is not None else _whoami(con, workspace.config.gitlab.url)
         u = name.lower()
-        # The new notes (with their bodies) and the unresolved threads need nothing of `_mine`'s:
-        # read on another connection meanwhile, as DuckDB runs both at once (on 2 cores, the
-        # call takes the longer of the two instead of their sum).
-        with alongside(con) as other, ThreadPoolExecutor(max_workers=1) as pool:
-            later = pool.submit(_new_notes, other, u, pid, start, limit)
-            mine, kept = _mine(con, name, pid, start)
-            mentions, mentioned = picked(con, kept, name, limit)  # while the notes may still be read
-            found, note_total, bodies, unresolved = later.result()
-        lists, states = _my_items(mine, unresolved, start, limit)
+        # The new notes (with their bodies) need nothing of `_mine`'s: read on another connection
+        # meanwhile, as DuckDB runs both at once (on 2 cores, the call takes the longer of the
+        # two instead of their sum).
+        with alongside(con) as other:
+            later = _pool().submit(_new_notes, other, u, pid, start, limit)
+            try:
+                mine, kept = _mine(con, name, pid, start)
+                mentions, mentioned = picked(con, kept, name, limit)  # while the notes may still be read
+            finally:
+                found, note_total, bodies = later.result()  # `other` is closed after, never under it
+        lists, states = _my_items(mine, start, limit)
         notes = _changes(con, found, bodies, mine)
     todos = None
     if live:
@@ -87,10 +104,10 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
 # What `_mine` reads of an item and its roles (a role row) or of a kept mention and its item: one
 # list of columns for both (`created_at` is the mention's, for a mention), in this order.
 _COLUMNS = ("is_role", "kind", "item_id", "iid", "title", "state", "web_url", "project", "created_at", "updated_at",
-            "closed_at", "merged_at", "is_author", "is_assignee", "is_reviewer", "note_id", "discussion_id",
-            "found_in", "author", "excerpt", "resolved")
+            "closed_at", "merged_at", "is_author", "is_assignee", "is_reviewer", "unresolved", "note_id",
+            "discussion_id", "found_in", "author", "excerpt", "resolved")
 (_IS_ROLE, _KIND, _ID, _IID, _TITLE, _STATE, _WEB_URL, _PROJECT, _CREATED, _UPDATED, _CLOSED, _MERGED, _AUTHOR,
- _ASSIGNEE, _REVIEWER) = range(15)
+ _ASSIGNEE, _REVIEWER, _UNRESOLVED) = range(16)
 # A mention's own columns (graph/mentioned.py `mention_rows`), named apart from its item's in the query.
 _MENTION_OWN = ("note_id", "discussion_id", "found_in", "author", "excerpt", "created_at", "resolved", "resolvable")
 # A row of one of the user's items: a tuple of `_COLUMNS`, read by index (made into dicts, the
@@ -101,15 +118,18 @@ Row = tuple[Any, ...]
 def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
           start: datetime) -> tuple[dict[kinds.Kind, list[Row]], list[dict[str, Any]]]:
     """The user's items (the open ones and those closed or merged since `start`, newest update
-    first, with their roles: `Row`s) and the mentions of the user `me` keeps (graph/mentioned.py),
-    with their items: in one query, which reads the items once for both (two queries each joining
-    both kinds of item cost ~4 ms more at 100K documents). Only what `me` says of an item is read
-    (each column costs its conversion)."""
+    first, with their roles and, an MR they authored, its unresolved threads: `Row`s) and the
+    mentions of the user `me` keeps (graph/mentioned.py), with their items: in one query, which
+    reads the items once for both (two queries each joining both kinds of item cost ~4 ms more at
+    100K documents) and counts the threads of the authored MRs it found (a statement of its own
+    cost ~3 ms more, planning and reading the user's rows again). Only what `me` says of an item
+    is read (each column costs its conversion)."""
     u = user.lower()
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     mentioned, mentioned_params = mention_rows(user, pid)
     kept, since = kept_mentions(start, attention=True, row="x.m_")
     blank = ", ".join(f"NULL AS m_{c}" for c in _MENTION_OWN)
+    mr = kinds.MERGE_REQUEST.name
     items = " UNION ALL ".join(
         f"SELECT '{k.name}' AS kind, id, iid, title, state, web_url, created_at, updated_at, closed_at, "
         f"{'merged_at' if k is kinds.MERGE_REQUEST else 'NULL::TIMESTAMP'} AS merged_at, project_id FROM {k.table}"
@@ -117,13 +137,20 @@ def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
     cur = con.execute(f"""
             WITH r AS (SELECT item_type, item_id, bool_or(role = 'author') AS is_author,
                               bool_or(role = 'assignee') AS is_assignee, bool_or(role = 'reviewer') AS is_reviewer
-                       FROM user_items WHERE username = ?{scope} AND role <> 'commenter' GROUP BY ALL)
+                       FROM user_items WHERE username = ?{scope} AND role <> 'commenter' GROUP BY ALL),
+                 u AS (SELECT merge_request_id, count(*) AS unresolved FROM discussions
+                       WHERE merge_request_id IN (SELECT item_id FROM r WHERE is_author AND item_type = '{mr}')
+                         AND resolvable AND NOT COALESCE(resolved, false) GROUP BY ALL)
             SELECT x.is_role, t.kind, t.id, t.iid, t.title, t.state, t.web_url, p.path_with_namespace,
                    CASE WHEN x.is_role THEN t.created_at ELSE x.m_created_at END, t.updated_at, t.closed_at,
-                   t.merged_at, x.is_author, x.is_assignee, x.is_reviewer, x.m_note_id, x.m_discussion_id,
-                   x.m_found_in, x.m_author, x.m_excerpt, x.m_resolved
-            FROM (SELECT true AS is_role, item_type, item_id, is_author, is_assignee, is_reviewer, {blank} FROM r
-                  UNION ALL SELECT false, item_type, item_id, NULL, NULL, NULL, {', '.join(f'{c} AS m_{c}' for c in _MENTION_OWN)}
+                   t.merged_at, x.is_author, x.is_assignee, x.is_reviewer, x.unresolved, x.m_note_id,
+                   x.m_discussion_id, x.m_found_in, x.m_author, x.m_excerpt, x.m_resolved
+            FROM (SELECT true AS is_role, item_type, item_id, is_author, is_assignee, is_reviewer,
+                         CASE WHEN is_author AND item_type = '{mr}' THEN coalesce(u.unresolved, 0) END AS unresolved,
+                         {blank}
+                  FROM r LEFT JOIN u ON r.item_type = '{mr}' AND u.merge_request_id = r.item_id
+                  UNION ALL SELECT false, item_type, item_id, NULL, NULL, NULL, NULL,
+                                   {', '.join(f'{c} AS m_{c}' for c in _MENTION_OWN)}
                   FROM ({mentioned})) x
             JOIN ({items}) t ON t.kind = x.item_type AND t.id = x.item_id JOIN projects p ON p.id = t.project_id
             WHERE CASE WHEN x.is_role THEN t.state IN {OPEN_STATES} OR t.closed_at >= ? OR t.merged_at >= ?
@@ -153,8 +180,7 @@ def _entry(kind: kinds.Kind, r: Row, **extra: Any) -> dict[str, Any]:
     return {**public_item(kind, _item(r)), "created_at": iso(r[_CREATED]), "updated_at": iso(r[_UPDATED]), **extra}
 
 
-def _my_items(mine: dict[kinds.Kind, list[Row]], unresolved: dict[int, int], start: datetime,
-              limit: int | None) -> tuple[dict[str, tuple[list[dict[str, Any]], int]],
+def _my_items(mine: dict[kinds.Kind, list[Row]], start: datetime, limit: int | None) -> tuple[dict[str, tuple[list[dict[str, Any]], int]],
                                           list[tuple[kinds.Kind, Row, datetime, str]]]:
     """`me`'s item lists, newest update first: the open issues assigned to the user, the open MRs
     assigned (not authored), to review and authored (with their unresolved threads), each whole
@@ -171,7 +197,7 @@ def _my_items(mine: dict[kinds.Kind, list[Row]], unresolved: dict[int, int], sta
               "review_requested": (mrs, [r for r in open_mrs if r[_REVIEWER]]),
               "authored_open_mrs": (mrs, [r for r in open_mrs if r[_AUTHOR]])}
     lists = {key: ([_entry(kind, r) for r in items[cut]], len(items)) for key, (kind, items) in picked.items()}
-    lists["authored_open_mrs"] = ([_entry(mrs, r, unresolved_threads=unresolved.get(r[_ID], 0))
+    lists["authored_open_mrs"] = ([_entry(mrs, r, unresolved_threads=r[_UNRESOLVED])
                                    for r in picked["authored_open_mrs"][1][cut]], lists["authored_open_mrs"][1])
     states: list[tuple[kinds.Kind, Row, datetime, str]] = []
     for kind, items in mine.items():
@@ -201,12 +227,11 @@ def _state(kind: kinds.Kind, r: Row, at: datetime, change: str) -> dict[str, Any
 
 
 def _new_notes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime,
-               limit: int | None) -> tuple[list[dict[str, Any]], int, dict[int, str | None], dict[int, int]]:
+               limit: int | None) -> tuple[list[dict[str, Any]], int, dict[int, str | None]]:
     """New notes by others on the user's items (those they authored, are assigned to or review)
     since `start`: the newest `limit`, how many there are and the bodies of those, read from the
     notes kept per user (graph/people_rows.py `user_item_notes`: joining every note to the user's
-    ~1,000 items cost ~10 ms at 100K documents); and the unresolved threads of every MR the user
-    authored, by MR (`me` shows those of their open MRs)."""
+    ~1,000 items cost ~10 ms at 100K documents)."""
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     # The newest first and how many, without a body; then the bodies of those shown only (a
     # user's items can carry ten thousand notes since a day long ago, and an agent is shown 100).
@@ -217,12 +242,7 @@ def _new_notes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: d
         ORDER BY created_at DESC, note_id DESC{f' LIMIT {int(limit)}' if limit is not None else ''}""",
                  [u, start, *scoped])
     bodies = note_bodies(con, [r["note_id"] for r in found])
-    unresolved = dict(con.execute(f"""
-        SELECT merge_request_id, count(*) FROM discussions
-        WHERE merge_request_id IN (SELECT item_id FROM user_items WHERE username = ? AND role = 'author'
-                                   AND item_type = '{kinds.MERGE_REQUEST.name}'{scope})
-          AND resolvable AND NOT COALESCE(resolved, false) GROUP BY ALL""", [u, *scoped]).fetchall())
-    return found, found[0]["total"] if found else 0, bodies, unresolved
+    return found, found[0]["total"] if found else 0, bodies
 
 
 def _changes(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]], bodies: dict[int, str | None],

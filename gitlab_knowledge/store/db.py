@@ -23,6 +23,7 @@ import duckdb
 
 from gitlab_knowledge.errors import StoreBusyError, StoreError
 from gitlab_knowledge.store import migrations
+from gitlab_knowledge.store.lingering import release_lingering
 
 _LOCK_PATTERN = re.compile(r"Could not set lock on file|Conflicting lock is held", re.IGNORECASE)
 _READ_ONLY_PATTERN = re.compile(r"Permission denied|Read-only file system", re.IGNORECASE)
@@ -99,6 +100,7 @@ def waiting_out_writers(path: Path, wait: float, attempt: Callable[[], T]) -> T:
 
 
 def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
+    release_lingering(path)  # a reader of this process keeping the file attached lets it go first
     return waiting_out_writers(path, wait, lambda: duckdb.connect(str(path), read_only=read_only))
 
 

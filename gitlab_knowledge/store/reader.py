@@ -3,11 +3,16 @@ attached for each read.
 
 Opening a DuckDB file costs ~9 ms, and nearly all of it is creating the database instance: an
 empty in-memory database costs the same. So the server keeps one in-memory instance for its
-lifetime and, for each read, ATTACHes the store READ_ONLY (~1 ms) and DETACHes it afterwards,
-which closes the file and releases its lock. Between calls the server holds nothing: a sync in
-another process opens the store for writing at once, and while a sync writes, a read waits the
-same bounded time and says "busy" in the same words as `store.db.read_connection`. Every read
-sees the file as it is now.
+lifetime and, for a read, ATTACHes the store READ_ONLY (~1 ms) and DETACHes it afterwards,
+which closes the file and releases its lock. The detach waits `linger` (LINGER_S) after the last
+read, on a thread of its own, off the answer's path: a read that comes meanwhile (the calls of a
+burst: an agent's parallel calls, a benchmark) finds the store attached and skips the attach, the
+detach and the reloading of the blocks it reads (~6 ms of CPU a call at 100K documents). An idle
+server holds nothing: a sync in another process meets the lock for at most `linger`, and retries
+(every <= 0.25 s); while a sync writes, a read waits the same bounded time and says "busy" in the
+same words as `store.db.read_connection`. Every read sees the file as it is now: while attached
+no other process can write it, a connection this process opens to it (store/db.py `_open`) first
+detaches a lingering attachment, and the files' stamp is checked before an attachment is reused.
 
 Reads may overlap (the tools run on worker threads): the first attaches, the last detaches, and
 each gets its own cursor. A read may look through a `Lens` (store/visibility.py): views in a schema
@@ -18,8 +23,11 @@ reader's overlay (store/overlay.py: issues a shared server learnt are confidenti
 sync) changed: the reader writes it as tables of the resident instance the lenses read.
 """
 
+import atexit
 import contextlib
 import threading
+import time
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -30,6 +38,7 @@ import duckdb
 
 from gitlab_knowledge.errors import StoreError
 from gitlab_knowledge.store.db import read_connection, waiting_out_writers
+from gitlab_knowledge.store.lingering import lingering, release_lingering
 from gitlab_knowledge.store.overlay import ConfidentialOverlay
 
 ALIAS = "gk_store"
@@ -38,6 +47,10 @@ ALIAS = "gk_store"
 MAX_LENSES = 32
 # Small answers a reader keeps per version of the store (`remembered`): beyond this, it starts over.
 MAX_REMEMBERED = 1024
+# How long the store stays attached after the last read (see the module's docstring): long
+# enough for the calls of a burst, short beside the 0.25 s between a writer's retries and the
+# 0.5 s gap a batch gives other processes (store/db.py `kept_open`).
+LINGER_S = 0.1
 T = TypeVar("T")
 # A lens's step: a statement, or a function running statements on the resident instance (with the
 # store attached) when what to create depends on the store (its tables).
@@ -73,9 +86,12 @@ class Lens:
 class StoreReader:
     """Read-only access to one store file for the life of a server process."""
 
-    def __init__(self, path: Path, overlay: ConfidentialOverlay | None = None) -> None:
+    def __init__(self, path: Path, overlay: ConfidentialOverlay | None = None, linger: float = LINGER_S) -> None:
         self.path = path
         self.overlay = overlay
+        self.linger = linger  # 0: detach as the last read ends
+        self._attached = False
+        self._idle_since = 0.0  # when the last read ended (monotonic)
         self._overlay_written = -1  # the overlay generation the instance's tables hold
         self._guard = threading.Lock()  # attach, detach, lenses and cursors: one thread at a time
         self._instance: duckdb.DuckDBPyConnection | None = None
@@ -98,6 +114,8 @@ class StoreReader:
             self._schema_checked = True
         elif not self.path.exists():
             raise StoreError(f"no data yet at {self.path}: run `python -m gitlab_knowledge sync` first")
+        # Another reader of this process lingering on the file: DuckDB refuses a second attach of it.
+        release_lingering(self.path, but=self)
         cursor = self._enter(wait, lens)
         try:
             cursor.execute(f"USE {ALIAS}")
@@ -129,6 +147,7 @@ class StoreReader:
     def close(self) -> None:
         with self._guard:
             instance, self._instance = self._instance, None
+            self._attached = False
             self._readers = 0
             self._lenses.clear()
             self._in_use.clear()
@@ -147,9 +166,13 @@ class StoreReader:
                 self._lenses.clear()
                 self._overlay_written = -1
             if self._readers == 0:
-                self._attach(self._instance, wait)
-                # Taken while attached: no writer can change the files until the detach.
-                self._stamp = store_stamp(self.path)
+                if self._attached and store_stamp(self.path) != self._stamp:
+                    self._detach()  # written since (a file replaced, or a lock not honoured): attach again
+                if not self._attached:
+                    self._attach(self._instance, wait)
+                    self._attached = True
+                    # Taken while attached: no writer can change the files until the detach.
+                    self._stamp = store_stamp(self.path)
             self._readers += 1
             try:
                 if lens is not None:
@@ -196,11 +219,32 @@ class StoreReader:
             self._readers -= 1
             if lens is not None:
                 self._in_use[lens.schema] -= 1
+            if self._readers == 0 and self.linger > 0 and self._attached:
+                self._idle_since = time.monotonic()
+                _DETACHER.due(self, self._idle_since + self.linger)
+                return
             self._detach_if_unused()
+
+    def release_idle(self) -> None:
+        """Detach the store now if no read is using it (a connection of this process is about to
+        open the file, or the linger is over)."""
+        with self._guard:
+            self._detach_if_unused()
+
+    def _detach_when_due(self) -> None:
+        with self._guard:
+            if self._readers == 0 and time.monotonic() >= self._idle_since + self.linger:
+                self._detach_if_unused()
 
     def _detach_if_unused(self) -> None:
         if self._readers > 0 or self._instance is None:
             return
+        self._detach()
+
+    def _detach(self) -> None:
+        if not self._attached or self._instance is None:
+            return
+        self._attached = False
         try:
             self._instance.execute(f"DETACH {ALIAS}")
         except duckdb.Error:
@@ -211,3 +255,57 @@ class StoreReader:
     def _attach(self, instance: duckdb.DuckDBPyConnection, wait: float) -> None:
         quoted = "'" + str(self.path).replace("'", "''") + "'"
         waiting_out_writers(self.path, wait, lambda: instance.execute(f"ATTACH {quoted} AS {ALIAS} (READ_ONLY)"))
+        if self.linger > 0:
+            lingering(self.path, self)
+
+
+class _Detacher:
+    """One thread per process that detaches the readers' lingering attachments when their linger
+    is over (a timer thread per read would cost a thread start on every answer). It holds the
+    readers weakly: a reader dropped without `close` is not kept alive by it."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._due: dict[int, tuple[float, weakref.ref[StoreReader]]] = {}
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def stop(self) -> None:
+        """At exit, before the interpreter stops its threads: the attachments due are let go here,
+        each after a detach in progress on the thread, so none is left for that thread to be cut
+        off in the middle of (a DuckDB call torn down under a thread can abort the process)."""
+        with self._changed:
+            self._stopped = True
+            readers = [ref() for _, ref in self._due.values()]
+            self._due.clear()
+        for reader in readers:
+            if reader is not None:
+                reader.release_idle()
+
+    def due(self, reader: StoreReader, at: float) -> None:
+        with self._changed:
+            if self._stopped:
+                reader._detach_if_unused()  # the process is exiting: no attachment outlives the call
+                return
+            self._due[id(reader)] = (at, weakref.ref(reader))
+            if self._thread is None or not self._thread.is_alive():  # none yet, or a forked child's
+                self._thread = threading.Thread(target=self._run, name="store-detacher", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                ready = [key for key, (at, _) in self._due.items() if at <= now]
+                readers = [self._due.pop(key)[1]() for key in ready]
+                if not ready:
+                    self._changed.wait(min((at for at, _ in self._due.values()), default=now + 60.0) - now)
+                    continue
+            for reader in readers:
+                if reader is not None:
+                    reader._detach_when_due()
+
+
+_DETACHER = _Detacher()
+atexit.register(_DETACHER.stop)

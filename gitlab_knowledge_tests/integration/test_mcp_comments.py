@@ -307,10 +307,11 @@ def test_a_writing_sync_makes_store_tools_answer_busy_and_the_server_holds_no_lo
     finally:
         holder.communicate("done\n", timeout=30)
     assert comments(config, mr=812)["counts"]["comments"] > 0
-    # Nothing stays open between calls: a writer gets the file at once.
+    # Nothing stays open after the calls: the server lets the file go 0.1 s after its last read
+    # (store/reader.py LINGER_S), within a writer's first retries.
     writer = subprocess.run([sys.executable, "-c", (
         "from pathlib import Path; from gitlab_knowledge.store.db import write_connection\n"
-        f"with write_connection(Path({path!r}), wait=0): print('wrote')")], capture_output=True, text=True)
+        f"with write_connection(Path({path!r}), wait=5): print('wrote')")], capture_output=True, text=True)
     assert writer.stdout.strip() == "wrote", writer.stderr
 
 
@@ -336,7 +337,7 @@ def test_a_write_to_the_store_is_seen_by_the_next_call(config: Config) -> None:
 
 def test_overlapping_calls_read_the_store_together_and_leave_it_unlocked(config: Config) -> None:
     """Tool calls run on worker threads at once: one attachment of the store serves them all, and
-    none is held once they are answered."""
+    none is held once they are answered (and the reader's 0.1 s after them is over)."""
     server = build_server(Resident(config, local_socket=False).context)
     calls = [("gitlab_get_mr_comments", {"project": "acme/platform", "mr": 812, "includeSystem": True}),
              ("get_issue", {"iid": 234, "project": "acme/platform"}),
@@ -357,7 +358,7 @@ def test_overlapping_calls_read_the_store_together_and_leave_it_unlocked(config:
             assert result.structured_content == same
     writer = subprocess.run([sys.executable, "-c", (
         "from pathlib import Path; from gitlab_knowledge.store.db import write_connection\n"
-        f"with write_connection(Path({str(config.duckdb_path)!r}), wait=0): print('wrote')")],
+        f"with write_connection(Path({str(config.duckdb_path)!r}), wait=5): print('wrote')")],
         capture_output=True, text=True)
     assert writer.stdout.strip() == "wrote", writer.stderr
 
