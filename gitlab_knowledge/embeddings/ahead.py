@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gitlab_knowledge.documents.stage import iter_documents, stage_documents
+from gitlab_knowledge.embeddings.ahead_worker import WorkerGone, WorkerProvider
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.provider import Chunk, EmbeddingProvider
 from gitlab_knowledge.embeddings.refresh import plan_many, vectors_problem
@@ -89,7 +90,10 @@ class Ahead:
         self.full = False  # the cap was reached: the rest is the layer's
         self.error: str | None = None  # what ended the work ahead early (the layer retries it all)
         self.documents = 0  # documents embedded ahead
-        self.cpu_s = 0.0  # the thread's CPU time (its ONNX session computes on it: one intra-op thread)
+        self.cpu_s = 0.0  # the model's CPU time: the worker process's, or the thread's (an in-process provider)
+        self.thread_cpu_s = 0.0  # the thread ahead's own CPU time (planning, hashing; the model's too in-process)
+        self.worker_pid = provider.pid if isinstance(provider, WorkerProvider) else None
+        self.worker_exit: int | None = None  # the worker's exit code, once reaped
         self.rounds = 0  # reads of the store
         self._last_round = float("-inf")
         self._thread = threading.Thread(target=self._run, name="gk-embed-ahead", daemon=True)
@@ -112,11 +116,19 @@ class Ahead:
             self._may_read = False
 
     def close(self) -> None:
-        """Stop after the call in progress and join the thread."""
+        """Stop: the worker process is killed (a call in progress is lost: at most AHEAD_BATCH
+        documents, which the layer embeds, sooner than waiting for it), the thread joined, the
+        worker reaped. An in-process provider's call in progress is waited for."""
         with self._wake:
             self._stopping = True
             self._wake.notify()
+        worker = self._provider if isinstance(self._provider, WorkerProvider) else None
+        if worker is not None:
+            worker.kill()  # the thread's wait on its pipe ends at once
         self._thread.join()
+        if worker is not None:
+            self.worker_exit = worker.close()
+            self.cpu_s = worker.cpu_s
 
     def finish(self, provider: EmbeddingProvider) -> EmbeddingProvider:
         """Stop, and `provider` answering from what was computed ahead (itself if nothing was)."""
@@ -131,7 +143,9 @@ class Ahead:
         stopped = (" up to its cap" if self.full else "") + (f", then stopped: {self.error}" if self.error else "")
         used = (f"{provider.answered} answered from them, {provider.asked} embedded after it"
                 if isinstance(provider, AheadProvider) else "every document embedded after it")
-        return (f"{self.documents} document(s) embedded during the fetch phase ({self.cpu_s:.1f} s of CPU, "
+        where = (f"in process {self.worker_pid}, {self.thread_cpu_s:.1f} s on the thread ahead"
+                 if self.worker_pid is not None else "on the thread ahead")
+        return (f"{self.documents} document(s) embedded during the fetch phase ({self.cpu_s:.1f} s of CPU {where}, "
                 f"{self.rounds} read(s) of the store{stopped}); {used}")
 
     def _next(self) -> list[str] | None:
@@ -154,17 +168,22 @@ class Ahead:
             return taken
 
     def _run(self) -> None:
-        _lower_priority()
+        in_process = self.worker_pid is None
+        if in_process:  # the model computes on this thread; a worker process lowers its own priority
+            _lower_priority()
         started = time.thread_time()
         try:
             while (projects := self._next()) is not None:
                 if not self._round(projects):
                     return
         except Exception as exc:  # noqa: BLE001 - the work ahead never fails the batch: the layer does it all
-            self.error = f"{type(exc).__name__}: {exc}"
-            log.info("embedding ahead stopped: %s", self.error)
+            if not (self._stopping and isinstance(exc, WorkerGone)):  # not the worker killed by `close`
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.info("embedding ahead stopped: %s", self.error)
         finally:
-            self.cpu_s = time.thread_time() - started
+            self.thread_cpu_s = time.thread_time() - started
+            if in_process:
+                self.cpu_s = self.thread_cpu_s
             self.idle.set()
 
     def _round(self, projects: list[str]) -> bool:
@@ -246,8 +265,9 @@ class AheadProvider:
 
 def embedding_ahead(workspace: Workspace) -> Ahead | None:
     """The work ahead of a batch, started; None where the configured provider does not work ahead
-    (Ollama, a provider a test sets) or the cap is 0."""
-    if AHEAD_BYTES <= 0:
+    (Ollama, a provider a test sets), the cap is 0 or this process may run on one CPU only (no
+    core is idle to use: the work ahead would take the fetch phase's)."""
+    if AHEAD_BYTES <= 0 or _usable_cpus() < 2:
         return None
     try:
         configured = workspace.embedder()
@@ -255,9 +275,21 @@ def embedding_ahead(workspace: Workspace) -> Ahead | None:
         return None
     if not isinstance(configured, EmbeddedProvider):
         return None
-    # An instance of its own: its ONNX session (and that session's threads) is made on the thread
-    # ahead, at its lower priority, and freed when the layer starts; the layer's stays its own.
-    return Ahead(workspace, EmbeddedProvider(threads=AHEAD_THREADS))
+    # The model in a process of its own (its Python does not take turns with the fetch phase's
+    # for the GIL), started now so that it loads while the batch starts. Where no process can be
+    # started, an instance on the thread ahead (its ONNX session made there, at its lower priority).
+    try:
+        return Ahead(workspace, WorkerProvider(AHEAD_THREADS, AHEAD_NICE))
+    except OSError as exc:
+        log.info("embedding ahead on a thread: no worker process (%s)", exc)
+        return Ahead(workspace, EmbeddedProvider(threads=AHEAD_THREADS))
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def _lower_priority() -> None:
