@@ -200,7 +200,7 @@ def test_a_worker_killed_mid_way_leaves_the_batch_as_without_it_and_no_process(s
                                                                               monkeypatch, token_env):
     url, projects = sandbox_url
     texts, seen = Texts(monkeypatch), Seen(monkeypatch)
-    monkeypatch.setattr(ahead_module, "AHEAD_BATCH", 2)
+    monkeypatch.setattr(ahead_module, "AHEAD_WORKER_BATCH", 2)
     real_embed = WorkerProvider.embed_documents
     calls: list[int] = []
 
@@ -262,7 +262,7 @@ def test_the_work_ahead_stops_at_its_cap_and_the_layer_embeds_the_rest(sandbox_u
                                                                         monkeypatch, token_env):
     url, projects = sandbox_url
     texts, seen = Texts(monkeypatch), Seen(monkeypatch)
-    monkeypatch.setattr(ahead_module, "AHEAD_BATCH", 4)
+    monkeypatch.setattr(ahead_module, "AHEAD_WORKER_BATCH", 4)
     monkeypatch.setattr(ahead_module, "AHEAD_BYTES", 5 * 384 * 4)  # about five windows' vectors
     batch = run(workspace_at(tmp_path / "data", url, projects), projects)
     rows, stats = without_ahead
