@@ -155,14 +155,13 @@ class WorkerProvider:
 def _serve(threads: int, nice: int) -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the pipe, whatever a library prints
-    with contextlib.suppress(OSError):
-        os.nice(nice)  # before the ONNX session starts its threads: they inherit it
     try:
         model = EmbeddedProvider(threads=threads)
         model.embed_documents(["ready"])  # the tokenizer and the documents' session, loaded now
     except Exception as exc:  # noqa: BLE001 - told to the parent, which ends the work ahead
         write_frame(stdout, ("error", f"{type(exc).__name__}: {exc}"))
         return
+    _lower_priority(nice)
     write_frame(stdout, ("ready", os.getpid(), time.process_time()))
     while True:
         try:
@@ -176,6 +175,16 @@ def _serve(threads: int, nice: int) -> None:
             write_frame(stdout, ("error", f"{type(exc).__name__}: {exc}"))
             return
         write_frame(stdout, ("ok", answer, time.process_time()))
+
+
+def _lower_priority(nice: int) -> None:
+    """Every thread of this process (the ONNX session's too, made by now) at `nice` more. Only
+    after the load: its ~2 s of CPU (imports, the model's hash, the session) at nice +10 took
+    11 s of a loaded machine (~0.1 of a core), and it overlaps the batch's startup anyway."""
+    for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else [str(os.getpid())]:
+        with contextlib.suppress(OSError, ValueError):  # a thread that ended; not Linux: this one only
+            tid = int(task)
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
 
 
 if __name__ == "__main__":

@@ -226,14 +226,22 @@ def test_a_worker_killed_mid_way_leaves_the_batch_as_without_it_and_no_process(s
     assert no_thread_ahead() and gone(ahead.worker_pid)
 
 
-def test_the_worker_gets_no_token_and_ends_when_its_parent_closes_the_pipe(monkeypatch):
+def nice_of(pid: int) -> set[int]:
+    """The nice value of each thread of `pid` (field 19 of its stat)."""
+    return {int(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+            for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_the_worker_gets_no_token_runs_at_lower_priority_and_ends_when_its_parent_closes_the_pipe(monkeypatch):
     monkeypatch.setenv("GITLAB_TOKEN", "glpat-not-for-the-worker")
-    worker = WorkerProvider(1, 0)
+    worker = WorkerProvider(2, 5)
     try:
         environ = Path(f"/proc/{worker.pid}/environ").read_bytes()
         assert b"glpat-not-for-the-worker" not in environ and b"GITLAB_TOKEN" not in environ
         (chunks,) = worker.embed_documents(["a text"])
         assert chunks[0].text == "a text" and chunks[0].vector.shape == (384,)
+        # Loaded at this process's priority, then every thread of it (its ONNX session's) lowered.
+        assert nice_of(worker.pid) == {min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)}
         # The end of its stdin (a parent that died) ends it, with nothing on the pipe.
         assert worker._proc.stdin is not None and worker._proc.stdout is not None
         worker._proc.stdin.close()
