@@ -261,6 +261,17 @@ def test_the_work_ahead_is_a_worker_process_and_none_on_one_usable_cpu(tmp_path,
     finally:
         ahead.close()
     assert gone(ahead.worker_pid) and no_thread_ahead()
+    # No process can be started: the model on the thread ahead, as before the worker.
+    from gitlab_knowledge.embeddings import ahead_worker
+
+    def no_process(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("too many open files")
+
+    monkeypatch.setattr(ahead_worker.subprocess, "Popen", no_process)
+    on_thread = ahead_module.embedding_ahead(workspace)
+    assert on_thread is not None and on_thread.worker_pid is None
+    on_thread.close()
+    assert no_thread_ahead()
     # No idle core to use: the work ahead would take the fetch phase's.
     monkeypatch.setattr(ahead_module.os, "sched_getaffinity", lambda pid: {0})
     assert ahead_module.embedding_ahead(workspace) is None
