@@ -4,15 +4,20 @@ A batch of many projects (defs/many_projects.py) fetches and stores them on one 
 is GIL-bound) and embeds only after every project's documents are built (measured at 300
 projects: ~31 s of fetch phase with the second core idle, then ~32 s of embedding). Here, as each
 group of projects' documents commit, a thread plans them as the embeddings layer will
-(`refresh.plan_many`, `stage_documents`: the same plan and the same input texts) and embeds the
-documents to embed, keeping each text's chunks in memory keyed by a digest of the exact text
+(`refresh.plan_many`, `stage_documents`: the same plan and the same input texts) and has the
+documents to embed embedded by a worker process of its own (embeddings/ahead_worker.py: the
+model's Python there does not take turns with the fetch phase's for this process's GIL), keeping
+each text's chunks in memory keyed by a digest of the exact text
 handed to the provider: a text that changed after it was embedded ahead can only miss, never get
 another text's vectors. The layer then runs as it always does (one plan, one LanceDB write, one
 commit, its stats, failures and retries) through `AheadProvider`, which answers the texts
 embedded ahead and asks the real provider for the rest.
 
-- Never fails the batch: any error ahead (a provider failing, the store busy) ends the work ahead
-  and leaves its documents to the layer, which retries them and records failures as it does now.
+- Never fails the batch: any error ahead (a provider failing, the worker dying or answering
+  nonsense, the store busy) ends the work ahead and leaves its documents to the layer, which
+  retries them and records failures as it does now.
+- Never outlives the batch: `close` (in the batch's `finally`, and when the layer starts) kills
+  the worker, joins the thread and reaps the worker: a stop waits for no call in progress.
 - Bounded: at most `AHEAD_BYTES` of chunks (vectors and covered texts) are held; past it the work
   ahead stops and the layer embeds the rest.
 - The store is read through `write_connection`, taking its turn with the batch's commits
@@ -36,6 +41,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gitlab_knowledge.documents.stage import iter_documents, stage_documents
+from gitlab_knowledge.embeddings.ahead_worker import WorkerGone, WorkerProvider
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.provider import Chunk, EmbeddingProvider
 from gitlab_knowledge.embeddings.refresh import plan_many, vectors_problem
@@ -45,13 +51,22 @@ log = logging.getLogger(__name__)
 # The chunks held at most (vectors and the text each covers): ~40,000 windows of 384 dimensions.
 # A first sync of 100K documents stops embedding ahead there and the layer embeds the rest.
 AHEAD_BYTES = 128 * 2**20
-# ONNX threads of the work ahead: the fetch phase's Python holds one core (docs/ARCHITECTURE.md,
+# ONNX threads of the worker process: the fetch phase's Python holds one core (docs/ARCHITECTURE.md,
 # "Embedding during the fetch phase", has the measurements that chose 1).
 AHEAD_THREADS = 1
-# Documents a call: small, so that stopping (the embeddings layer starting, an interrupt) waits
-# for one short call at most.
+# Documents a call to an in-process provider: small, so that stopping (the embeddings layer
+# starting, an interrupt) waits for one short call at most.
 AHEAD_BATCH = 16
-AHEAD_NICE = 10  # how much lower the priority of the work ahead's threads is than the batch's
+# Documents a call to the worker process: stopping kills it, so a call's length costs no wait, and
+# a longer call sorts more windows by length (less padding): 1 ONNX thread, 320 documents of the
+# 300-project dataset, 19-20 documents a CPU-second in calls of 16, 23 of 32, 30 of 64, 33 of 128.
+# What a kill loses is the call in progress (the layer embeds it): 64 is about 2 s of CPU.
+AHEAD_WORKER_BATCH = 64
+# A round's documents are read this many at a time and sorted by length before they are cut into
+# calls, so a call's windows pad less: calls of 64 went from 28.5 to 34.4-35.6 documents a
+# CPU-second (the same 320 documents, 1 ONNX thread). Bounds the texts a round holds at once.
+AHEAD_SORTED = 1024
+AHEAD_NICE = 10  # how much lower the priority of the worker process (or an in-process provider's thread) is
 # A read of the store at most this often: each takes its turn among the batch's connections
 # (~60 ms through the held store, ~150 ms opening it, at load 7-10), and the projects that land
 # meanwhile are read together.
@@ -77,7 +92,8 @@ class Ahead:
                  batch_size: int | None = None) -> None:
         self._workspace, self._provider = workspace, provider
         self._cap = AHEAD_BYTES if cap_bytes is None else cap_bytes
-        self._batch_size = batch_size or AHEAD_BATCH
+        worker = isinstance(provider, WorkerProvider)
+        self._batch_size = batch_size or (AHEAD_WORKER_BATCH if worker else AHEAD_BATCH)
         self._queue: list[str] = []
         self._wake = threading.Condition()
         self._stopping = False
@@ -89,7 +105,10 @@ class Ahead:
         self.full = False  # the cap was reached: the rest is the layer's
         self.error: str | None = None  # what ended the work ahead early (the layer retries it all)
         self.documents = 0  # documents embedded ahead
-        self.cpu_s = 0.0  # the thread's CPU time (its ONNX session computes on it: one intra-op thread)
+        self.cpu_s = 0.0  # the model's CPU time: the worker process's, or the thread's (an in-process provider)
+        self.thread_cpu_s = 0.0  # the thread ahead's own CPU time (planning, hashing; the model's too in-process)
+        self.worker_pid = provider.pid if isinstance(provider, WorkerProvider) else None
+        self.worker_exit: int | None = None  # the worker's exit code, once reaped
         self.rounds = 0  # reads of the store
         self._last_round = float("-inf")
         self._thread = threading.Thread(target=self._run, name="gk-embed-ahead", daemon=True)
@@ -112,11 +131,19 @@ class Ahead:
             self._may_read = False
 
     def close(self) -> None:
-        """Stop after the call in progress and join the thread."""
+        """Stop: the worker process is killed (a call in progress is lost: at most AHEAD_WORKER_BATCH
+        documents, which the layer embeds, sooner than waiting for it), the thread joined, the
+        worker reaped. An in-process provider's call in progress is waited for."""
         with self._wake:
             self._stopping = True
             self._wake.notify()
+        worker = self._provider if isinstance(self._provider, WorkerProvider) else None
+        if worker is not None:
+            worker.kill()  # the thread's wait on its pipe ends at once
         self._thread.join()
+        if worker is not None:
+            self.worker_exit = worker.close()
+            self.cpu_s = worker.cpu_s
 
     def finish(self, provider: EmbeddingProvider) -> EmbeddingProvider:
         """Stop, and `provider` answering from what was computed ahead (itself if nothing was)."""
@@ -131,7 +158,9 @@ class Ahead:
         stopped = (" up to its cap" if self.full else "") + (f", then stopped: {self.error}" if self.error else "")
         used = (f"{provider.answered} answered from them, {provider.asked} embedded after it"
                 if isinstance(provider, AheadProvider) else "every document embedded after it")
-        return (f"{self.documents} document(s) embedded during the fetch phase ({self.cpu_s:.1f} s of CPU, "
+        where = (f"in process {self.worker_pid}, {self.thread_cpu_s:.1f} s on the thread ahead"
+                 if self.worker_pid is not None else "on the thread ahead")
+        return (f"{self.documents} document(s) embedded during the fetch phase ({self.cpu_s:.1f} s of CPU {where}, "
                 f"{self.rounds} read(s) of the store{stopped}); {used}")
 
     def _next(self) -> list[str] | None:
@@ -154,17 +183,22 @@ class Ahead:
             return taken
 
     def _run(self) -> None:
-        _lower_priority()
+        in_process = self.worker_pid is None
+        if in_process:  # the model computes on this thread; a worker process lowers its own priority
+            _lower_priority()
         started = time.thread_time()
         try:
             while (projects := self._next()) is not None:
                 if not self._round(projects):
                     return
         except Exception as exc:  # noqa: BLE001 - the work ahead never fails the batch: the layer does it all
-            self.error = f"{type(exc).__name__}: {exc}"
-            log.info("embedding ahead stopped: %s", self.error)
+            if not (self._stopping and isinstance(exc, WorkerGone)):  # not the worker killed by `close`
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.info("embedding ahead stopped: %s", self.error)
         finally:
-            self.cpu_s = time.thread_time() - started
+            self.thread_cpu_s = time.thread_time() - started
+            if in_process:
+                self.cpu_s = self.thread_cpu_s
             self.idle.set()
 
     def _round(self, projects: list[str]) -> bool:
@@ -184,12 +218,14 @@ class Ahead:
                         stage_documents(con, wanted, staged)
             if not wanted:
                 return True
-            for docs in iter_documents(staged, self._batch_size):
-                if self._stopping:
-                    return False
-                texts = [t for t in dict.fromkeys(d["content_text"] for d in docs) if text_key(t) not in self.computed]
-                if texts and not self._embed(texts):
-                    return False
+            for docs in iter_documents(staged, AHEAD_SORTED):
+                block = sorted((t for t in dict.fromkeys(d["content_text"] for d in docs)
+                                if text_key(t) not in self.computed), key=len)
+                for start in range(0, len(block), self._batch_size):
+                    if self._stopping:
+                        return False
+                    if not self._embed(block[start:start + self._batch_size]):
+                        return False
         return True
 
     def _embed(self, texts: list[str]) -> bool:
@@ -246,8 +282,9 @@ class AheadProvider:
 
 def embedding_ahead(workspace: Workspace) -> Ahead | None:
     """The work ahead of a batch, started; None where the configured provider does not work ahead
-    (Ollama, a provider a test sets) or the cap is 0."""
-    if AHEAD_BYTES <= 0:
+    (Ollama, a provider a test sets), the cap is 0 or this process may run on one CPU only (no
+    core is idle to use: the work ahead would take the fetch phase's)."""
+    if AHEAD_BYTES <= 0 or _usable_cpus() < 2:
         return None
     try:
         configured = workspace.embedder()
@@ -255,9 +292,21 @@ def embedding_ahead(workspace: Workspace) -> Ahead | None:
         return None
     if not isinstance(configured, EmbeddedProvider):
         return None
-    # An instance of its own: its ONNX session (and that session's threads) is made on the thread
-    # ahead, at its lower priority, and freed when the layer starts; the layer's stays its own.
-    return Ahead(workspace, EmbeddedProvider(threads=AHEAD_THREADS))
+    # The model in a process of its own (its Python does not take turns with the fetch phase's
+    # for the GIL), started now so that it loads while the batch starts. Where no process can be
+    # started, an instance on the thread ahead (its ONNX session made there, at its lower priority).
+    try:
+        return Ahead(workspace, WorkerProvider(AHEAD_THREADS, AHEAD_NICE))
+    except OSError as exc:
+        log.info("embedding ahead on a thread: no worker process (%s)", exc)
+        return Ahead(workspace, EmbeddedProvider(threads=AHEAD_THREADS))
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def _lower_priority() -> None:

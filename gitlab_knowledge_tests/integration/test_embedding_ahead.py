@@ -1,8 +1,11 @@
-"""A batch embeds its projects' documents during the fetch phase (embeddings/ahead.py): the
-embeddings layer then answers those texts from memory and records what it records without it
-(the same LanceDB rows and vectors, each project's same stats); a provider failing ahead, the cap
-and an interrupted batch leave the result as before and no thread behind."""
+"""A batch embeds its projects' documents during the fetch phase (embeddings/ahead.py), in a
+worker process of its own (embeddings/ahead_worker.py): the embeddings layer then answers those
+texts from memory and records what it records without it (the same LanceDB rows and vectors, each
+project's same stats); a provider failing ahead, the worker killed mid-way, the cap and an
+interrupted batch leave the result as before and no thread or process behind."""
 
+import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from gitlab_knowledge.defs import many_projects
 from gitlab_knowledge.defs.many_projects import Batch, Carried, carry
 from gitlab_knowledge.embeddings import ahead as ahead_module
 from gitlab_knowledge.embeddings.ahead import Ahead, AheadProvider
+from gitlab_knowledge.embeddings.ahead_worker import WorkerProvider
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.errors import EmbeddingUnavailable
 from gitlab_knowledge.layers import EMBEDDINGS
@@ -141,6 +145,12 @@ def no_thread_ahead() -> bool:
     return not any(t.name == "gk-embed-ahead" for t in threading.enumerate())
 
 
+def gone(pid: int | None) -> bool:
+    """The process ended and was reaped (a zombie still has its /proc entry)."""
+    assert pid is not None
+    return not Path(f"/proc/{pid}").exists()
+
+
 def test_the_layer_answers_from_what_was_embedded_ahead_and_records_the_same(sandbox_url, without_ahead, tmp_path,
                                                                              monkeypatch, token_env):
     url, projects = sandbox_url
@@ -149,18 +159,21 @@ def test_the_layer_answers_from_what_was_embedded_ahead_and_records_the_same(san
     rows, stats = without_ahead
     assert vector_rows(workspace_at(tmp_path / "data", url, projects)) == rows
     assert embed_stats(batch) == stats
-    # Every document was embedded ahead and answered from it: the model saw each text once.
+    # Every document was embedded ahead, in another process, and answered from it: no model of
+    # this process was asked for a text.
     (ahead,), (provider,) = seen.ahead, seen.providers
     assert isinstance(provider, AheadProvider)
     embedded = sum(s["embeddings_embedded"] for s in stats.values())
     assert provider.answered == ahead.documents == embedded > 0
     assert provider.asked == 0
-    assert len(texts.asked) == len(set(texts.asked)) == embedded
-    assert no_thread_ahead()
+    assert texts.asked == []
+    assert ahead.worker_pid not in (None, os.getpid()) and ahead.cpu_s > 0 and ahead.error is None
+    assert no_thread_ahead() and gone(ahead.worker_pid)
     said = [line for line in log.lines if "during the fetch phase" in line]
     assert said == [f"embeddings: {embedded} document(s) embedded during the fetch phase "
-                    f"({ahead.cpu_s:.1f} s of CPU, {ahead.rounds} read(s) of the store); {embedded} answered "
-                    "from them, 0 embedded after it"]
+                    f"({ahead.cpu_s:.1f} s of CPU in process {ahead.worker_pid}, {ahead.thread_cpu_s:.1f} s on the "
+                    f"thread ahead, {ahead.rounds} read(s) of the store); {embedded} answered from them, 0 embedded "
+                    "after it"]
 
 
 def test_a_provider_failing_ahead_leaves_the_batch_as_without_it(sandbox_url, without_ahead, tmp_path, monkeypatch,
@@ -183,11 +196,92 @@ def test_a_provider_failing_ahead_leaves_the_batch_as_without_it(sandbox_url, wi
     assert no_thread_ahead()
 
 
+def test_a_worker_killed_mid_way_leaves_the_batch_as_without_it_and_no_process(sandbox_url, without_ahead, tmp_path,
+                                                                              monkeypatch, token_env):
+    url, projects = sandbox_url
+    texts, seen = Texts(monkeypatch), Seen(monkeypatch)
+    monkeypatch.setattr(ahead_module, "AHEAD_WORKER_BATCH", 2)
+    real_embed = WorkerProvider.embed_documents
+    calls: list[int] = []
+
+    def embed_then_die(worker: WorkerProvider, batch: list[str]) -> Any:
+        out = real_embed(worker, batch)
+        calls.append(len(batch))
+        if len(calls) == 2:  # after its second answer, the worker dies (as an OOM kill would end it)
+            os.kill(worker.pid, signal.SIGKILL)
+        return out
+
+    monkeypatch.setattr(WorkerProvider, "embed_documents", embed_then_die)
+    batch = run(workspace_at(tmp_path / "data", url, projects), projects)
+    rows, stats = without_ahead
+    assert vector_rows(workspace_at(tmp_path / "data", url, projects)) == rows
+    assert embed_stats(batch) == stats
+    (ahead,), (provider,) = seen.ahead, seen.providers
+    embedded = sum(s["embeddings_embedded"] for s in stats.values())
+    assert len(calls) == 2 and ahead.documents == sum(calls) < embedded
+    assert ahead.error is not None and "ended" in ahead.error and ahead.worker_exit == -signal.SIGKILL
+    # What it answered before dying is used; the layer embedded the rest, each text once.
+    assert provider.answered == ahead.documents and provider.asked == embedded - ahead.documents
+    assert len(texts.asked) == len(set(texts.asked)) == embedded - ahead.documents
+    assert no_thread_ahead() and gone(ahead.worker_pid)
+
+
+def nice_of(pid: int) -> set[int]:
+    """The nice value of each thread of `pid` (field 19 of its stat)."""
+    return {int(Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+            for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def test_the_worker_gets_no_token_runs_at_lower_priority_and_ends_when_its_parent_closes_the_pipe(monkeypatch):
+    monkeypatch.setenv("GITLAB_TOKEN", "glpat-not-for-the-worker")
+    worker = WorkerProvider(2, 5)
+    try:
+        environ = Path(f"/proc/{worker.pid}/environ").read_bytes()
+        assert b"glpat-not-for-the-worker" not in environ and b"GITLAB_TOKEN" not in environ
+        (chunks,) = worker.embed_documents(["a text"])
+        assert chunks[0].text == "a text" and chunks[0].vector.shape == (384,)
+        # Loaded at this process's priority, then every thread of it (its ONNX session's) lowered.
+        assert nice_of(worker.pid) == {min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)}
+        # The end of its stdin (a parent that died) ends it, with nothing on the pipe.
+        assert worker._proc.stdin is not None and worker._proc.stdout is not None
+        worker._proc.stdin.close()
+        assert worker._proc.stdout.read() == b""
+        assert worker._proc.wait(timeout=60) == 0
+    finally:
+        worker.close()
+    assert gone(worker.pid)
+
+
+def test_the_work_ahead_is_a_worker_process_and_none_on_one_usable_cpu(tmp_path, monkeypatch, token_env):
+    workspace = workspace_at(tmp_path / "data", "http://127.0.0.1:9", ["group/project"])
+    ahead = ahead_module.embedding_ahead(workspace)
+    assert ahead is not None
+    try:
+        assert ahead.worker_pid not in (None, os.getpid())
+    finally:
+        ahead.close()
+    assert gone(ahead.worker_pid) and no_thread_ahead()
+    # No process can be started: the model on the thread ahead, as before the worker.
+    from gitlab_knowledge.embeddings import ahead_worker
+
+    def no_process(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("too many open files")
+
+    monkeypatch.setattr(ahead_worker.subprocess, "Popen", no_process)
+    on_thread = ahead_module.embedding_ahead(workspace)
+    assert on_thread is not None and on_thread.worker_pid is None
+    on_thread.close()
+    assert no_thread_ahead()
+    # No idle core to use: the work ahead would take the fetch phase's.
+    monkeypatch.setattr(ahead_module.os, "sched_getaffinity", lambda pid: {0})
+    assert ahead_module.embedding_ahead(workspace) is None
+
+
 def test_the_work_ahead_stops_at_its_cap_and_the_layer_embeds_the_rest(sandbox_url, without_ahead, tmp_path,
                                                                         monkeypatch, token_env):
     url, projects = sandbox_url
     texts, seen = Texts(monkeypatch), Seen(monkeypatch)
-    monkeypatch.setattr(ahead_module, "AHEAD_BATCH", 4)
+    monkeypatch.setattr(ahead_module, "AHEAD_WORKER_BATCH", 4)
     monkeypatch.setattr(ahead_module, "AHEAD_BYTES", 5 * 384 * 4)  # about five windows' vectors
     batch = run(workspace_at(tmp_path / "data", url, projects), projects)
     rows, stats = without_ahead
@@ -199,7 +293,8 @@ def test_the_work_ahead_stops_at_its_cap_and_the_layer_embeds_the_rest(sandbox_u
     # It stopped at the first call that reached the cap: at most two calls of four documents.
     assert 0 < ahead.documents <= 8 < embedded
     assert provider.answered == ahead.documents and provider.asked == embedded - ahead.documents
-    assert len(texts.asked) == len(set(texts.asked)) == embedded
+    assert len(texts.asked) == len(set(texts.asked)) == embedded - ahead.documents
+    assert no_thread_ahead() and gone(ahead.worker_pid)
 
 
 def test_an_interrupted_batch_leaves_no_thread_ahead(sandbox_url, tmp_path, monkeypatch, token_env):
@@ -219,8 +314,10 @@ def test_an_interrupted_batch_leaves_no_thread_ahead(sandbox_url, tmp_path, monk
         if started and layer.name == "documents":  # the work ahead has been given projects
             break
     assert not no_thread_ahead()
+    pid = started[0].worker_pid
+    assert pid is not None and not gone(pid)
     steps.close()  # what an interrupt of the step does to the generator
-    assert no_thread_ahead()
+    assert no_thread_ahead() and gone(pid)
     assert started and batch.ahead is None
 
 
