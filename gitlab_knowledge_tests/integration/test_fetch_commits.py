@@ -303,3 +303,30 @@ def test_a_first_sync_runs_no_tombstone_pass_it_cannot_need_and_stores_what_the_
             again = batch(config, [])
             assert all(one.result.resources["issues"].fetched == 0 for one in again)
         assert stored_in_full(fresh) == stored_in_full(looked_up)
+
+
+def test_a_sync_run_begins_in_one_statement_when_no_run_of_its_path_is_running(tmp_path):
+    """Each project of a batch begins its run: the check for a run of its path still marked
+    running and the insert are one statement when there is none (the old code: two), and a run
+    still marked running is refused or marked abandoned as before."""
+    from datetime import timedelta
+
+    from gitlab_knowledge.errors import SyncInProgressError
+    from gitlab_knowledge.sync import runs
+
+    def begin(con) -> int:
+        return runs.begin_run(con, "g/p", "incremental", force=False, stale_after=timedelta(minutes=10),
+                              dagster_run_id=None)
+
+    with db.write_connection(tmp_path / "s.duckdb") as con:
+        counting = CountingStatements(con)
+        with db.transaction(con):
+            first = begin(counting)
+        assert counting.statements == 1
+        with pytest.raises(SyncInProgressError, match="already running"), db.transaction(con):
+            begin(con)  # this process's run, alive
+        con.execute("UPDATE sync_runs SET pid = 2147483646 WHERE id = ?", [first])  # a process that ended
+        with db.transaction(con):
+            second = begin(con)
+        assert con.execute("SELECT id, status FROM sync_runs ORDER BY id").fetchall() == [
+            (first, "abandoned"), (second, "running")]
