@@ -143,6 +143,15 @@ def dedupe(rows: Sequence[RawRow]) -> list[RawRow]:
 
 
 _LEAVE_STORED = "ANTI JOIN raw_payloads r ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key"
+_INSERT = """
+    INSERT INTO raw_payloads (id, project_id, resource_type, gitlab_key, parent_type, parent_id,
+        position, updated_at, payload_hash, json, fetched_at, discussions_fetched_at,
+        sync_run_id, dagster_run_id, change_seq, deleted_at)
+    SELECT nextval('raw_payload_ids'), ?, i.resource_type, i.gitlab_key, i.parent_type, i.parent_id,
+        i.position, i.updated_at, i.payload_hash, i.json, ?, i.discussions_fetched_at,
+        ?, ?, nextval('change_seq'), NULL
+    FROM gk_incoming i {leave_out}
+"""
 
 
 def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance) -> UpsertCounts:
@@ -157,7 +166,18 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
         "parent_id": r.parent_id, "position": r.position, "updated_at": r.updated_at,
         "payload_hash": r.payload_hash, "json": r.json, "discussions_fetched_at": r.discussions_fetched_at,
     } for r in rows], schema=_ROW_SCHEMA)
+    params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
     with registered(con, gk_incoming=table):
+        inserted: set[str] = set()
+        if prov.fresh:
+            # A first sync's rows are new, unless the store holds one under another project:
+            # inserted first with those left out, one statement where a look-up then an insert
+            # is two (~0.7 ms of CPU less an upsert); any left out go the usual way below.
+            inserted = {key for (key,) in con.execute(
+                _INSERT.format(leave_out=_LEAVE_STORED) + " RETURNING gitlab_key", params).fetchall()}
+            if len(inserted) == len(rows):
+                counts.new = len(rows)
+                return counts
         existing = con.execute("""
             SELECT i.gitlab_key, r.id, r.payload_hash = i.payload_hash
                    AND r.deleted_at IS NULL
@@ -165,23 +185,14 @@ def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Pr
             FROM gk_incoming i JOIN raw_payloads r
               ON r.resource_type = i.resource_type AND r.gitlab_key = i.gitlab_key
         """).fetchall()
-        known = {key: (rid, same) for key, rid, same in existing}
+        known = {key: (rid, same) for key, rid, same in existing if key not in inserted}
         counts.unchanged = sum(1 for _, same in known.values() if same)
         counts.updated = len(known) - counts.unchanged
         counts.new = len(rows) - len(known)
-        params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
-        if counts.new:
+        if counts.new and not inserted:
             # None stored yet (a first sync's rows, just looked up in this transaction): no
             # second pass over raw_payloads to leave the stored ones out.
-            con.execute(f"""
-                INSERT INTO raw_payloads (id, project_id, resource_type, gitlab_key, parent_type, parent_id,
-                    position, updated_at, payload_hash, json, fetched_at, discussions_fetched_at,
-                    sync_run_id, dagster_run_id, change_seq, deleted_at)
-                SELECT nextval('raw_payload_ids'), ?, i.resource_type, i.gitlab_key, i.parent_type, i.parent_id,
-                    i.position, i.updated_at, i.payload_hash, i.json, ?, i.discussions_fetched_at,
-                    ?, ?, nextval('change_seq'), NULL
-                FROM gk_incoming i {_LEAVE_STORED if known else ""}
-            """, params)
+            con.execute(_INSERT.format(leave_out=_LEAVE_STORED if known else ""), params)
         if counts.updated:
             con.execute("""
                 UPDATE raw_payloads SET json = i.json, payload_hash = i.payload_hash, updated_at = i.updated_at,

@@ -300,14 +300,15 @@ class ProjectSync:
         """Fetch the page's changed items and queue their commit, with the cursor if it moves."""
         wanted = listing.changed(state, items, self.full)
         parents = await self._fetch_parents(client, kind, wanted)
+        first_cursor = state.best is None
         cursor_item = listing.moves_cursor(state, items[-1])
 
         def settled() -> None:
             listing.committed(state, parents)
             self.progress.advance(self.project_path, resource, len(items))
 
-        await pipeline.commit(
-            functools.partial(self._commit_parents, kind, resource, parents, stats, cursor_item), settled)
+        await pipeline.commit(functools.partial(self._commit_parents, kind, resource, parents, stats, cursor_item,
+                                                first_cursor=first_cursor), settled)
 
     async def _fetch_parents(self, client: GitLabClient, kind: str, items: Sequence[dict[str, Any]]) -> list[Parent]:
         # Every changed parent's threads, also of one nobody commented on: GitLab writes its links
@@ -367,11 +368,11 @@ class ProjectSync:
                               fresh=self._known.fresh and self._known.project_id == self.project_id)
 
     def _commit_parents(self, kind: str, resource: str, parents: Sequence[Parent], stats: ResourceStats,
-                        cursor_item: dict[str, Any] | None) -> None:
+                        cursor_item: dict[str, Any] | None, *, first_cursor: bool = False) -> None:
         """A page's (or a recheck batch's) parents with the cursor: one transaction, or queued
         for the sync's end while the project is small (sync/commits.py)."""
-        self.commits.later(lambda con, prov: writes.write_parents(con, prov, kind, parents, stats, cursor_item),
-                           len(parents))
+        self.commits.later(lambda con, prov: writes.write_parents(con, prov, kind, parents, stats, cursor_item,
+                                                                  first_cursor=first_cursor), len(parents))
 
     async def _recheck(self, client: GitLabClient, kind: str, resource: str, done: set[int],
                        stats: ResourceStats) -> None:

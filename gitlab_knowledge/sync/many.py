@@ -90,6 +90,18 @@ class Fetches:
                 out.append(self._landed.get_nowait())
         return out
 
+    def landed_more(self, wanted: int) -> list[Landed]:
+        """Up to `wanted` more projects, waiting for them to land, or fewer when the fetches end
+        first (every project landed, or a stop): the batch's store layers take them in one pass."""
+        out: list[Landed] = []
+        while len(out) < wanted:
+            try:
+                out.append(self._landed.get(timeout=_POLL_S))
+            except queue.Empty:
+                if not self._thread.is_alive() and self._landed.empty():
+                    break
+        return out
+
     def close(self) -> None:
         """Cancel the fetches in flight and wait until each has recorded how it ended."""
         self._stopping = True

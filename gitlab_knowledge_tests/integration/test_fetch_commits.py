@@ -150,6 +150,31 @@ def test_a_project_of_many_pages_commits_page_by_page(four_small_projects, make_
     assert sync.commits.transactions >= issues // 2, (sync.commits.transactions, issues)
 
 
+def test_a_first_sync_inserts_each_listings_first_cursor_and_stores_the_cursors_replacing_did(
+        four_small_projects, make_config, monkeypatch, tmp_path):
+    """A project the store holds nothing of: the first cursor of each listing is a plain insert
+    (no row can be there; replacing costs ~4x its CPU), the later pages' replace it, and the
+    cursors, rows and counts are those of replacing every time (the old code, which replaced all)."""
+    from gitlab_knowledge.sync import known
+
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        fresh, replaced = make_config(sb, per_page=2), make_config(sb, data_dir=tmp_path / "replaced", per_page=2)
+        statements: dict[str, list[str]] = {"fresh": [], "replaced": []}
+        for way, config in (("fresh", fresh), ("replaced", replaced)):
+            with monkeypatch.context() as patched:
+                real_open = db._open
+                patched.setattr(db, "_open", lambda path, read_only, wait, way=way, real_open=real_open: StatementsOf(
+                    real_open(path, read_only, wait), statements[way]))
+                if way == "replaced":  # as if the project had rows stored: every cursor replaced
+                    patched.setattr(known, "_holds_any", lambda con, project_id: True)
+                ProjectSync(workspace(config), config.projects[0]).run()
+    assert stored_in_full(fresh) == stored_in_full(replaced)
+    cursors = {way: [s for s in sql if "INTO sync_cursors" in s] for way, sql in statements.items()}
+    assert [s.startswith("INSERT INTO") for s in cursors["fresh"]].count(True) == 2  # issues, merge requests
+    assert len(cursors["fresh"]) == len(cursors["replaced"]) > 2
+    assert all(s.startswith("INSERT OR REPLACE") for s in cursors["replaced"])
+
+
 def test_a_request_does_not_search_for_a_module_that_is_not_installed(tiny_sandbox, make_config, monkeypatch):
     # httpcore asks `import sniffio` several times per request; without sniffio installed, each
     # failed import searched every sys.path entry again (~80 us each, ~0.5 ms of CPU a request
@@ -278,3 +303,30 @@ def test_a_first_sync_runs_no_tombstone_pass_it_cannot_need_and_stores_what_the_
             again = batch(config, [])
             assert all(one.result.resources["issues"].fetched == 0 for one in again)
         assert stored_in_full(fresh) == stored_in_full(looked_up)
+
+
+def test_a_sync_run_begins_in_one_statement_when_no_run_of_its_path_is_running(tmp_path):
+    """Each project of a batch begins its run: the check for a run of its path still marked
+    running and the insert are one statement when there is none (the old code: two), and a run
+    still marked running is refused or marked abandoned as before."""
+    from datetime import timedelta
+
+    from gitlab_knowledge.errors import SyncInProgressError
+    from gitlab_knowledge.sync import runs
+
+    def begin(con) -> int:
+        return runs.begin_run(con, "g/p", "incremental", force=False, stale_after=timedelta(minutes=10),
+                              dagster_run_id=None)
+
+    with db.write_connection(tmp_path / "s.duckdb") as con:
+        counting = CountingStatements(con)
+        with db.transaction(con):
+            first = begin(counting)
+        assert counting.statements == 1
+        with pytest.raises(SyncInProgressError, match="already running"), db.transaction(con):
+            begin(con)  # this process's run, alive
+        con.execute("UPDATE sync_runs SET pid = 2147483646 WHERE id = ?", [first])  # a process that ended
+        with db.transaction(con):
+            second = begin(con)
+        assert con.execute("SELECT id, status FROM sync_runs ORDER BY id").fetchall() == [
+            (first, "abandoned"), (second, "running")]

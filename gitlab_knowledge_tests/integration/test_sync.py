@@ -348,11 +348,11 @@ def test_a_failed_page_commit_stops_the_sync_with_earlier_pages_and_their_cursor
     commit = ProjectSync._commit_parents
     calls: list[tuple[list[int], int]] = []
 
-    def failing_second_commit(self, kind, resource, parents, stats, cursor_item):
+    def failing_second_commit(self, kind, resource, parents, stats, cursor_item, **kwargs):
         calls.append(([p.gitlab_id for p in parents], int(cursor_item["id"])))
         if len(calls) == 2:
             raise StoreError("cannot write the store: No space left on device")
-        return commit(self, kind, resource, parents, stats, cursor_item)
+        return commit(self, kind, resource, parents, stats, cursor_item, **kwargs)
 
     monkeypatch.setattr(ProjectSync, "_commit_parents", failing_second_commit)
     with pytest.raises(StoreError, match="(?i)no space left"):

@@ -183,3 +183,47 @@ def test_author_label() -> None:
     assert author_label("bob", "Bob") == "@bob"
     assert author_label(None, "Legacy Importer") == "Legacy Importer"
     assert author_label(None, None) == author_label(None, "  ") == "@unknown"
+
+
+class _Statements:
+    """A connection that counts the statements run through it."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con, self.sql = con, []
+
+    def execute(self, sql: str, *args: object) -> duckdb.DuckDBPyConnection:
+        self.sql.append(" ".join(sql.split())[:30])
+        return self._con.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._con, name)
+
+
+def test_a_first_syncs_upsert_is_one_statement_and_counts_a_row_stored_before_as_the_look_up_does(
+        tmp_path: Path) -> None:
+    """`Provenance.fresh` (the store held no row of the project): the rows are inserted with those
+    already stored left out, one statement where the look-up and the insert were two; a row stored
+    before (here under another project) is still counted and written as the look-up path does."""
+    def item(key: int, title: str) -> raw.RawRow:
+        return raw.RawRow.for_item("issue", {"id": key, "title": title, "updated_at": "2024-01-01T00:00:00Z"})
+
+    fresh = raw.Provenance(**{**_prov().__dict__, "fresh": True})
+    results = {}
+    for way, prov in (("fresh", fresh), ("looked up", _prov())):
+        with write_connection(tmp_path / f"{way}.duckdb") as con:
+            with transaction(con):
+                raw.upsert_rows(con, [item(1, "stored"), item(2, "same")], raw.Provenance(**{**_prov().__dict__,
+                                                                                         "project_id": 8}))
+            counting = _Statements(con)
+            with transaction(con):
+                first = raw.upsert_rows(counting, [item(3, "a"), item(4, "b")], prov)
+                statements = len(counting.sql)
+                again = raw.upsert_rows(counting, [item(1, "changed"), item(2, "same"), item(5, "c")], prov)
+            table = con.execute("SELECT project_id, gitlab_key, json FROM raw_payloads ORDER BY ALL").fetchall()
+        results[way] = (first, again, table, statements)
+    (first, again, table, statements), (old_first, old_again, old_table, old_statements) = (results["fresh"],
+                                                                                         results["looked up"])
+    assert (first, again, table) == (old_first, old_again, old_table)
+    assert (first.new, again.new, again.updated, again.unchanged) == (2, 1, 1, 1)
+    # The old code (and the look-up path): a look-up, then the insert.
+    assert (statements, old_statements) == (1, 2)
