@@ -53,6 +53,9 @@ TOGETHER_MOST = 64
 # statements whatever its size (~0.17 s of CPU on the step's thread), and the step's thread has
 # nothing else to do meanwhile (the store is kept open through the waits, `kept_open`).
 TOGETHER_LEAST = 32
+# The first pass waits for fewer: the work ahead (embeddings/ahead.py) can embed only documents
+# that committed, and its worker sat idle ~4 s while the first 32 landed (300 projects).
+TOGETHER_FIRST = 8
 
 
 @dataclass
@@ -143,13 +146,15 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
     process meanwhile, with a gap for other processes every `store.db.KEEP_S` (`kept_open`)."""
     with one_writer(), kept_open(workspace.config.duckdb_path), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
                                progress=progress) as fetches:
+        least = TOGETHER_FIRST
         for landed in fetches.landed():
             # Waiting for TOGETHER_LEAST to land: the store is kept open through the wait
             # (`kept_open`), so the fetches' commits meanwhile are cursors of the held connection.
             # (Before it was, a group of 16 every 16 landings left the store unheld through the
             # waits: the fetch threads' opens and closes took +53 s over 100 projects.)
             waiting = [landed, *fetches.landed_meanwhile()]
-            waiting += fetches.landed_more(TOGETHER_LEAST - len(waiting))
+            waiting += fetches.landed_more(least - len(waiting))
+            least = TOGETHER_LEAST
             while waiting:
                 group, waiting = waiting[:TOGETHER_MOST], waiting[TOGETHER_MOST:]
                 yield from _landed_together(workspace, group, batch, run_id=run_id, log=log)

@@ -250,6 +250,7 @@ def test_a_pass_waits_for_more_projects_to_land_while_they_are_being_fetched(fet
     monkeypatch.setattr(many_projects, "_lexical", lambda workspace, ps: {p: {} for p in ps})
     monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log, **_: {p: {} for p in ps})
     monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: None)
+    monkeypatch.setattr(many_projects, "TOGETHER_FIRST", len(projects))
     assert len(projects) < many_projects.TOGETHER_LEAST
     with SandboxGitLab(dataset=dataset) as sb:
         workspace = workspace_at(tmp_path / "data", sb.url, in_flight=2)
@@ -258,3 +259,34 @@ def test_a_pass_waits_for_more_projects_to_land_while_they_are_being_fetched(fet
     assert batch.unfinished == []
     assert len(done) == len(projects) * 6
     assert [sorted(g) for g in groups] == [sorted(projects)]
+
+
+def test_the_first_pass_takes_fewer_projects_so_the_work_ahead_starts_early(fetched, tmp_path, monkeypatch,
+                                                                           token_env):
+    """The first pass waits for `TOGETHER_FIRST` landed projects, the later ones for
+    `TOGETHER_LEAST`: the work ahead can only embed documents that committed, and waiting for 32
+    projects before the first pass left its worker idle for the first seconds of the fetch phase.
+    (What landed meanwhile is left out here, so the group sizes do not depend on timing.)"""
+    dataset, projects = fetched[0].parent / "dataset", fetched[1]
+    groups: list[list[str]] = []
+    real = many_projects._stored_together
+
+    def counting(workspace: Workspace, carried: list[Carried], batch: Batch, **kwargs: Any) -> Any:
+        groups.append([c.project for c in carried])
+        return (yield from real(workspace, carried, batch, **kwargs))
+
+    monkeypatch.setattr(many_projects, "_stored_together", counting)
+    monkeypatch.setattr(many_projects, "_lexical", lambda workspace, ps: {p: {} for p in ps})
+    monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log, **_: {p: {} for p in ps})
+    monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: None)
+    monkeypatch.setattr(many_projects, "TOGETHER_FIRST", 2)
+    monkeypatch.setattr(many_projects.Fetches, "landed_meanwhile", lambda self: [])
+    assert len(projects) > 2
+    with SandboxGitLab(dataset=dataset) as sb:
+        workspace = workspace_at(tmp_path / "data", sb.url, in_flight=2)
+        batch = Batch({p: Carried(p) for p in projects})
+        done = list(many_projects.carry(workspace, projects, batch))
+    assert batch.unfinished == []
+    assert len(done) == len(projects) * 6
+    assert [len(g) for g in groups] == [2, len(projects) - 2]
+    assert sorted(p for g in groups for p in g) == sorted(projects)
