@@ -151,14 +151,22 @@ def gone(pid: int | None) -> bool:
     return not Path(f"/proc/{pid}").exists()
 
 
+def same_as_without(batch: Batch, without_ahead: tuple[list[dict[str, Any]], dict[str, dict[str, Any]]],
+                    workspace: Workspace) -> dict[str, dict[str, Any]]:
+    """The batch left the vector rows and per-project stats the batch without the work ahead left;
+    those stats."""
+    rows, stats = without_ahead
+    assert vector_rows(workspace) == rows
+    assert embed_stats(batch) == stats
+    return stats
+
+
 def test_the_layer_answers_from_what_was_embedded_ahead_and_records_the_same(sandbox_url, without_ahead, tmp_path,
                                                                              monkeypatch, token_env):
     url, projects = sandbox_url
     texts, seen, log = Texts(monkeypatch), Seen(monkeypatch), Log()
     batch = run(workspace_at(tmp_path / "data", url, projects), projects, log)
-    rows, stats = without_ahead
-    assert vector_rows(workspace_at(tmp_path / "data", url, projects)) == rows
-    assert embed_stats(batch) == stats
+    stats = same_as_without(batch, without_ahead, workspace_at(tmp_path / "data", url, projects))
     # Every document was embedded ahead, in another process, and answered from it: no model of
     # this process was asked for a text.
     (ahead,), (provider,) = seen.ahead, seen.providers
@@ -187,9 +195,7 @@ def test_a_provider_failing_ahead_leaves_the_batch_as_without_it(sandbox_url, wi
 
     monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: Ahead(workspace, Down()))
     batch = run(workspace_at(tmp_path / "data", url, projects), projects)
-    rows, stats = without_ahead
-    assert vector_rows(workspace_at(tmp_path / "data", url, projects)) == rows
-    assert embed_stats(batch) == stats
+    same_as_without(batch, without_ahead, workspace_at(tmp_path / "data", url, projects))
     (ahead,) = seen.ahead
     assert ahead.error is not None and "went away" in ahead.error
     assert ahead.documents == 0
@@ -213,9 +219,7 @@ def test_a_worker_killed_mid_way_leaves_the_batch_as_without_it_and_no_process(s
 
     monkeypatch.setattr(WorkerProvider, "embed_documents", embed_then_die)
     batch = run(workspace_at(tmp_path / "data", url, projects), projects)
-    rows, stats = without_ahead
-    assert vector_rows(workspace_at(tmp_path / "data", url, projects)) == rows
-    assert embed_stats(batch) == stats
+    stats = same_as_without(batch, without_ahead, workspace_at(tmp_path / "data", url, projects))
     (ahead,), (provider,) = seen.ahead, seen.providers
     embedded = sum(s["embeddings_embedded"] for s in stats.values())
     assert len(calls) == 2 and ahead.documents == sum(calls) < embedded
@@ -284,9 +288,7 @@ def test_the_work_ahead_stops_at_its_cap_and_the_layer_embeds_the_rest(sandbox_u
     monkeypatch.setattr(ahead_module, "AHEAD_WORKER_BATCH", 4)
     monkeypatch.setattr(ahead_module, "AHEAD_BYTES", 5 * 384 * 4)  # about five windows' vectors
     batch = run(workspace_at(tmp_path / "data", url, projects), projects)
-    rows, stats = without_ahead
-    assert vector_rows(workspace_at(tmp_path / "data", url, projects)) == rows
-    assert embed_stats(batch) == stats
+    stats = same_as_without(batch, without_ahead, workspace_at(tmp_path / "data", url, projects))
     (ahead,), (provider,) = seen.ahead, seen.providers
     embedded = sum(s["embeddings_embedded"] for s in stats.values())
     assert ahead.full

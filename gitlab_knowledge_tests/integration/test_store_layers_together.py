@@ -232,12 +232,9 @@ def test_an_interrupt_in_a_pass_still_records_what_committed_before_it(fetched, 
     assert layers == [(NORMALIZED.state, len(projects))]
 
 
-def test_a_pass_waits_for_more_projects_to_land_while_they_are_being_fetched(fetched, tmp_path, monkeypatch,
-                                                                              token_env):
-    """Fetching two at a time, the step's thread does not take each project as it lands: a pass
-    costs ~110 statements whatever its size, so it waits until `TOGETHER_LEAST` have landed, or
-    every fetch has ended, and carries them in one pass. The old code took the first project
-    alone (it lands while the others are still being fetched): 2 to 6 passes for 6 projects."""
+def passes_of(fetched: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[list[str]]]:
+    """The fixture's projects carried by a batch fetching two at a time (the index layers and the
+    work ahead left out), and the groups its store-layer passes took, in order."""
     dataset, projects = fetched[0].parent / "dataset", fetched[1]
     groups: list[list[str]] = []
     real = many_projects._stored_together
@@ -250,14 +247,24 @@ def test_a_pass_waits_for_more_projects_to_land_while_they_are_being_fetched(fet
     monkeypatch.setattr(many_projects, "_lexical", lambda workspace, ps: {p: {} for p in ps})
     monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log, **_: {p: {} for p in ps})
     monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: None)
-    monkeypatch.setattr(many_projects, "TOGETHER_FIRST", len(projects))
-    assert len(projects) < many_projects.TOGETHER_LEAST
     with SandboxGitLab(dataset=dataset) as sb:
         workspace = workspace_at(tmp_path / "data", sb.url, in_flight=2)
         batch = Batch({p: Carried(p) for p in projects})
         done = list(many_projects.carry(workspace, projects, batch))
     assert batch.unfinished == []
     assert len(done) == len(projects) * 6
+    return projects, groups
+
+
+def test_a_pass_waits_for_more_projects_to_land_while_they_are_being_fetched(fetched, tmp_path, monkeypatch,
+                                                                              token_env):
+    """Fetching two at a time, the step's thread does not take each project as it lands: a pass
+    costs ~110 statements whatever its size, so it waits until `TOGETHER_LEAST` have landed, or
+    every fetch has ended, and carries them in one pass. The old code took the first project
+    alone (it lands while the others are still being fetched): 2 to 6 passes for 6 projects."""
+    monkeypatch.setattr(many_projects, "TOGETHER_FIRST", len(fetched[1]))
+    assert len(fetched[1]) < many_projects.TOGETHER_LEAST
+    projects, groups = passes_of(fetched, tmp_path, monkeypatch)
     assert [sorted(g) for g in groups] == [sorted(projects)]
 
 
@@ -267,26 +274,9 @@ def test_the_first_pass_takes_fewer_projects_so_the_work_ahead_starts_early(fetc
     `TOGETHER_LEAST`: the work ahead can only embed documents that committed, and waiting for 32
     projects before the first pass left its worker idle for the first seconds of the fetch phase.
     (What landed meanwhile is left out here, so the group sizes do not depend on timing.)"""
-    dataset, projects = fetched[0].parent / "dataset", fetched[1]
-    groups: list[list[str]] = []
-    real = many_projects._stored_together
-
-    def counting(workspace: Workspace, carried: list[Carried], batch: Batch, **kwargs: Any) -> Any:
-        groups.append([c.project for c in carried])
-        return (yield from real(workspace, carried, batch, **kwargs))
-
-    monkeypatch.setattr(many_projects, "_stored_together", counting)
-    monkeypatch.setattr(many_projects, "_lexical", lambda workspace, ps: {p: {} for p in ps})
-    monkeypatch.setattr(many_projects, "_embeddings", lambda workspace, ps, progress, log, **_: {p: {} for p in ps})
-    monkeypatch.setattr(many_projects, "embedding_ahead", lambda workspace: None)
     monkeypatch.setattr(many_projects, "TOGETHER_FIRST", 2)
     monkeypatch.setattr(many_projects.Fetches, "landed_meanwhile", lambda self: [])
-    assert len(projects) > 2
-    with SandboxGitLab(dataset=dataset) as sb:
-        workspace = workspace_at(tmp_path / "data", sb.url, in_flight=2)
-        batch = Batch({p: Carried(p) for p in projects})
-        done = list(many_projects.carry(workspace, projects, batch))
-    assert batch.unfinished == []
-    assert len(done) == len(projects) * 6
+    assert len(fetched[1]) > 2
+    projects, groups = passes_of(fetched, tmp_path, monkeypatch)
     assert [len(g) for g in groups] == [2, len(projects) - 2]
     assert sorted(p for g in groups for p in g) == sorted(projects)
