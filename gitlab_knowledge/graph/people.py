@@ -7,9 +7,6 @@ and the notes others wrote on them are read from the graph's rows per user (grap
 graph/people_rows.py), not found by testing every item and joining every note.
 """
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,26 +19,13 @@ from gitlab_knowledge.graph.mentioned import OPEN_STATES, kept_mentions, mention
 from gitlab_knowledge.graph.person import person
 from gitlab_knowledge.graph.queries import excerpt, iso, note_bodies, project_id, public_item, rows
 from gitlab_knowledge.graph.roles import descending, username
-from gitlab_knowledge.store.db import alongside
+from gitlab_knowledge.store.alongside import read_alongside
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
 __all__ = ["me", "person", "recorded_username"]
 
 DEFAULT_SINCE = timedelta(days=7)
-# The threads `me` reads the new notes on, beside its own: kept for the process (starting one on
-# every call cost ~2 ms of a call on a loaded machine), made again in a forked child (whose copy
-# has no threads). Calls of more threads than these queue their notes.
-_alongside: tuple[int, ThreadPoolExecutor] | None = None
-_alongside_made = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _alongside
-    with _alongside_made:
-        if _alongside is None or _alongside[0] != os.getpid():
-            _alongside = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="me-alongside"))
-        return _alongside[1]
 
 
 # -- me -----------------------------------------------------------------------------------------
@@ -75,13 +59,10 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         # The new notes (with their bodies) need nothing of `_mine`'s: read on another connection
         # meanwhile, as DuckDB runs both at once (on 2 cores, the call takes the longer of the
         # two instead of their sum).
-        with alongside(con) as other:
-            later = _pool().submit(_new_notes, other, u, pid, start, limit)
-            try:
-                mine, kept = _mine(con, name, pid, start)
-                mentions, mentioned = picked(con, kept, name, limit)  # while the notes may still be read
-            finally:
-                found, note_total, bodies = later.result()  # `other` is closed after, never under it
+        with read_alongside(con, lambda other: _new_notes(other, u, pid, start, limit)) as later:
+            mine, kept = _mine(con, name, pid, start)
+            mentions, mentioned = picked(con, kept, name, limit)  # while the notes may still be read
+            found, note_total, bodies = later.result()
         lists, states = _my_items(mine, start, limit)
         notes = _changes(con, found, bodies, mine)
     todos = None

@@ -7,7 +7,6 @@ items where they wrote last, and their notes since a date (`since`) are counted 
 """
 
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +19,7 @@ from gitlab_knowledge.graph.mentioned import mentions_of
 from gitlab_knowledge.graph.queries import ITEM_COLUMNS, excerpt, iso, project_id, public_item, rows
 from gitlab_knowledge.graph.roles import ROLES, descending, entry, is_user, items_of, newest, plain, username
 from gitlab_knowledge.graph.roles import since as is_since
-from gitlab_knowledge.store.db import alongside
+from gitlab_knowledge.store.alongside import read_alongside
 from gitlab_knowledge.timeutil import naive_utc
 from gitlab_knowledge.workspace import Workspace
 
@@ -78,9 +77,8 @@ def person(workspace: Workspace, user: str, project: str | None = None, since: d
         noted = " AND n.created_at >= ?" if start else ""
         # The mentions and the paths need nothing of their items': read on another connection
         # meanwhile, as DuckDB runs both at once (graph/people.py `me` does the same).
-        with alongside(con) as other, ThreadPoolExecutor(max_workers=1) as pool:
-            beside = pool.submit(lambda: (mentions_of(other, name, pid, start, limit=limit),
-                                          _top_paths(other, u, pid, created, noted, start)))
+        with read_alongside(con, lambda other: (mentions_of(other, name, pid, start, limit=limit),
+                                                _top_paths(other, u, pid, created, noted, start))) as beside:
             lists, counts, authored, assigned, roles = _lists(con, u, pid, start, limit)
             activity = _activity(con, u, pid, start, limit, authored, roles)
             (lists["mentioned_in"], mentioned), paths = beside.result()

@@ -52,24 +52,6 @@ def one_row(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
     return row
 
 
-@contextlib.contextmanager
-def alongside(con: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
-    """Another connection to the database `con` reads, seeing the same tables (its catalog and
-    search path: through the same lens, store/reader.py), for statements run on another thread
-    while `con` runs its own: DuckDB runs each connection's statement at once, on the cores a
-    single small statement leaves idle. Closed at the end; use it only within the read that gave
-    `con` (which holds the store attached and its lock)."""
-    catalog, path = one_row(con.execute("SELECT current_database(), current_setting('search_path')"))
-    other = con.cursor()
-    try:
-        other.execute('USE "' + catalog.replace('"', '""') + '"')
-        if path:
-            other.execute("SET search_path = '" + path.replace("'", "''") + "'")
-        yield other
-    finally:
-        other.close()
-
-
 def _is_lock_error(exc: Exception) -> bool:
     return bool(_LOCK_PATTERN.search(str(exc)))
 

@@ -7,7 +7,7 @@ import pytest
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.store import queries
-from gitlab_knowledge.store.db import alongside
+from gitlab_knowledge.store.alongside import alongside
 from gitlab_knowledge.store.reader import StoreReader
 from gitlab_knowledge.store.visibility import hidden_lens
 from gitlab_knowledge.workspace import Workspace
