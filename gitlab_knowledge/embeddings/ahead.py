@@ -31,6 +31,7 @@ embedded ahead and asks the real provider for the rest.
   to `embedding.timeout`.
 """
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -41,7 +42,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gitlab_knowledge.documents.stage import iter_documents, stage_documents
-from gitlab_knowledge.embeddings.ahead_worker import WorkerGone, WorkerProvider
+from gitlab_knowledge.embeddings.ahead_worker import WorkerGone, WorkerProvider, lower_priority
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.provider import Chunk, EmbeddingProvider
 from gitlab_knowledge.embeddings.refresh import plan_many, vectors_problem
@@ -313,8 +314,5 @@ def _lower_priority() -> None:
     """The calling thread (and the threads it starts: an ONNX session's) yields the CPU to the
     batch's own threads: the work ahead is to use a core the fetch phase leaves idle, not to slow
     the fetch phase on a machine whose cores are all busy (Linux nice is per thread)."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + AHEAD_NICE))
-    except (AttributeError, OSError):  # no per-thread priority here: the work ahead runs as it is
-        pass
+    with contextlib.suppress(AttributeError, OSError):  # no per-thread priority here: the work ahead runs as it is
+        lower_priority(threading.get_native_id(), AHEAD_NICE)

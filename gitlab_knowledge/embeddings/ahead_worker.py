@@ -76,7 +76,7 @@ class WorkerProvider:
 
     provider = EmbeddedProvider.provider
     model = EmbeddedProvider.MODEL
-    dims = 384
+    dims = EmbeddedProvider.DIMS
 
     def __init__(self, threads: int, nice: int) -> None:
         self._proc = subprocess.Popen(  # noqa: S603 - our own module, run by this interpreter
@@ -183,8 +183,12 @@ def _lower_priority(nice: int) -> None:
     11 s of a loaded machine (~0.1 of a core), and it overlaps the batch's startup anyway."""
     for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else [str(os.getpid())]:
         with contextlib.suppress(OSError, ValueError):  # a thread that ended; not Linux: this one only
-            tid = int(task)
-            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+            lower_priority(int(task), nice)
+
+
+def lower_priority(tid: int, nice: int) -> None:
+    """Thread `tid` (Linux nice is per thread) at `nice` more, at most 19."""
+    os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ def _verified(path: Path | None, expected: str, what: str, fix: str) -> Path:
 class EmbeddedProvider:
     provider = "embedded"
     MODEL = "all-MiniLM-L6-v2-int8"
+    DIMS = 384
     model = MODEL
 
     def __init__(self, threads: int | None = None) -> None:
@@ -67,7 +68,7 @@ class EmbeddedProvider:
 
     @property
     def dims(self) -> int:
-        return 384
+        return self.DIMS
 
     def _load(self) -> None:
         with self._lock:
