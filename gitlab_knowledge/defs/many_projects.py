@@ -100,20 +100,20 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
     in_flight = workspace.config.sync.projects_in_flight
     fetching_ahead = len(projects) > 1 and in_flight > 1
     # The projects' documents embedded during the fetch phase, on the core its Python leaves idle
-    # (embeddings/ahead.py); the thread is stopped and joined however the batch ends.
+    # (embeddings/ahead.py); its thread and worker process are ended however the batch ends.
     batch.ahead = embedding_ahead(workspace) if fetching_ahead else None
     try:
-        yield from _carry(workspace, projects, batch, in_flight, full=full, force=force, run_id=run_id,
-                          progress=progress, log=log)
+        yield from _carry(workspace, projects, batch, in_flight if fetching_ahead else None, full=full, force=force,
+                          run_id=run_id, progress=progress, log=log)
     finally:
         if batch.ahead is not None:
             batch.ahead.close()
             batch.ahead = None
 
 
-def _carry(workspace: Workspace, projects: Sequence[str], batch: Batch, in_flight: int, *, full: bool, force: bool,
-           run_id: str | None, progress: SyncProgress | None, log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
-    if len(projects) > 1 and in_flight > 1:
+def _carry(workspace: Workspace, projects: Sequence[str], batch: Batch, in_flight: int | None, *, full: bool,
+           force: bool, run_id: str | None, progress: SyncProgress | None, log: Any) -> Iterator[tuple[str, Layer, dict[str, Any]]]:
+    if in_flight is not None:  # several projects, fetched `in_flight` at once; else one after another
         yield from _fetching_ahead(workspace, projects, batch, in_flight, full=full, force=force, run_id=run_id,
                                    progress=progress, log=log)
         if batch.ahead is not None:  # the store is no longer one writer's: the layers below open it read-only
