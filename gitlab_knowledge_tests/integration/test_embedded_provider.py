@@ -151,6 +151,48 @@ def test_documents_can_be_embedded_from_several_threads(provider: EmbeddedProvid
         np.testing.assert_allclose(results[i], provider.embed_query(text), atol=1e-6)
 
 
+class _Recorded:
+    """A lane's session whose runs say on which thread they ran (and may be made to fail)."""
+
+    def __init__(self, session: object, fail: bool = False) -> None:
+        self.session, self.fail, self.threads = session, fail, set()
+
+    def run(self, *args: object) -> object:
+        self.threads.add(threading.get_ident())
+        if self.fail:
+            raise RuntimeError("lane broke")
+        return self.session.run(*args)  # type: ignore[attr-defined]
+
+
+def test_documents_are_embedded_in_lanes_of_one_thread_each_on_threads_of_their_own(provider: EmbeddedProvider) -> None:
+    texts = [words(n, seed=n) for n in (2, 5, 9, 30, 60, 120, 200, 260, 400)]
+    alone = EmbeddedProvider(threads=1).embed_documents(texts)
+    lanes = EmbeddedProvider(threads=2)
+    sessions = lanes._lane_sessions()
+    assert len(sessions) == 2
+    assert all(s.get_session_options().intra_op_num_threads == 1 for s in sessions)
+    recorded = [_Recorded(s) for s in sessions]
+    lanes._lanes = recorded
+    together = lanes.embed_documents(texts)
+    # Each lane ran on one thread, the two on different ones, and the vectors are those of one lane alone.
+    assert [len(r.threads) for r in recorded] == [1, 1]
+    assert recorded[0].threads != recorded[1].threads
+    assert [len(c) for c in together] == [len(c) for c in alone]
+    assert np.array_equal(np.stack([c.vector for cs in together for c in cs]),
+                          np.stack([c.vector for cs in alone for c in cs]))
+
+
+def test_a_lane_that_fails_fails_the_call_and_the_next_call_works() -> None:
+    lanes = EmbeddedProvider(threads=2)
+    sessions = lanes._lane_sessions()
+    texts = [words(n, seed=n) for n in (3, 40, 90, 150)]
+    lanes._lanes = [sessions[0], _Recorded(sessions[1], fail=True)]
+    with pytest.raises(RuntimeError, match="lane broke"):
+        lanes.embed_documents(texts)
+    lanes._lanes = sessions
+    assert len(lanes.embed_documents(texts)) == len(texts)
+
+
 # -- the model files -------------------------------------------------------------------------------------
 
 
