@@ -70,6 +70,7 @@ class EmbeddedProvider:
         self._sessions: dict[bool, Any] = {}
         self._lanes: list[Any] = []
         self._pool: ThreadPoolExecutor | None = None
+        self._lanes_pid = 0  # the process the lanes' thread belongs to (a forked child has none)
         self._model_path: Path | None = None
         self._tokenizer: Any = None
 
@@ -131,10 +132,12 @@ class EmbeddedProvider:
         keeps the lower cost and both cores (docs/ARCHITECTURE.md, "Embedding in lanes")."""
         self._load()
         with self._lock:
-            if not self._lanes:
+            if not self._lanes or self._lanes_pid != os.getpid():
                 self._lanes = [self._new_session(1, False) for _ in range(self._threads)]
-                if self._threads > 1:
-                    self._pool = ThreadPoolExecutor(self._threads - 1, thread_name_prefix="gk-embed-lane")
+                # A pool inherited through fork has no threads in the child: its lanes would never run.
+                self._pool = (ThreadPoolExecutor(self._threads - 1, thread_name_prefix="gk-embed-lane")
+                              if self._threads > 1 else None)
+                self._lanes_pid = os.getpid()
             return self._lanes
 
     def check(self) -> str:

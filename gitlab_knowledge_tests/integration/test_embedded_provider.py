@@ -193,6 +193,36 @@ def test_a_lane_that_fails_fails_the_call_and_the_next_call_works() -> None:
     assert len(lanes.embed_documents(texts)) == len(texts)
 
 
+def test_a_forked_child_embeds_with_lanes_of_its_own() -> None:
+    """A process forked after the lanes started (a prefork worker) inherits no pool thread: its
+    calls would wait for lanes that never run."""
+    import os
+
+    parent = EmbeddedProvider(threads=2)
+    texts = [words(n, seed=n) for n in (3, 40, 90, 150)]
+    expected = np.stack([c.vector for cs in parent.embed_documents(texts) for c in cs])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer on the pipe, never return into pytest
+        try:
+            got = np.stack([c.vector for cs in parent.embed_documents(texts) for c in cs])
+            os.write(write, b"same" if np.array_equal(got, expected) else b"diff")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        import select
+
+        ready, _, _ = select.select([read], [], [], 120)
+        answer = os.read(read, 4) if ready else b"hung"
+    finally:
+        os.close(read)
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert answer == b"same"
+
+
 # -- the model files -------------------------------------------------------------------------------------
 
 
