@@ -46,6 +46,8 @@ from gitlab_knowledge.embeddings.ahead_worker import WorkerGone, WorkerProvider,
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.provider import Chunk, EmbeddingProvider
 from gitlab_knowledge.embeddings.refresh import plan_many, vectors_problem
+from gitlab_knowledge.errors import is_interrupt
+from gitlab_knowledge.store.projects import synced_paths
 from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,10 @@ AHEAD_NICE = 10  # how much lower the priority of the worker process (or an in-p
 # meanwhile are read together.
 ROUND_EVERY_S = 2.0
 CHUNK_OVERHEAD = 200  # bytes a chunk costs beyond its vector and text (the objects around them)
+# A batch of projects that all completed a sync before works ahead from this many projects on
+# (`worth_working_ahead`): a sensor tick's few changes are a few documents a project, which the
+# layer embeds in well under the worker's ~2 s of CPU to start and load the model.
+AHEAD_PROJECTS = 64
 
 
 def text_key(text: str) -> bytes:
@@ -279,6 +285,26 @@ class AheadProvider:
 
     def check(self) -> str:
         return self._inner.check()
+
+
+def worth_working_ahead(workspace: Workspace, projects: Sequence[str]) -> bool:
+    """Whether a batch of `projects` will have documents to embed in bulk, worth a worker: one of
+    them has never completed a sync (its first: every document of it is new), or there are at
+    least `AHEAD_PROJECTS` of them. A batch of synced projects (a sensor tick's changes) embeds
+    its few changed documents in the layer and starts no process. One read of the store (the
+    batch's held connection, at the start of its fetch phase); a store that cannot be read
+    answers yes, as every batch did before."""
+    if len(projects) >= AHEAD_PROJECTS or not workspace.config.duckdb_path.exists():
+        return True
+    try:
+        with workspace.write(wait=1.0) as con:
+            synced = synced_paths(con, list(projects))
+    except Exception as exc:  # noqa: BLE001 - the work ahead is an optimization: without the answer, work ahead
+        if is_interrupt(exc):
+            raise
+        log.info("embedding ahead: the store's sync record could not be read (%s)", exc)
+        return True
+    return any(p not in synced for p in projects)
 
 
 def embedding_ahead(workspace: Workspace) -> Ahead | None:
