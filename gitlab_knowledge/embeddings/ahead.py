@@ -25,6 +25,9 @@ embedded ahead and asks the real provider for the rest.
   during the fetch phase (`stop_reading`): after it, the batch's layers open the store read-only,
   and DuckDB refuses a read-only open in a process that has it open for writing. Nothing writes
   LanceDB while the batch holds its pool, so the vector-table scan of the plan is stable.
+- Only a batch with bulk to embed works ahead (`worth_working_ahead`: a project's first sync among
+  its projects, or no vector table yet): a change sensor's tick of synced projects has a few
+  documents a project, which the layer embeds in less than the worker costs to start.
 - Only the embedded provider works ahead: its vectors are the same whatever the batch (tested)
   and a call lasts a fraction of a second, so stopping the thread never waits long. Ollama's work
   happens in its server (its own threads, often a GPU), and a hung server would hold the stop up
@@ -46,6 +49,7 @@ from gitlab_knowledge.embeddings.ahead_worker import WorkerGone, WorkerProvider,
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.provider import Chunk, EmbeddingProvider
 from gitlab_knowledge.embeddings.refresh import plan_many, vectors_problem
+from gitlab_knowledge.embeddings.vectors import table_name
 from gitlab_knowledge.errors import is_interrupt
 from gitlab_knowledge.store.projects import synced_paths
 from gitlab_knowledge.workspace import Workspace
@@ -75,10 +79,6 @@ AHEAD_NICE = 10  # how much lower the priority of the worker process (or an in-p
 # meanwhile are read together.
 ROUND_EVERY_S = 2.0
 CHUNK_OVERHEAD = 200  # bytes a chunk costs beyond its vector and text (the objects around them)
-# A batch of projects that all completed a sync before works ahead from this many projects on
-# (`worth_working_ahead`): a sensor tick's few changes are a few documents a project, which the
-# layer embeds in well under the worker's ~2 s of CPU to start and load the model.
-AHEAD_PROJECTS = 64
 
 
 def text_key(text: str) -> bytes:
@@ -288,21 +288,27 @@ class AheadProvider:
 
 
 def worth_working_ahead(workspace: Workspace, projects: Sequence[str]) -> bool:
-    """Whether a batch of `projects` will have documents to embed in bulk, worth a worker: one of
-    them has never completed a sync (its first: every document of it is new), or there are at
-    least `AHEAD_PROJECTS` of them. A batch of synced projects (a sensor tick's changes) embeds
-    its few changed documents in the layer and starts no process. One read of the store (the
-    batch's held connection, at the start of its fetch phase); a store that cannot be read
-    answers yes, as every batch did before."""
-    if len(projects) >= AHEAD_PROJECTS or not workspace.config.duckdb_path.exists():
-        return True
+    """Whether a batch of `projects` will have documents to embed in bulk, worth a worker process:
+    one of them has never completed a sync (its first: every document of it is new), or the
+    configured model has no vector table yet (every document is to embed: the first sync, another
+    model, the vectors removed). A batch of synced projects (a change sensor's tick, however many
+    projects) embeds its changed documents in the layer and starts no process: with a note in each
+    of 10, 30 and 100 projects, the worker cost more CPU than it saved (docs/ARCHITECTURE.md,
+    "Embedding during the fetch phase"). One read of the store (through the connection the batch
+    holds at the start of its fetch phase); a store or provider that cannot be read answers yes,
+    as every batch did before."""
     try:
+        configured = workspace.embedder()
+        if not (workspace.config.lancedb_dir / f"{table_name(configured.provider, configured.model)}.lance").exists():
+            return True
+        if not workspace.config.duckdb_path.exists():
+            return True
         with workspace.write(wait=1.0) as con:
             synced = synced_paths(con, list(projects))
     except Exception as exc:  # noqa: BLE001 - the work ahead is an optimization: without the answer, work ahead
         if is_interrupt(exc):
             raise
-        log.info("embedding ahead: the store's sync record could not be read (%s)", exc)
+        log.info("embedding ahead: what the store holds could not be read (%s)", exc)
         return True
     return any(p not in synced for p in projects)
 

@@ -408,10 +408,10 @@ def workers_during(workspace: Workspace, projects: list[str]) -> tuple[Batch, li
     return batch, [pid for pid in seen if pid]
 
 
-def test_a_batch_of_synced_projects_with_a_changed_note_starts_no_worker(tmp_path, monkeypatch, token_env):
+def test_a_batch_of_synced_projects_with_a_changed_note_starts_no_worker(tmp_path, token_env):
     """A sensor tick's changes (every project synced before) embed in the layer: no worker process
-    loads the model for them; the first sync of the same projects did start one, and so does a
-    batch of at least AHEAD_PROJECTS synced projects."""
+    loads the model for them; the first sync of the same projects did start one, and a batch with
+    a project never synced, or no vector table of the configured model, would."""
     dataset = tmp_path / "dataset"
     generate_dataset(dataset, projects=2, issues=4, mrs=2, seed=37, threads_per_parent_mean=1.0)
     with SandboxGitLab(dataset=dataset) as sb:
@@ -426,8 +426,9 @@ def test_a_batch_of_synced_projects_with_a_changed_note_starts_no_worker(tmp_pat
         changed, during = workers_during(workspace, projects)
         assert during == [] and no_thread_ahead()
         assert changed.carried[projects[0]].metadata[EMBEDDINGS.asset]["embeddings_embedded"] >= 1
-    # As many synced projects as AHEAD_PROJECTS: bulk enough to work ahead; a path never synced: a first sync.
-    monkeypatch.setattr(ahead_module, "AHEAD_PROJECTS", len(projects))
-    assert ahead_module.worth_working_ahead(workspace, projects)
-    monkeypatch.setattr(ahead_module, "AHEAD_PROJECTS", 64)
+    # A path never synced: a first sync. The model's vectors gone (another model, the directory
+    # removed): every document is to embed again.
     assert ahead_module.worth_working_ahead(workspace, [projects[0], "acme/never-synced"])
+    (table,) = workspace.config.lancedb_dir.glob("vectors__*.lance")
+    table.rename(table.with_name("elsewhere"))
+    assert ahead_module.worth_working_ahead(workspace, projects)
