@@ -299,6 +299,8 @@ def worth_working_ahead(workspace: Workspace, projects: Sequence[str]) -> bool:
     as every batch did before."""
     try:
         configured = workspace.embedder()
+        if not isinstance(configured, EmbeddedProvider):  # no other provider works ahead (`embedding_ahead`)
+            return False
         if not (workspace.config.lancedb_dir / f"{table_name(configured.provider, configured.model)}.lance").exists():
             return True
         if not workspace.config.duckdb_path.exists():
