@@ -5,7 +5,8 @@ gitlab_knowledge sync`, a new process each time, as a user or a cron job runs it
 
 - a no-op sync of both projects, and a one-note sync (a note added to one project, that project
   synced), each `--repeat` times; medians are reported, with the load average (the machine may be
-  shared: compare before/after figures taken in the same conditions);
+  shared: compare before/after figures taken in the same conditions), and the CPU time of the
+  no-op sync's and the batch run's processes (an embedding worker they start included);
 - each run's breakdown from its Dagster event log: run start to first step, each step (asset or
   check) as Dagster timed it, the layer's own time inside the asset steps (`*duration_s` metadata),
   and what is left: Dagster's own overhead;
@@ -17,7 +18,8 @@ gitlab_knowledge sync`, a new process each time, as a user or a cron job runs it
 
 `--note-batch N`: N generated projects synced once, then one note added to each and the batch run
 naming all N (what the change sensor launches after such a tick), in a new process under cProfile:
-its wall time and where it went, stage by stage (the cumulative time of each stage's function).
+its wall time, its CPU time (its embedding worker's included) and where it went, stage by stage
+(the cumulative time of each stage's function).
 
 `--generated N` syncs a generated dataset of N small projects instead (first sync and no-op sync
 of all of them; the fixed cost per project is what a many-project sync pays N times).
@@ -26,6 +28,7 @@ of all of them; the fixed cost per project is what a many-project sync pays N ti
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -59,6 +62,13 @@ def cli(config: Path, *args: str) -> tuple[float, dict[str, Any]]:
     if proc.returncode != 0:
         raise SystemExit(f"sync failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return wall, json.loads(proc.stdout)
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's ended children and of theirs, once reaped: a
+    sync's or batch run's own and its embedding worker's (embeddings/ahead_worker.py)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def fresh_process(code: str) -> float:
@@ -186,8 +196,11 @@ def bench(dataset: Path, repeat: int, one_note: bool) -> dict[str, Any]:
         instance = dg.DagsterInstance.from_config(str(load_config(str(config)).dagster_home))
         result["first_sync_runs"] = {k: round(v, 2) for k, v in sum_runs(instance, first["projects"]).items()}
         noop, noop_runs, note, note_runs, batch, batch_runs = [], [], [], [], [], []
+        noop_cpu, batch_cpu = [], []
         for i in range(repeat):
+            cpu = children_cpu()
             wall, out = cli(config)
+            noop_cpu.append(children_cpu() - cpu)
             noop.append(wall)
             noop_runs.append(sum_runs(instance, out["projects"]))
             if one_note:
@@ -201,15 +214,19 @@ def bench(dataset: Path, repeat: int, one_note: bool) -> dict[str, Any]:
                 # The same change as the change sensor syncs it: a batch run naming the project.
                 sb.clock.advance(3600)
                 sb.state.add_note(project, "issues", issue["iid"], f"one more note for the batch, number {i}")
+                cpu = children_cpu()
                 wall, run_id = batch_process(config, project)
+                batch_cpu.append(children_cpu() - cpu)
                 batch.append(wall)
                 batch_runs.append(batch_breakdown(instance, run_id))
         result["noop_sync_s"] = round(statistics.median(noop), 2)
+        result["noop_sync_cpu_s"] = round(statistics.median(noop_cpu), 2)
         result["noop_runs"] = median_dict(noop_runs)
         if one_note:
             result["one_note_sync_s"] = round(statistics.median(note), 2)
             result["one_note_run"] = median_dict(note_runs)
             result["one_note_batch_s"] = round(statistics.median(batch), 2)
+            result["one_note_batch_cpu_s"] = round(statistics.median(batch_cpu), 2)
             result["one_note_batch_run"] = median_dict(batch_runs)
         if not one_note:  # many projects: one process per project against one for all
             result.update(per_project_vs_one(sb, config, projects, instance))
@@ -351,9 +368,12 @@ def note_batch(count: int, keep: Path | None = None, profiled: bool = True) -> d
             load = [round(x, 2) for x in os.getloadavg()]
             touch_all(sb, projects, "one note each")
             profile = (keep or Path(tmp) / "batch.prof") if profiled else None
+            cpu = children_cpu()
             wall, run_id = batch_process(config, ",".join(projects), profile)
+            cpu = children_cpu() - cpu
             instance = dg.DagsterInstance.from_config(str(load_config(str(config)).dagster_home))
             out = {"projects": len(projects), "first_sync_s": round(first, 1), "batch_wall_s": round(wall, 2),
+                   "batch_cpu_s": round(cpu, 2),
                    "load_average": load, "phases_s": batch_phases(instance, run_id)}
             if profile is not None:
                 out["stages_s (main thread, cProfile)"] = stage_times(profile)
@@ -387,14 +407,15 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"load average {result['load_average']} → {result['load_average_after']}; medians of {result['repeat']}; "
           f"{result['projects']} project(s)")
     print(f"{'first sync (CLI, wall)':44}{result['first_sync_s']:>8.2f} s   runs: {result['first_sync_runs']}")
-    print(f"{'no-op sync (CLI, wall)':44}{result['noop_sync_s']:>8.2f} s")
+    print(f"{'no-op sync (CLI, wall)':44}{result['noop_sync_s']:>8.2f} s   CPU {result['noop_sync_cpu_s']:.2f} s")
     for k, v in result["noop_runs"].items():
         print(f"  {'no-op runs: ' + k:42}{v:>8.2f}")
     if "one_note_sync_s" in result:
         print(f"{'one-note sync of one project (CLI, wall)':44}{result['one_note_sync_s']:>8.2f} s")
         for k, v in result["one_note_run"].items():
             print(f"  {'one-note run: ' + k:42}{v:>8.2f}")
-        print(f"{'one-note batch run (as the sensor runs it)':44}{result['one_note_batch_s']:>8.2f} s")
+        print(f"{'one-note batch run (as the sensor runs it)':44}{result['one_note_batch_s']:>8.2f} s"
+              f"   CPU {result['one_note_batch_cpu_s']:.2f} s")
         for k, v in result["one_note_batch_run"].items():
             print(f"  {'one-note batch run: ' + k:42}{v:>8.2f}")
     if "one_process_per_project_s" in result:

@@ -30,7 +30,7 @@ import dagster as dg
 from gitlab_knowledge.defs.batch_indexes import embeddings_layer as _embeddings
 from gitlab_knowledge.defs.batch_indexes import lexical_layer as _lexical
 from gitlab_knowledge.defs.failures import original, said_plainly
-from gitlab_knowledge.embeddings.ahead import Ahead, embedding_ahead
+from gitlab_knowledge.embeddings.ahead import Ahead, embedding_ahead, worth_working_ahead
 from gitlab_knowledge.errors import KnowledgeError, is_interrupt
 from gitlab_knowledge.layers import DOCUMENTS, EMBEDDINGS, GRAPH, LAYERS, LEXICAL, NORMALIZED, RAW, Layer
 from gitlab_knowledge.progress import SyncProgress
@@ -99,9 +99,9 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
     """Run every layer for `projects`, yielding each (project, layer, metadata) once committed."""
     in_flight = workspace.config.sync.projects_in_flight
     fetching_ahead = len(projects) > 1 and in_flight > 1
-    # The projects' documents embedded during the fetch phase, on the core its Python leaves idle
-    # (embeddings/ahead.py); its thread and worker process are ended however the batch ends.
-    batch.ahead = embedding_ahead(workspace) if fetching_ahead else None
+    # The work ahead, if `_fetching_ahead` starts it: its thread and worker process are ended
+    # however the batch ends.
+    batch.ahead = None
     try:
         yield from _carry(workspace, projects, batch, in_flight if fetching_ahead else None, full=full, force=force,
                           run_id=run_id, progress=progress, log=log)
@@ -144,8 +144,16 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
     recorded as its fetch lands and the store layers here for the projects that landed meanwhile,
     together; the store written by one of them at a time (`one_writer`), and kept open in this
     process meanwhile, with a gap for other processes every `store.db.KEEP_S` (`kept_open`)."""
-    with one_writer(), kept_open(workspace.config.duckdb_path), Fetches(workspace, projects, in_flight=in_flight, full=full, force=force, run_id=run_id,
-                               progress=progress) as fetches:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(one_writer())
+        stack.enter_context(kept_open(workspace.config.duckdb_path))
+        # The projects' documents embedded during the fetch phase, on the core its Python leaves
+        # idle (embeddings/ahead.py), where there is bulk to embed: decided by one read through
+        # the store now held, and started before the fetches so that its model loads meanwhile.
+        if worth_working_ahead(workspace, projects):
+            batch.ahead = embedding_ahead(workspace)
+        fetches = stack.enter_context(Fetches(workspace, projects, in_flight=in_flight, full=full, force=force,
+                                              run_id=run_id, progress=progress))
         least = TOGETHER_FIRST
         for landed in fetches.landed():
             # Waiting for TOGETHER_LEAST to land: the store is kept open through the wait

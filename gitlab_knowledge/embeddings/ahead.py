@@ -25,6 +25,9 @@ embedded ahead and asks the real provider for the rest.
   during the fetch phase (`stop_reading`): after it, the batch's layers open the store read-only,
   and DuckDB refuses a read-only open in a process that has it open for writing. Nothing writes
   LanceDB while the batch holds its pool, so the vector-table scan of the plan is stable.
+- Only a batch with bulk to embed works ahead (`worth_working_ahead`: a project's first sync among
+  its projects, or no vector table yet): a change sensor's tick of synced projects has a few
+  documents a project, which the layer embeds in less than the worker costs to start.
 - Only the embedded provider works ahead: its vectors are the same whatever the batch (tested)
   and a call lasts a fraction of a second, so stopping the thread never waits long. Ollama's work
   happens in its server (its own threads, often a GPU), and a hung server would hold the stop up
@@ -46,6 +49,9 @@ from gitlab_knowledge.embeddings.ahead_worker import WorkerGone, WorkerProvider,
 from gitlab_knowledge.embeddings.embedded import EmbeddedProvider
 from gitlab_knowledge.embeddings.provider import Chunk, EmbeddingProvider
 from gitlab_knowledge.embeddings.refresh import plan_many, vectors_problem
+from gitlab_knowledge.embeddings.vectors import table_name
+from gitlab_knowledge.errors import is_interrupt
+from gitlab_knowledge.store.projects import synced_paths
 from gitlab_knowledge.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -279,6 +285,34 @@ class AheadProvider:
 
     def check(self) -> str:
         return self._inner.check()
+
+
+def worth_working_ahead(workspace: Workspace, projects: Sequence[str]) -> bool:
+    """Whether a batch of `projects` will have documents to embed in bulk, worth a worker process:
+    one of them has never completed a sync (its first: every document of it is new), or the
+    configured model has no vector table yet (every document is to embed: the first sync, another
+    model, the vectors removed). A batch of synced projects (a change sensor's tick, however many
+    projects) embeds its changed documents in the layer and starts no process: with a note in each
+    of 10, 30 and 100 projects, the worker cost more CPU than it saved (docs/ARCHITECTURE.md,
+    "Embedding during the fetch phase"). One read of the store (through the connection the batch
+    holds at the start of its fetch phase); a store or provider that cannot be read answers yes,
+    as every batch did before."""
+    try:
+        configured = workspace.embedder()
+        if not isinstance(configured, EmbeddedProvider):  # no other provider works ahead (`embedding_ahead`)
+            return False
+        if not (workspace.config.lancedb_dir / f"{table_name(configured.provider, configured.model)}.lance").exists():
+            return True
+        if not workspace.config.duckdb_path.exists():
+            return True
+        with workspace.write(wait=1.0) as con:
+            synced = synced_paths(con, list(projects))
+    except Exception as exc:  # noqa: BLE001 - the work ahead is an optimization: without the answer, work ahead
+        if is_interrupt(exc):
+            raise
+        log.info("embedding ahead: what the store holds could not be read (%s)", exc)
+        return True
+    return any(p not in synced for p in projects)
 
 
 def embedding_ahead(workspace: Workspace) -> Ahead | None:

@@ -58,3 +58,12 @@ def canonical_paths(con: duckdb.DuckDBPyConnection, project_ids: list[int]) -> d
         WHERE resource_type = 'project' AND gitlab_key IN (SELECT unnest(?::TEXT[]))
     """, [[str(p) for p in project_ids]]).fetchall())
     return {pid: found.get(pid) for pid in project_ids}
+
+
+def synced_paths(con: duckdb.DuckDBPyConnection, project_paths: list[str]) -> set[str]:
+    """Those of `project_paths` (as configured) with a completed sync (`sync_runs`, 'succeeded'):
+    a path not among them has never been synced to the end, so its next sync is a first one."""
+    return {path for (path,) in con.execute("""
+        SELECT DISTINCT project_path FROM sync_runs
+        WHERE status = 'succeeded' AND project_path IN (SELECT unnest(?::TEXT[]))
+    """, [project_paths]).fetchall()}

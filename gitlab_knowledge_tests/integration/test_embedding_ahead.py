@@ -380,3 +380,55 @@ def test_the_store_is_read_at_most_once_an_interval_and_projects_landed_meanwhil
     ahead.close()
     assert read == [["a"], ["b", "c", "d", "e"]] and ahead.rounds == 2
     assert no_thread_ahead()
+
+
+def worker_children() -> list[int]:
+    """This process's children running the worker (from /proc: their parent and command line)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):  # not a process, or it ended meanwhile
+            continue
+        if parent == os.getpid() and b"ahead_worker" in command:
+            out.append(int(entry.name))
+    return out
+
+
+def workers_during(workspace: Workspace, projects: list[str]) -> tuple[Batch, list[int]]:
+    """A batch, and the worker processes alive when its first documents had committed (while the
+    work ahead, if any, is running: the embeddings layer has not started)."""
+    batch = Batch({p: Carried(p) for p in projects})
+    seen: list[int] = []
+    for _project, layer, _metadata in carry(workspace, projects, batch):
+        if layer.name == "documents" and not seen:
+            seen = worker_children() or [0]
+    assert batch.unfinished == []
+    return batch, [pid for pid in seen if pid]
+
+
+def test_a_batch_of_synced_projects_with_a_changed_note_starts_no_worker(tmp_path, token_env):
+    """A sensor tick's changes (every project synced before) embed in the layer: no worker process
+    loads the model for them; the first sync of the same projects did start one, and a batch with
+    a project never synced, or no vector table of the configured model, would."""
+    dataset = tmp_path / "dataset"
+    generate_dataset(dataset, projects=2, issues=4, mrs=2, seed=37, threads_per_parent_mean=1.0)
+    with SandboxGitLab(dataset=dataset) as sb:
+        projects = project_paths(sb)
+        workspace = workspace_at(tmp_path / "data", sb.url, projects)
+        first, during = workers_during(workspace, projects)
+        assert len(during) == 1 and all(gone(pid) for pid in during)
+        sb.clock.advance(3600)
+        issue = sb.state.list_items(projects[0], "issues")[0]
+        sb.state.add_note(projects[0], "issues", issue["iid"], "one more note, after the first sync")
+        assert not ahead_module.worth_working_ahead(workspace, projects)
+        changed, during = workers_during(workspace, projects)
+        assert during == [] and no_thread_ahead()
+        assert changed.carried[projects[0]].metadata[EMBEDDINGS.asset]["embeddings_embedded"] >= 1
+    # A path never synced: a first sync. The model's vectors gone (another model, the directory
+    # removed): every document is to embed again.
+    assert ahead_module.worth_working_ahead(workspace, [projects[0], "acme/never-synced"])
+    (table,) = workspace.config.lancedb_dir.glob("vectors__*.lance")
+    table.rename(table.with_name("elsewhere"))
+    assert ahead_module.worth_working_ahead(workspace, projects)
