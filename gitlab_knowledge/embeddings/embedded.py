@@ -68,7 +68,7 @@ class EmbeddedProvider:
         # by one session whose threads spin (see _session); documents by `_threads` lanes, each a
         # session of one thread whose run releases the GIL (see embed_windows).
         self._sessions: dict[bool, Any] = {}
-        self._lanes: list[Any] = []
+        self._lanes: list[Any] = []  # a session per lane, None until its first run
         self._pool: ThreadPoolExecutor | None = None
         self._lanes_pid = 0  # the process the lanes' thread belongs to (a forked child has none)
         self._model_path: Path | None = None
@@ -117,28 +117,34 @@ class EmbeddedProvider:
         a query (one window) is answered sooner (p50 3.4 against 5.3 ms on a loaded machine). For
         documents that burned ~35% more CPU for the same vectors (150 documents: 35.6 s against
         26.1 s, the same wall time), CPU taken from whatever shares the machine (the daemon, a
-        search): documents are embedded by `_lane_sessions`, whose threads never spin."""
+        search): documents are embedded by the lanes (`_lane`), whose threads never spin."""
         self._load()
         with self._lock:
             if spinning not in self._sessions:
                 self._sessions[spinning] = self._new_session(self._threads, spinning)
             return self._sessions[spinning]
 
-    def _lane_sessions(self) -> list[Any]:
-        """The documents' sessions, one per lane, each of one ONNX thread, made on first use. One
-        session of two intra-op threads, splitting each run between them, spent more CPU a
-        document than one thread running whole runs (400 documents, runs of 8 windows: 22.9
-        against 33.5-34.7 documents a CPU-second, the same vectors to the bit); a lane a thread
-        keeps the lower cost and both cores (docs/ARCHITECTURE.md, "Embedding in lanes")."""
+    def _lane(self, k: int) -> Any:
+        """Lane `k`'s session, of one ONNX thread, made on first use (~0.14 s each: a lane other
+        than the caller's is made on its own thread while the caller's embeds). One session of
+        two intra-op threads, splitting each run between them, spent more CPU a document than
+        one thread running whole runs (400 documents, runs of 8 windows: 22.9 against 33.5-34.7
+        documents a CPU-second, the same vectors to the bit); a lane a thread keeps the lower
+        cost and both cores (docs/ARCHITECTURE.md, "Embedding in lanes")."""
+        made = self._lanes[k] if self._lanes_pid == os.getpid() else None
+        if made is not None:  # without the lock: another lane's session may be being made under it
+            return made
         self._load()
         with self._lock:
-            if not self._lanes or self._lanes_pid != os.getpid():
-                self._lanes = [self._new_session(1, False) for _ in range(self._threads)]
-                # A pool inherited through fork has no threads in the child: its lanes would never run.
+            if self._lanes_pid != os.getpid():
+                # A pool inherited through fork has no thread in the child: its lanes would never run.
+                self._lanes = [None] * self._threads
                 self._pool = (ThreadPoolExecutor(self._threads - 1, thread_name_prefix="gk-embed-lane")
                               if self._threads > 1 else None)
                 self._lanes_pid = os.getpid()
-            return self._lanes
+            if self._lanes[k] is None:
+                self._lanes[k] = self._new_session(1, False)
+            return self._lanes[k]
 
     def check(self) -> str:
         self._session(spinning=True)
@@ -187,14 +193,23 @@ class EmbeddedProvider:
             for idx in batches:
                 out[idx] = self._embed_ids([windows[i] for i in idx], session)
             return out
-        lanes = self._lane_sessions()[:len(batches)]
+        lanes = min(self._threads, len(batches))
+        taking = threading.Lock()
+        pending = iter(batches)
 
         def lane(k: int) -> None:
-            # Batches k, k + lanes, …: neighbours in length order cost alike, so the lanes finish together.
-            for idx in batches[k::len(lanes)]:
-                out[idx] = self._embed_ids([windows[i] for i in idx], lanes[k])
+            # Each lane takes the next run when done with one: a lane that starts late (its
+            # session being made) or runs slower (a busy core) takes fewer.
+            session = self._lane(k)
+            while True:
+                with taking:
+                    idx = next(pending, None)
+                if idx is None:
+                    return
+                out[idx] = self._embed_ids([windows[i] for i in idx], session)
 
-        others = [self._pool.submit(lane, k) for k in range(1, len(lanes))] if self._pool else []
+        self._lane(0)  # this process's lanes and their pool
+        others = [self._pool.submit(lane, k) for k in range(1, lanes)] if self._pool else []
         try:
             lane(0)  # on the caller's thread: one lane costs no hand-over
         finally:

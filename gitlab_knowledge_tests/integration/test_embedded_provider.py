@@ -152,31 +152,38 @@ def test_documents_can_be_embedded_from_several_threads(provider: EmbeddedProvid
 
 
 class _Recorded:
-    """A lane's session whose runs say on which thread they ran (and may be made to fail)."""
+    """A lane's session whose runs say on which thread they ran (and may be made to fail, or to
+    wait before its first run until `go` is set)."""
 
-    def __init__(self, session: object, fail: bool = False) -> None:
-        self.session, self.fail, self.threads = session, fail, set()
+    def __init__(self, session: object, fail: bool = False, go: threading.Event | None = None) -> None:
+        self.session, self.fail, self.go, self.threads = session, fail, go, []
+        self.ran = threading.Event()
 
     def run(self, *args: object) -> object:
-        self.threads.add(threading.get_ident())
+        if self.go is not None:
+            assert self.go.wait(120), "the other lane never ran"
+        self.threads.append(threading.get_ident())
+        self.ran.set()
         if self.fail:
             raise RuntimeError("lane broke")
         return self.session.run(*args)  # type: ignore[attr-defined]
 
 
-def test_documents_are_embedded_in_lanes_of_one_thread_each_on_threads_of_their_own(provider: EmbeddedProvider) -> None:
+def test_documents_are_embedded_in_lanes_of_one_thread_each_on_threads_of_their_own() -> None:
     texts = [words(n, seed=n) for n in (2, 5, 9, 30, 60, 120, 200, 260, 400)]
     alone = EmbeddedProvider(threads=1).embed_documents(texts)
     lanes = EmbeddedProvider(threads=2)
-    sessions = lanes._lane_sessions()
-    assert len(sessions) == 2
+    sessions = [lanes._lane(k) for k in range(2)]
     assert all(s.get_session_options().intra_op_num_threads == 1 for s in sessions)
-    recorded = [_Recorded(s) for s in sessions]
-    lanes._lanes = recorded
+    second = _Recorded(sessions[1])
+    first = _Recorded(sessions[0], go=second.ran)  # the caller's lane waits until the other one ran
+    lanes._lanes = [first, second]
     together = lanes.embed_documents(texts)
-    # Each lane ran on one thread, the two on different ones, and the vectors are those of one lane alone.
-    assert [len(r.threads) for r in recorded] == [1, 1]
-    assert recorded[0].threads != recorded[1].threads
+    # Each lane ran on one thread, the two on different ones (the caller's and the pool's), and
+    # the vectors are those of one lane alone.
+    assert len(set(first.threads)) == 1 and len(set(second.threads)) == 1
+    assert first.threads[0] == threading.get_ident() and second.threads[0] != first.threads[0]
+    assert len(first.threads) + len(second.threads) == -(-sum(len(c) for c in alone) // embedded.BATCH)
     assert [len(c) for c in together] == [len(c) for c in alone]
     assert np.array_equal(np.stack([c.vector for cs in together for c in cs]),
                           np.stack([c.vector for cs in alone for c in cs]))
@@ -184,9 +191,10 @@ def test_documents_are_embedded_in_lanes_of_one_thread_each_on_threads_of_their_
 
 def test_a_lane_that_fails_fails_the_call_and_the_next_call_works() -> None:
     lanes = EmbeddedProvider(threads=2)
-    sessions = lanes._lane_sessions()
+    sessions = [lanes._lane(k) for k in range(2)]
     texts = [words(n, seed=n) for n in (3, 40, 90, 150)]
-    lanes._lanes = [sessions[0], _Recorded(sessions[1], fail=True)]
+    broken = _Recorded(sessions[1], fail=True)
+    lanes._lanes = [_Recorded(sessions[0], go=broken.ran), broken]
     with pytest.raises(RuntimeError, match="lane broke"):
         lanes.embed_documents(texts)
     lanes._lanes = sessions
