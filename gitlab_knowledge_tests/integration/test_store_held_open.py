@@ -83,14 +83,20 @@ def test_under_one_writer_a_connection_of_another_thread_waits_for_its_turn(tmp_
         assert other_thread_may_connect()
 
 
-def test_a_kept_store_is_shared_by_the_holds_inside_it_and_freed_at_its_end(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch):
+def _store_counting_opens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[bool]]:
+    """A store with a table `t`, and the opens of the file from then on (read-only or not)."""
     path = tmp_path / "store.duckdb"
     with db.write_connection(path) as con:
         con.execute("CREATE TABLE t (x INTEGER)")
     opens: list[bool] = []
     real_open = db._open
     monkeypatch.setattr(db, "_open", lambda p, read_only, wait: opens.append(read_only) or real_open(p, read_only, wait))
+    return path, opens
+
+
+def test_a_kept_store_is_shared_by_the_holds_inside_it_and_freed_at_its_end(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch):
+    path, opens = _store_counting_opens(tmp_path, monkeypatch)
     with db.kept_open(path, hold_s=600.0):
         for i in range(3):
             with db.holding_open(path), db.write_connection(path) as con:  # a pass inside: the kept connection
@@ -117,12 +123,7 @@ def _keeper_rounds(monkeypatch: pytest.MonkeyPatch, rounds: int) -> threading.Ev
 def test_a_kept_store_gives_no_gap_while_nobody_knocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Each gap closes the file (a checkpoint) and stops the batch's commits: with nobody waiting,
     the store stays held round after round (the old keeper gave a gap every round)."""
-    path = tmp_path / "store.duckdb"
-    with db.write_connection(path) as con:
-        con.execute("CREATE TABLE t (x INTEGER)")
-    opens: list[bool] = []
-    real_open = db._open
-    monkeypatch.setattr(db, "_open", lambda p, read_only, wait: opens.append(read_only) or real_open(p, read_only, wait))
+    path, opens = _store_counting_opens(tmp_path, monkeypatch)
     monkeypatch.setattr(db, "UNASKED_GAP_S", 600.0)
     rounds = _keeper_rounds(monkeypatch, 5)
     with db.kept_open(path, hold_s=0.01, gap_s=0.01):
