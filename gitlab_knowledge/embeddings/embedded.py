@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,11 @@ TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f41157
 TOKENIZER_RELPATH = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 WINDOW = 256
 OVERLAP = 32
-BATCH = 8
+# Windows a run (sorted by length, so a run's windows pad little). With one ONNX thread a session,
+# small runs cost least (300 documents of the 300-project dataset, two lanes, documents a
+# CPU-second: 1 → 33.6, 2 → 35.8, 4 → 31.6-33.0, 8 → 25.0, 16 → 16.5, 32 → 11.4): a bigger run's
+# activations leave the core's cache. The vectors are the same to the bit whatever the size.
+BATCH = 2
 EXCERPT_CHARS = 1500
 CLS_ID, SEP_ID = 101, 102
 
@@ -59,10 +64,13 @@ class EmbeddedProvider:
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._lock = threading.Lock()
-        # Set by _load on first use (onnxruntime is untyped; all load lazily). Two sessions on one
-        # model: documents are embedded by one whose idle threads sleep, a query by one whose
-        # threads spin (see _session).
+        # Set by _load on first use (onnxruntime is untyped; all load lazily). A query is answered
+        # by one session whose threads spin (see _session); documents by `_threads` lanes, each a
+        # session of one thread whose run releases the GIL (see embed_windows).
         self._sessions: dict[bool, Any] = {}
+        self._lanes: list[Any] = []  # a session per lane, None until its first run
+        self._pool: ThreadPoolExecutor | None = None
+        self._lanes_pid = 0  # the process the lanes' thread belongs to (a forked child has none)
         self._model_path: Path | None = None
         self._tokenizer: Any = None
 
@@ -88,29 +96,55 @@ class EmbeddedProvider:
             tokenizer.no_padding()
             self._model_path, self._tokenizer = model, tokenizer
 
+    def _new_session(self, threads: int, spinning: bool) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        # A lane's arena keeps the buffers of its batches (8 windows) from run to run: without it
+        # every run mapped and faulted them in afresh (300 documents: 4x the page faults, ~7% more
+        # CPU, and a higher peak RSS: 807 against 704 MB). The query session runs one window.
+        options.enable_cpu_mem_arena = not spinning
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return ort.InferenceSession(str(self._model_path), sess_options=options, providers=["CPUExecutionProvider"])
+
     def _session(self, spinning: bool) -> Any:
-        """The ONNX session, made on first use. Spinning threads wait for the next operator busily:
-        a query (one window) answered sooner with them (p50 3.4 against 5.3 ms on a loaded machine),
-        but embedding documents burned ~35% more CPU for the same vectors (150 documents: 35.6 s
-        against 26.1 s, the same wall time), CPU taken from whatever shares the machine (the
-        daemon, a search). So documents get a session whose idle threads sleep, and only a process
-        that embeds both loads both."""
+        """The query session, made on first use: its threads wait for the next operator busily, so
+        a query (one window) is answered sooner (p50 3.4 against 5.3 ms on a loaded machine). For
+        documents that burned ~35% more CPU for the same vectors (150 documents: 35.6 s against
+        26.1 s, the same wall time), CPU taken from whatever shares the machine (the daemon, a
+        search): documents are embedded by the lanes (`_lane`), whose threads never spin."""
         self._load()
         with self._lock:
             if spinning not in self._sessions:
-                import onnxruntime as ort
-
-                options = ort.SessionOptions()
-                options.enable_cpu_mem_arena = False  # ~1.5 GB → ~1.0 GB peak RSS at batch 32 × 256 tokens (measured)
-                options.intra_op_num_threads = self._threads
-                options.inter_op_num_threads = 1
-                options.log_severity_level = 3
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                if not spinning:
-                    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                self._sessions[spinning] = ort.InferenceSession(str(self._model_path), sess_options=options,
-                                                                providers=["CPUExecutionProvider"])
+                self._sessions[spinning] = self._new_session(self._threads, spinning)
             return self._sessions[spinning]
+
+    def _lane(self, k: int) -> Any:
+        """Lane `k`'s session, of one ONNX thread, made on first use (~0.14 s each: a lane other
+        than the caller's is made on its own thread while the caller's embeds). One session of
+        two intra-op threads, splitting each run between them, spent more CPU a document than
+        one thread running whole runs (400 documents, runs of 8 windows: 22.9 against 33.5-34.7
+        documents a CPU-second, the same vectors to the bit); a lane a thread keeps the lower
+        cost and both cores (docs/ARCHITECTURE.md, "Embedding in lanes")."""
+        made = self._lanes[k] if self._lanes_pid == os.getpid() else None
+        if made is not None:  # without the lock: another lane's session may be being made under it
+            return made
+        self._load()
+        with self._lock:
+            if self._lanes_pid != os.getpid():
+                # A pool inherited through fork has no thread in the child: its lanes would never run.
+                self._lanes = [None] * self._threads
+                self._pool = (ThreadPoolExecutor(self._threads - 1, thread_name_prefix="gk-embed-lane")
+                              if self._threads > 1 else None)
+                self._lanes_pid = os.getpid()
+            if self._lanes[k] is None:
+                self._lanes[k] = self._new_session(1, False)
+            return self._lanes[k]
 
     def check(self) -> str:
         self._session(spinning=True)
@@ -150,13 +184,37 @@ class EmbeddedProvider:
 
     def embed_windows(self, windows: list[list[int]], *, many: bool = True) -> np.ndarray:
         """Vectors for token windows, batched by similar length (padding is what costs). `many`:
-        a batch job's windows (the sleeping session), not one query's (the spinning one)."""
-        session = self._session(spinning=not many)
+        a batch job's windows (the lanes), not one query's (the spinning session)."""
         order = sorted(range(len(windows)), key=lambda i: len(windows[i]))
         out = np.zeros((len(windows), self.dims), dtype=np.float32)
-        for start in range(0, len(order), BATCH):
-            idx = order[start:start + BATCH]
-            out[idx] = self._embed_ids([windows[i] for i in idx], session)
+        batches = [order[start:start + BATCH] for start in range(0, len(order), BATCH)]
+        if not many:
+            session = self._session(spinning=True)
+            for idx in batches:
+                out[idx] = self._embed_ids([windows[i] for i in idx], session)
+            return out
+        lanes = min(self._threads, len(batches))
+        taking = threading.Lock()
+        pending = iter(batches)
+
+        def lane(k: int) -> None:
+            # Each lane takes the next run when done with one: a lane that starts late (its
+            # session being made) or runs slower (a busy core) takes fewer.
+            session = self._lane(k)
+            while True:
+                with taking:
+                    idx = next(pending, None)
+                if idx is None:
+                    return
+                out[idx] = self._embed_ids([windows[i] for i in idx], session)
+
+        self._lane(0)  # this process's lanes and their pool
+        others = [self._pool.submit(lane, k) for k in range(1, lanes)] if self._pool else []
+        try:
+            lane(0)  # on the caller's thread: one lane costs no hand-over
+        finally:
+            for future in others:
+                future.result()  # waits for every lane, and raises what one raised
         return out
 
     def embed_documents(self, texts: list[str]) -> list[list[Chunk]]:

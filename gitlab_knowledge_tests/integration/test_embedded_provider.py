@@ -151,6 +151,86 @@ def test_documents_can_be_embedded_from_several_threads(provider: EmbeddedProvid
         np.testing.assert_allclose(results[i], provider.embed_query(text), atol=1e-6)
 
 
+class _Recorded:
+    """A lane's session whose runs say on which thread they ran (and may be made to fail, or to
+    wait before its first run until `go` is set)."""
+
+    def __init__(self, session: object, fail: bool = False, go: threading.Event | None = None) -> None:
+        self.session, self.fail, self.go, self.threads = session, fail, go, []
+        self.ran = threading.Event()
+
+    def run(self, *args: object) -> object:
+        if self.go is not None:
+            assert self.go.wait(120), "the other lane never ran"
+        self.threads.append(threading.get_ident())
+        self.ran.set()
+        if self.fail:
+            raise RuntimeError("lane broke")
+        return self.session.run(*args)  # type: ignore[attr-defined]
+
+
+def test_documents_are_embedded_in_lanes_of_one_thread_each_on_threads_of_their_own() -> None:
+    texts = [words(n, seed=n) for n in (2, 5, 9, 30, 60, 120, 200, 260, 400)]
+    alone = EmbeddedProvider(threads=1).embed_documents(texts)
+    lanes = EmbeddedProvider(threads=2)
+    sessions = [lanes._lane(k) for k in range(2)]
+    assert all(s.get_session_options().intra_op_num_threads == 1 for s in sessions)
+    second = _Recorded(sessions[1])
+    first = _Recorded(sessions[0], go=second.ran)  # the caller's lane waits until the other one ran
+    lanes._lanes = [first, second]
+    together = lanes.embed_documents(texts)
+    # Each lane ran on one thread, the two on different ones (the caller's and the pool's), and
+    # the vectors are those of one lane alone.
+    assert len(set(first.threads)) == 1 and len(set(second.threads)) == 1
+    assert first.threads[0] == threading.get_ident() and second.threads[0] != first.threads[0]
+    assert len(first.threads) + len(second.threads) == -(-sum(len(c) for c in alone) // embedded.BATCH)
+    assert [len(c) for c in together] == [len(c) for c in alone]
+    assert np.array_equal(np.stack([c.vector for cs in together for c in cs]),
+                          np.stack([c.vector for cs in alone for c in cs]))
+
+
+def test_a_lane_that_fails_fails_the_call_and_the_next_call_works() -> None:
+    lanes = EmbeddedProvider(threads=2)
+    sessions = [lanes._lane(k) for k in range(2)]
+    texts = [words(n, seed=n) for n in (3, 40, 90, 150)]
+    broken = _Recorded(sessions[1], fail=True)
+    lanes._lanes = [_Recorded(sessions[0], go=broken.ran), broken]
+    with pytest.raises(RuntimeError, match="lane broke"):
+        lanes.embed_documents(texts)
+    lanes._lanes = sessions
+    assert len(lanes.embed_documents(texts)) == len(texts)
+
+
+def test_a_forked_child_embeds_with_lanes_of_its_own() -> None:
+    """A process forked after the lanes started (a prefork worker) inherits no pool thread: its
+    calls would wait for lanes that never run."""
+    import os
+
+    parent = EmbeddedProvider(threads=2)
+    texts = [words(n, seed=n) for n in (3, 40, 90, 150)]
+    expected = np.stack([c.vector for cs in parent.embed_documents(texts) for c in cs])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer on the pipe, never return into pytest
+        try:
+            got = np.stack([c.vector for cs in parent.embed_documents(texts) for c in cs])
+            os.write(write, b"same" if np.array_equal(got, expected) else b"diff")
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        import select
+
+        ready, _, _ = select.select([read], [], [], 120)
+        answer = os.read(read, 4) if ready else b"hung"
+    finally:
+        os.close(read)
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert answer == b"same"
+
+
 # -- the model files -------------------------------------------------------------------------------------
 
 
