@@ -45,6 +45,8 @@ def add_parsers(add: Callable[[str, str], OneLineParser]) -> None:
                    help="changes and mentions since then (default: 7 days ago)")
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--live", action="store_true", help="also your pending GitLab To-Dos, asked now (the token's user)")
+    p.add_argument("--limit", type=bounded_int(1), default=20, metavar="N",
+                   help="the newest N entries per list (default 20; the totals are counted in full)")
     p = add("person", "what someone authored, reviewed, commented on and was assigned; their labels and files")
     p.add_argument("user", help="a GitLab username")
     p.add_argument("--project", metavar="PATH")
@@ -120,8 +122,10 @@ def history_cmd(args: argparse.Namespace, config: Config) -> int:
     return 0
 
 
-def _section(title: str, entries: list[dict[str, Any]], line: Callable[[dict[str, Any]], str]) -> None:
-    console.out.print(f"\n[bold]{title}[/] ({len(entries)})")
+def _section(title: str, entries: list[dict[str, Any]], line: Callable[[dict[str, Any]], str],
+             total: int | None = None) -> None:
+    more = f", the newest {len(entries)} shown (--limit for more)" if total is not None and total > len(entries) else ""
+    console.out.print(f"\n[bold]{title}[/] ({len(entries) if total is None else total}{more})")
     for entry in entries:
         console.out.print("  " + line(entry))
 
@@ -130,31 +134,32 @@ def me_cmd(args: argparse.Namespace, config: Config) -> int:
     from gitlab_knowledge.graph.people import me
     from gitlab_knowledge.workspace import Workspace
 
-    result = me(Workspace(config), args.user, args.since, args.project, args.live)
+    result = me(Workspace(config), args.user, args.since, args.project, args.live, args.limit)
     if args.json:
         console.print_json(result.as_dict())
         return 0
     console.out.print(f"[bold]@{escape(result.user)}[/]" + (" (the token's user)" if result.user_from == "token"
                                                                else ""))
-    _section("Issues assigned to you", result.assigned_issues, _item)
-    _section("Merge requests assigned to you", result.assigned_mrs, _item)
-    _section("Review requested", result.review_requested, _item)
+    counts = result.counts
+    _section("Issues assigned to you", result.assigned_issues, _item, counts["assigned_issues"])
+    _section("Merge requests assigned to you", result.assigned_mrs, _item, counts["assigned_mrs"])
+    _section("Review requested", result.review_requested, _item, counts["review_requested"])
     _section("Your open merge requests", result.authored_open_mrs,
              lambda e: _item(e) + (f"  [yellow]{e['unresolved_threads']} unresolved thread(s)[/]"
-                                   if e["unresolved_threads"] else ""))
+                                   if e["unresolved_threads"] else ""), counts["authored_open_mrs"])
     _section("Mentions of you", result.mentions,
              lambda m: f"{_item(m['item'])}  [dim]{m['reason']}{_thread_state(m)}[/]  @{escape(m['author'] or '?')}: "
-                       f"{escape(m['excerpt'])}")
+                       f"{escape(m['excerpt'])}", counts["mentions"])
     if result.todos is not None:
         _section("Your GitLab To-Dos", result.todos,
                  lambda t: f"{escape(t['reference'] or t['url'] or t['target_type'])}  {escape(t['title'] or '')}  "
-                           f"[dim]{escape(t['reason'])}[/]  @{escape(t['author'] or '?')}")
+                           f"[dim]{escape(t['reason'])}[/]  @{escape(t['author'] or '?')}", counts["todos"])
     changes = result.changes
     _section(f"New comments on your items since {_when(result.since)}", changes.notes,
              lambda n: f"{_when(n['created_at'])}  {escape(n['item']['reference'])}  @{escape(n['author'] or '?')}: "
-                       f"{escape(n['excerpt'])}")
+                       f"{escape(n['excerpt'])}", counts["notes"])
     _section("Closed or merged since then", changes.state_changes,
-             lambda s: f"{_when(s['at'])}  {s['change']}  {_item(s['item'])}")
+             lambda s: f"{_when(s['at'])}  {s['change']}  {_item(s['item'])}", counts["state_changes"])
     return 0
 
 

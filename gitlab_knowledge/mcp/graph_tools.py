@@ -5,7 +5,8 @@ and returns that command's --json document, validated by the same schema (cli/sc
 plus a short text rendering. The reads go through a workspace that sees only what agents may see
 (store/visibility.py), so a confidential issue or an internal note never reaches an answer without
 the config's opt-in.
-Lists are cut at GRAPH_LIST entries; the text says when one was. A merge request in
+Lists are cut at GRAPH_LIST entries (`me`'s at its `limit`, ME_LIMIT unless asked); the text says
+when one was. A merge request in
 `file_history` lists at most ITEM_FILES files, GRAPH_LIST threads and GRAPH_LIST links per group
 (as `related` cuts its groups; `files_omitted` / `threads_omitted` / `links_omitted` say how many
 more there were).
@@ -17,7 +18,7 @@ from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, UsageError
-from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT, ITEM_FILES
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT, ITEM_FILES, ME_LIMIT
 from gitlab_knowledge.mcp.context import Context, confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 
@@ -53,6 +54,8 @@ ME_INPUT = {
         "user": _text("A GitLab username (default: the token's user, as the last sync recorded it)."),
         "since": _text("Changes since this day (YYYY-MM-DD, UTC; default: 7 days ago).", pattern=_DATE),
         "project": _text("Only this project (group/project)."),
+        "limit": {"type": "integer", "minimum": 1, "maximum": GRAPH_LIST, "default": ME_LIMIT,
+                  "description": "Entries per list, the newest (`counts` says how many each list has)."},
     },
 }
 
@@ -116,12 +119,17 @@ def refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
 # -- file history -------------------------------------------------------------------------------
 
 
+def _limit(args: dict[str, Any], default: int, most: int) -> int:
+    limit = args.get("limit", default)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= most:
+        raise UsageError(f"limit must be a whole number from 1 to {most}, got {limit!r}")
+    return limit
+
+
 async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph.history import history
 
-    limit = args.get("limit", HISTORY_LIMIT)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= HISTORY_LIMIT:
-        raise UsageError(f"limit must be a whole number from 1 to {HISTORY_LIMIT}, got {limit!r}")
+    limit = _limit(args, HISTORY_LIMIT, HISTORY_LIMIT)
     out = (await asyncio.to_thread(history, ctx.workspace(visible_only=True), str(args["path"]),
                                    args.get("project") or None, limit)).as_dict()
     mrs = out["merge_requests"]
@@ -185,10 +193,10 @@ def _resolution(mention: dict[str, Any]) -> str:
 async def me(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph import people
 
-    since = _since(args.get("since"))
-    # The lists are cut to GRAPH_LIST in the query (the newest), `counts` keeps how long they are.
+    since, limit = _since(args.get("since")), _limit(args, ME_LIMIT, GRAPH_LIST)
+    # The lists are cut to `limit` in the query (the newest), `counts` keeps how long they are.
     out = (await asyncio.to_thread(people.me, ctx.workspace(visible_only=True), args.get("user") or None,
-                                   since, args.get("project") or None, False, GRAPH_LIST)).as_dict()
+                                   since, args.get("project") or None, False, limit)).as_dict()
     changes, counts = out["changes"], out["counts"]
     sections = [
         ("Issues assigned", "assigned_issues", out["assigned_issues"], _item),

@@ -20,6 +20,7 @@ from gitlab_knowledge import __version__
 from gitlab_knowledge.errors import AGENT, GitLabError, KnowledgeError
 from gitlab_knowledge.mcp.asking import asking_as, viewer_of_request
 from gitlab_knowledge.mcp.context import Context
+from gitlab_knowledge.mcp.inline_schema import inlined
 from gitlab_knowledge.mcp.resident import Resident
 from gitlab_knowledge.mcp.tools import Tool, all_tools
 from gitlab_knowledge.redact import redact
@@ -69,7 +70,7 @@ def build_server(context: Context, *, http: bool = False) -> Server[Context]:
     validators = {name: Draft202012Validator(t.input_schema) for name, t in tools.items()}
     listing = types.ListToolsResult(tools=[
         types.Tool(name=t.name, title=t.title, description=t.description, input_schema=t.input_schema,
-                   output_schema=t.output_schema,
+                   output_schema=inlined(t.output_schema),  # cheaper for a client to validate against
                    annotations=types.ToolAnnotations(title=t.title, read_only_hint=True, destructive_hint=False,
                                                      idempotent_hint=True,
                                                      open_world_hint=t.name in ("gitlab_get_mr_comments", "explain")))

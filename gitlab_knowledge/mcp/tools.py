@@ -330,7 +330,8 @@ def all_tools() -> list[Tool]:
              "For a user (default: the token's): open issues and MRs assigned, open MRs to review, their open MRs "
              "with unresolved threads, where others mentioned them (notes in any thread, descriptions), each with "
              "its reason, and new comments and closes or merges on "
-             f"their items since a day (default 7 days ago). At most {graph.GRAPH_LIST} entries per list. "
+             f"their items since a day (default 7 days ago). The newest {graph.ME_LIMIT} entries per list (`limit`: up "
+             f"to {graph.GRAPH_LIST}), `counts` says how many each has. "
              "The `me --json` document.", graph.ME_INPUT, schema("cli/schemas/me.json"), graph.me),
         *query_tools.tools(),
     ]

@@ -226,10 +226,16 @@ def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str |
 
 def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None,
                       workspace: "Workspace | None" = None) -> dict[str, Any]:
-    """`show_item` on a connection the caller holds (the MCP item tools read the links and files
-    in the same read); `workspace`: the one `con` reads for, whose reader may know the project."""
+    """`show_item` on a connection the caller holds; `workspace`: the one `con` reads for, whose
+    reader may know the project."""
+    return with_threads(con, kind, item_row(con, kind, iid, project, workspace))
+
+
+def item_row(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None,
+             workspace: "Workspace | None" = None) -> dict[str, Any]:
+    """The item's own row (and its project's path), without its threads: the MCP item tools read
+    its links and files beside its threads (mcp/items.py)."""
     table = kind.table
-    noteable = kind.noteable_type
     where, params = (" AND t.project_id = ?", [project_id_of(workspace, con, project)]) if project else ("", [])
     # (the project's path as `project_paths` says it: a join with `projects` costs ~1 ms more)
     paths = project_paths(workspace, con)
@@ -241,7 +247,12 @@ def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int
         raise ItemNotFound(label, kind.name, iid, project)
     if len(found) > 1:
         raise AmbiguousReference(label, [r["project"] for r in found])
-    item = found[0]
+    return found[0]
+
+
+def with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, item: dict[str, Any]) -> dict[str, Any]:
+    """`item` (an `item_row`) with its threads, each with its notes in order."""
+    noteable = kind.noteable_type
     threads = _rows(con, f"""
         SELECT id, individual_note, resolvable, resolved, first_note_at, last_note_at, note_count
         FROM discussions WHERE noteable_type = ? AND {kind.thread_column} = ?

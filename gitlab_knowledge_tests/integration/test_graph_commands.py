@@ -209,7 +209,7 @@ def expected_me(home: Path, user: str, since: str) -> dict[str, Any]:
 @pytest.mark.parametrize("user", ["janedoe", "li.wei"])
 def test_me_says_what_the_tables_say(home, user):
     since = "2024-06-01"
-    out = answer(home, "me", "--user", user, "--since", since)
+    out = answer(home, "me", "--user", user, "--since", since, "--limit", "1000")
     want = expected_me(home, user, since)
     assert references(out["assigned_issues"]) == want["assigned"]
     assert references(out["review_requested"]) == want["review"]
@@ -225,6 +225,24 @@ def test_me_says_what_the_tables_say(home, user):
     assert {e["reason"] for g in groups for e in out[g]} <= {"assigned", "review requested", "authored"}
     if user == "janedoe":
         assert want["assigned_mrs"] and want["mentions"]
+
+
+def test_me_shows_the_newest_limit_of_each_list_and_counts_them_all(home):
+    """`--limit N` (default 20) cuts each list to its newest N; `counts` and the text keep the totals."""
+    everything = answer(home, "me", "--user", "janedoe", "--since", "2000-01-01", "--limit", "1000")
+    default = answer(home, "me", "--user", "janedoe", "--since", "2000-01-01")
+    one = answer(home, "me", "--user", "janedoe", "--since", "2000-01-01", "--limit", "1")
+    assert everything["counts"]["notes"] == len(everything["changes"]["notes"]) > 20
+    for cut, n in ((default, 20), (one, 1)):
+        assert cut["counts"] == everything["counts"]
+        for key in ("assigned_issues", "assigned_mrs", "review_requested", "authored_open_mrs", "mentions"):
+            assert cut[key] == everything[key][:n], key
+        for key in ("notes", "state_changes"):
+            assert cut["changes"][key] == everything["changes"][key][:n], key
+    text = cli(home, "me", "--user", "janedoe", "--since", "2000-01-01", "--limit", "1").stdout
+    total = everything["counts"]["notes"]
+    assert f"New comments on your items since 2000-01-01 00:00 ({total}, the newest 1 shown (--limit for more))" in text
+    assert "--limit" in cli(home, "me", "--help").stdout
 
 
 def mention_item_id(home: Path, mention: dict[str, Any]) -> int:
@@ -328,6 +346,7 @@ def test_person(home):
     (("related", "!847", "--project", "no/such"), "not in the store"),
     (("person", "nobody.at.all"), "no user @nobody.at.all in the store"),
     (("me", "--since", "last tuesday"), "expected a date"),
+    (("me", "--limit", "0"), "expected a number >= 1"),
     (("history", "/"), "history expects"),
 ])
 def test_bad_input_is_one_line_and_exit_2(home, args, message):

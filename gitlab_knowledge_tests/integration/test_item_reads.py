@@ -27,6 +27,10 @@ class _Counting:
         self.executed.append(query)
         return self.con.execute(query, params or [])
 
+    def cursor(self) -> "_Counting":
+        # (a read beside this one, store/alongside.py: its statements count too)
+        return _Counting(self.con.cursor(), self.executed)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.con, name)
 

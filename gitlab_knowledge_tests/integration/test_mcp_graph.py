@@ -4,6 +4,8 @@ against a copy of the synced sample: each answer is the CLI function's own docum
 the CLI's schema, and confidential issues and internal notes stay out unless the config opts in."""
 
 import asyncio
+import copy
+import json
 import shutil
 import sys
 from datetime import datetime
@@ -19,7 +21,8 @@ from mcp.client.stdio import StdioServerParameters
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.graph import people, queries
 from gitlab_knowledge.graph.history import history as file_history
-from gitlab_knowledge.mcp.bounds import GRAPH_LIST
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST, ME_LIMIT
+from gitlab_knowledge.mcp.inline_schema import inlined
 from gitlab_knowledge.mcp.tools import schema
 from gitlab_knowledge.workspace import Workspace
 from gitlab_knowledge_sandbox import DEFAULT_TOKEN
@@ -98,11 +101,12 @@ CALLS = [
     ("related", {"ref": "acme/platform#234"}),
     ("file_history", {"path": "services/auth/jwt.py", "project": "acme/platform"}),
     ("file_history", {"path": "./services/", "limit": 3}),
-    ("me", {"user": "johndoe", "since": SINCE}),
+    ("me", {"user": "johndoe", "since": SINCE, "limit": GRAPH_LIST}),
     ("me", {"user": "sam.okafor", "since": SINCE, "project": "acme/platform"}),
     ("get_merge_request", {"iid": 847, "project": "acme/platform"}),
     ("get_issue", {"iid": 234, "project": "acme/platform"}),
-    ("me", {"user": "johndoe", "since": "2000-01-01"}),  # 120 new comments: more than a list holds
+    ("me", {"user": "johndoe", "since": "2000-01-01", "limit": GRAPH_LIST}),  # 120 new comments: more than a list holds
+    ("me", {"user": "johndoe", "since": "2000-01-01"}),  # the default limit
 ]
 ERRORS = [
     ("related", {"ref": "acme/platform#215"}),
@@ -114,6 +118,7 @@ ERRORS = [
     ("me", {}),
     ("me", {"user": "johndoe", "since": "2024-13-45"}),
     ("me", {"user": "johndoe", "since": "yesterday"}),
+    ("me", {"user": "johndoe", "limit": GRAPH_LIST + 1}),
 ]
 
 
@@ -133,8 +138,44 @@ def test_the_graph_tools_are_listed_with_the_cli_schemas(default: tuple[list[Any
     for name, file in GRAPH_TOOLS.items():
         tool = listed[name]
         jsonschema.Draft202012Validator.check_schema(tool.input_schema)
-        assert tool.output_schema == schema(f"cli/schemas/{file}")
+        assert tool.output_schema == inlined(schema(f"cli/schemas/{file}"))
         assert tool.annotations.read_only_hint and tool.description
+    # Published with their definitions in place: a client validating every answer resolves no `$ref`.
+    for tool in default[0]:
+        jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+        assert '"$ref"' not in json.dumps(tool.output_schema) and "$defs" not in tool.output_schema, tool.name
+
+
+def leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in leaves(v, (*path, k))] or [path]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in leaves(v, (*path, i))] or [path]
+    return [path]
+
+
+def test_the_published_schemas_judge_answers_as_the_files_do(default: tuple[list[Any], list[Any]]) -> None:
+    """Each answer, and each answer with one value replaced by one of another type, is accepted
+    or rejected alike by the schema file and by the inlined copy the server lists."""
+    listed = {t.name: t.output_schema for t in default[0]}
+    judged = rejected = 0
+    for (name, _), result in zip(CALLS, default[1], strict=False):
+        file = schema(f"cli/schemas/{GRAPH_TOOLS[name]}") if name in GRAPH_TOOLS else schema("item.schema.json")
+        ours, theirs = jsonschema.Draft202012Validator(file), jsonschema.Draft202012Validator(listed[name])
+        doc = result.structured_content
+        assert not list(ours.iter_errors(doc)) and not list(theirs.iter_errors(doc))
+        for path in leaves(doc)[::7]:
+            bad = copy.deepcopy(doc)
+            *parents, last = path or (None,)
+            if last is None:
+                continue
+            node = bad
+            for key in parents:
+                node = node[key]
+            node[last] = {"a": 1} if not isinstance(node[last], dict) else 1
+            assert bool(list(ours.iter_errors(bad))) == bool(list(theirs.iter_errors(bad))), (name, path)
+            judged, rejected = judged + 1, rejected + bool(list(ours.iter_errors(bad)))
+    assert judged > 100 and rejected > 0.9 * judged
 
 
 def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[Any]],
@@ -148,8 +189,8 @@ def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[
         queries.related(workspace, "acme/platform#234").as_dict(),
         file_history(workspace, "services/auth/jwt.py", "acme/platform").as_dict(),
         file_history(workspace, "./services/", None, 3).as_dict(),
-        people.me(workspace, "johndoe", since).as_dict(),
-        people.me(workspace, "sam.okafor", since, "acme/platform").as_dict(),
+        people.me(workspace, "johndoe", since, limit=GRAPH_LIST).as_dict(),
+        people.me(workspace, "sam.okafor", since, "acme/platform", limit=ME_LIMIT).as_dict(),
     ]
     results = opted_in[1]
     for (name, _), result, want in zip(CALLS, results, expected, strict=False):
@@ -169,6 +210,23 @@ def test_opted_in_answers_are_the_cli_documents(opted_in: tuple[list[Any], list[
     assert len(everything["changes"]["notes"]) > GRAPH_LIST
     assert capped["changes"]["notes"] == everything["changes"]["notes"][:GRAPH_LIST]
     assert f"(first {GRAPH_LIST} of {len(everything['changes']['notes'])})" in results[9].content[0].text
+    # Unless asked for more, the newest ME_LIMIT of each list; the counts are the whole lists'.
+    cut = answer(results[10], schema("cli/schemas/me.json"))
+    assert cut["counts"] == everything["counts"] and cut["counts"]["notes"] > ME_LIMIT
+    for key in ("assigned_issues", "assigned_mrs", "review_requested", "authored_open_mrs", "mentions"):
+        assert cut[key] == everything[key][:ME_LIMIT], key
+    for key in ("notes", "state_changes"):
+        assert cut["changes"][key] == everything["changes"][key][:ME_LIMIT], key
+    assert f"(first {ME_LIMIT} of {len(everything['changes']['notes'])})" in results[10].content[0].text
+
+
+def cut_lists(doc: dict[str, Any]) -> bool:
+    """A `me` answer some list of which holds fewer entries than it counts."""
+    counts = doc.get("counts") if "changes" in doc else None
+    if not counts:
+        return False
+    lists = {**{k: v for k, v in doc.items() if isinstance(v, list)}, **doc["changes"]}
+    return any((counts.get(k) or 0) > len(v) for k, v in lists.items())
 
 
 def test_confidential_issues_and_internal_notes_stay_out_by_default(default: tuple[list[Any], list[Any]],
@@ -179,8 +237,10 @@ def test_confidential_issues_and_internal_notes_stay_out_by_default(default: tup
         assert not references(hidden_doc) & CONFIDENTIAL, name
         assert not any(e.startswith(INTERNAL) for e in excerpts(hidden_doc)), name
         assert INTERNAL not in hidden.content[0].text and "SSRF" not in hidden.content[0].text
-        # What is left is what the opted-in answer holds, less the hidden items.
-        assert references(hidden_doc) == references(shown_doc) - CONFIDENTIAL, name
+        # What is left is what the opted-in answer holds, less the hidden items (when no list was
+        # cut: a cut list shows the newest of what is left).
+        if not cut_lists(shown_doc):
+            assert references(hidden_doc) == references(shown_doc) - CONFIDENTIAL, name
     related_847 = default[1][0].structured_content
     assert related_847["links"]["mentioned_in"] and related_847["links"]["closes"] == \
         opted_in[1][0].structured_content["links"]["closes"]
@@ -206,7 +266,7 @@ def test_items_carry_their_links_and_an_mrs_files(default: tuple[list[Any], list
 
 def test_tool_errors_are_one_line_saying_what_to_do(default: tuple[list[Any], list[Any]]) -> None:
     messages = [failure(result) for result in default[1][len(CALLS):]]
-    confidential, unknown, garbled, empty, over, project, nobody, bad_day, not_a_day = messages
+    confidential, unknown, garbled, empty, over, project, nobody, bad_day, not_a_day, too_many = messages
     assert "confidential" in confidential and "include_confidential" in confidential
     assert "#99999" in unknown
     assert "related expects" in garbled
@@ -216,6 +276,7 @@ def test_tool_errors_are_one_line_saying_what_to_do(default: tuple[list[Any], li
     assert "pass user" in nobody and "--user" not in nobody
     assert "since" in bad_day
     assert "since" in not_a_day and "input schema" in not_a_day
+    assert "limit" in too_many and str(GRAPH_LIST) in too_many
 
 
 def test_file_history_cuts_each_group_of_links_as_related_does(configs: dict[str, Path], tmp_path: Path) -> None:

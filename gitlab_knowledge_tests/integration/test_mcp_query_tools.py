@@ -14,6 +14,7 @@ import pytest
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.graph import people
+from gitlab_knowledge.mcp.inline_schema import inlined
 from gitlab_knowledge.mcp.query_tools import list_output
 from gitlab_knowledge.mcp.tools import plain, schema
 from gitlab_knowledge.store.queries import ListFilters, list_items
@@ -69,7 +70,7 @@ def test_the_tools_are_listed_with_their_schemas(default: tuple[list[Any], list[
     listed = {t.name: t for t in default[0]}
     for name, output in OUTPUTS.items():
         jsonschema.Draft202012Validator.check_schema(listed[name].input_schema)
-        assert listed[name].output_schema == output and listed[name].annotations.read_only_hint
+        assert listed[name].output_schema == inlined(output) and listed[name].annotations.read_only_hint
     assert "query" not in listed["list_items"].input_schema["properties"]
 
 
