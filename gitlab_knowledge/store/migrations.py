@@ -77,14 +77,17 @@ def latest_version() -> int:
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
     """The store's version: 0 for a file no migration has touched."""
-    row = con.execute(
+    # fetchall, not fetchone: a result left unfinished on the connection makes DuckDB refuse the
+    # caller's next relation (`con.sql(...)`) with "connection has an unfinished result".
+    rows = con.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
-        "AND schema_name = 'main' AND table_name = 'schema_info'").fetchone()
-    if row is None or not row[0]:
+        "AND schema_name = 'main' AND table_name = 'schema_info'").fetchall()
+    if not rows or not rows[0][0]:
         return 0
-    row = con.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchone()
-    if row is None:
+    rows = con.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchall()
+    if not rows:
         return 0
+    row = rows[0]
     try:
         return int(row[0])
     except ValueError:

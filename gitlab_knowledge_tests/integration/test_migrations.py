@@ -135,6 +135,19 @@ def test_a_fresh_store_gets_every_migration(tmp_path: Path) -> None:
     assert version(path) == migrations.latest_version()
 
 
+def test_a_first_open_leaves_no_unfinished_result_for_the_callers_relation(tmp_path: Path) -> None:
+    """The version check of a process's first open ran on the caller's connection; a result it
+    left unfinished made DuckDB refuse the caller's first `con.sql(...)` (benchmarks/embed_bench.py
+    did exactly that)."""
+    path = tmp_path / "new.duckdb"
+    with write_connection(path):
+        pass
+    for connect in (read_connection, write_connection):
+        forget_schema_cache()  # as a new process would: the version is read again
+        with connect(path) as con:
+            assert con.sql("SELECT count(*) AS n FROM sync_cursors").to_arrow_table().column("n").to_pylist() == [0]
+
+
 def test_a_reader_migrates_an_older_store(v1_store: Path, reference: Path) -> None:
     with read_connection(v1_store) as con:
         kinds = sorted(r[0] for r in con.execute("SELECT DISTINCT resource_type FROM sync_cursors").fetchall())
