@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from gitlab_knowledge.errors import StoreBusyError, StoreError
-from gitlab_knowledge.store import migrations
+from gitlab_knowledge.store import knocking, migrations
 from gitlab_knowledge.store.lingering import release_lingering
 
 _LOCK_PATTERN = re.compile(r"Could not set lock on file|Conflicting lock is held", re.IGNORECASE)
@@ -41,7 +41,7 @@ _writer: list[Any] = []
 # reader of another process retries every <= 0.25 s, so a gap of 0.5 s takes one attempt in.
 KEEP_S = 2.0
 GAP_S = 0.5
-# A gap at least this often even when no process has knocked (`knock`): one that cannot write the
+# A gap at least this often even when no process has knocked (store/knocking.py): one that cannot write the
 # knock file (a read-only data directory, a raw DuckDB client) still gets in within this long.
 UNASKED_GAP_S = 15.0
 
@@ -80,35 +80,9 @@ def waiting_out_writers(path: Path, wait: float, attempt: Callable[[], T]) -> T:
                 raise StoreBusyError(
                     f"the store {path.name} is busy: another process is writing it{who}, "
                     f"most likely a sync; waited {wait:.0f}s, try again when it finishes") from None
-        knock(path)
+        knocking.knock(path)
         time.sleep(delay)
         delay = min(delay * 2, 0.25)
-
-
-def knock_path(path: Path) -> Path:
-    """The file whose modification time says a process is waiting for the store at `path`."""
-    return path.with_name(path.name + ".waiting")
-
-
-def knock(path: Path) -> None:
-    """Say that this process waits for the store (every retry of `waiting_out_writers`): a batch
-    keeping it open (`kept_open`) gives a gap at its next round. A directory this process may not
-    write keeps its knock unsaid: the batch's unasked gaps still let it in (`UNASKED_GAP_S`)."""
-    target = knock_path(path)
-    try:
-        os.utime(target)
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            target.touch(mode=0o600)
-    except OSError:
-        pass
-
-
-def _knocked_since(path: Path, when: float) -> bool:
-    try:
-        return knock_path(path).stat().st_mtime >= when
-    except OSError:
-        return False
 
 
 def _open(path: Path, read_only: bool, wait: float) -> duckdb.DuckDBPyConnection:
@@ -164,7 +138,7 @@ def kept_open(path: Path, hold_s: float | None = None, gap_s: float | None = Non
     """The store held open in this process for a long span of store work between waits for
     GitLab (a batch's fetch phase: its projects' commits and store-layer passes, several a
     second), and given up to other processes at bounded intervals: every `hold_s` that follows
-    a knock (`knock`: each retry of a process waiting for the file says so), and at least every
+    a knock (store/knocking.py: each retry of a process waiting for the file says so), and at least every
     `UNASKED_GAP_S`, the hold is released once no pass is inside it, and for `gap_s` no
     connection of this process touches the file. A reader of another process retries every
     <= 0.25 s (`waiting_out_writers`), so one attempt falls inside the gap: its wait is at most
@@ -206,7 +180,7 @@ def _keep(path: Path, key: str, held: bool | None, hold_s: float, gap_s: float, 
         # Nobody knocked since the last gap: keep the hold. Each gap closed the file (a
         # checkpoint) and stopped the batch's commits for `gap_s`: ~2.5 s in every ~20 s of a
         # 300-project fetch phase, with nobody waiting.
-        if (held and not stop.is_set() and not _knocked_since(path, last_gap)
+        if (held and not stop.is_set() and not knocking.knocked_since(path, last_gap)
                 and time.monotonic() - last_gap_at < UNASKED_GAP_S):
             continue
         last_gap, last_gap_at = time.time(), time.monotonic()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import gitlab_knowledge.store.db as db
+from gitlab_knowledge.store import knocking
 
 
 def other_process_can_read(path: Path) -> bool:
@@ -108,7 +109,7 @@ def test_a_kept_store_is_shared_by_the_holds_inside_it_and_freed_at_its_end(tmp_
 
 def _keeper_rounds(monkeypatch: pytest.MonkeyPatch, rounds: int) -> threading.Event:
     """An event set once the keeper of `kept_open` has asked `rounds` times whether anyone knocked."""
-    asked, done, real = [0], threading.Event(), db._knocked_since
+    asked, done, real = [0], threading.Event(), knocking.knocked_since
 
     def counting(path: Path, when: float) -> bool:
         asked[0] += 1
@@ -116,7 +117,7 @@ def _keeper_rounds(monkeypatch: pytest.MonkeyPatch, rounds: int) -> threading.Ev
             done.set()
         return real(path, when)
 
-    monkeypatch.setattr(db, "_knocked_since", counting)
+    monkeypatch.setattr(knocking, "knocked_since", counting)
     return done
 
 
@@ -146,7 +147,7 @@ def test_a_process_that_knocks_gets_in_while_the_store_is_kept(tmp_path: Path, m
         assert not other_process_can_read(path)  # a raw client does not knock: it is not let in
         reader = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         assert reader.returncode == 0, reader.stderr
-        assert db.knock_path(path).exists()
+        assert knocking.knock_path(path).exists()
         with db.write_connection(path) as con:  # and the hold came back: this process still writes
             con.execute("INSERT INTO t VALUES (8)")
 
@@ -168,4 +169,4 @@ def test_a_process_that_cannot_knock_still_gets_in_within_the_unasked_gap(tmp_pa
     with db.one_writer(), db.kept_open(path, hold_s=0.05, gap_s=0.5):
         raw = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert raw.returncode == 0, raw.stderr
-    assert not db.knock_path(path).exists()
+    assert not knocking.knock_path(path).exists()
