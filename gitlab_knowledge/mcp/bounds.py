@@ -15,10 +15,6 @@ GRAPH_LIST = 100  # entries per list in related and me
 # and 7 lists of 100 were ~184 KB an SDK client validated in ~40 ms, longer than the tool took
 ME_LIMIT = 20
 HISTORY_LIMIT = 50  # merge requests per file_history call
-# links per group of each merge request in file_history unless asked for more (up to GRAPH_LIST):
-# the links say why an MR touched the file; `related` on the MR lists them all. Ten MRs of the
-# 100K-document benchmark carried ~5.8 KB of links each, ~85 % of the answer
-HISTORY_LINKS = 10
 
 
 def cut(text: str, limit: int, link: str | None = None) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, UsageError
-from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT, HISTORY_LINKS, ITEM_FILES, ME_LIMIT
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT, ITEM_FILES, ME_LIMIT
 from gitlab_knowledge.mcp.context import Context, confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 
@@ -47,8 +47,6 @@ HISTORY_INPUT = {
         "project": _text("Only this project (group/project)."),
         "limit": {"type": "integer", "minimum": 1, "maximum": HISTORY_LIMIT, "default": HISTORY_LIMIT,
                   "description": "The newest N merge requests."},
-        "links": {"type": "integer", "minimum": 1, "maximum": GRAPH_LIST, "default": HISTORY_LINKS,
-                  "description": "Links per group of each merge request (`related` on one lists them all)."},
     },
 }
 ME_INPUT = {
@@ -121,17 +119,17 @@ def refuse_confidential(ctx: Context, ref: str, project: str | None) -> None:
 # -- file history -------------------------------------------------------------------------------
 
 
-def _limit(args: dict[str, Any], default: int, most: int, name: str = "limit") -> int:
-    limit = args.get(name, default)
+def _limit(args: dict[str, Any], default: int, most: int) -> int:
+    limit = args.get("limit", default)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= most:
-        raise UsageError(f"{name} must be a whole number from 1 to {most}, got {limit!r}")
+        raise UsageError(f"limit must be a whole number from 1 to {most}, got {limit!r}")
     return limit
 
 
 async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     from gitlab_knowledge.graph.history import history
 
-    limit, per_group = _limit(args, HISTORY_LIMIT, HISTORY_LIMIT), _limit(args, HISTORY_LINKS, GRAPH_LIST, "links")
+    limit = _limit(args, HISTORY_LIMIT, HISTORY_LIMIT)
     out = (await asyncio.to_thread(history, ctx.workspace(visible_only=True), str(args["path"]),
                                    args.get("project") or None, limit)).as_dict()
     mrs = out["merge_requests"]
@@ -140,12 +138,12 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
             if len(mr[key]) > bound:
                 mr[f"{key}_omitted"] = len(mr[key]) - bound
                 mr[key] = mr[key][:bound]
-        # Each group of links cut to `links` (an MR mentioned in 1,000 items listed them all).
-        over = {group: len(links) - per_group for group, links in mr["links"].items() if len(links) > per_group}
+        # Each group of links as `related` cuts it (an MR mentioned in 1,000 items listed them all).
+        over = {group: len(links) - GRAPH_LIST for group, links in mr["links"].items() if len(links) > GRAPH_LIST}
         if over:
             mr["links_omitted"] = over
-            mr["links"] = {group: links[:per_group] for group, links in mr["links"].items()}
-            mr["closes"] = mr["closes"][:per_group]
+            mr["links"] = {group: _cap(links) for group, links in mr["links"].items()}
+            mr["closes"] = _cap(mr["closes"])
     more = f", the newest {len(mrs)} shown" if out["total"] > len(mrs) else ""
     lines = [f"# History of `{out['path']}`: {out['total']} merge request(s){more}"]
     lines += [f"followed a rename: `{r['from']}` → `{r['to']}` by {r['by']}" for r in out["renames"]]
@@ -162,8 +160,8 @@ async def file_history(ctx: Context, args: dict[str, Any]) -> tuple[str, dict[st
                          "ask about a narrower path, or run `history PATH --json`, for the rest]")
         lines += [f"- {title.lower()} {_item(link)}" for group, title in GROUP_TITLES.items()
                   for link in mr["links"][group]]
-        lines += [f"- [{n:,} more link(s) ({GROUP_TITLES[group].lower()}) not shown: the first {per_group} are; "
-                  f"`related {mr['reference']}` lists them all]" for group, n in mr.get("links_omitted", {}).items()]
+        lines += [f"- [{n:,} more link(s) ({GROUP_TITLES[group].lower()}) not shown: the first {GRAPH_LIST} are]"
+                  for group, n in mr.get("links_omitted", {}).items()]
         for t in mr["threads"]:
             state = "resolved" if t["resolved"] else ("unresolved" if t["resolvable"] else "comment")
             line = f":{t['line']}" if t["line"] else ""

@@ -323,8 +323,7 @@ def all_tools() -> list[Tool]:
              "The merge requests that touched a file (or every file under a directory), newest first, following "
              "renames back, each with the matching files, what it closes and its other links (grouped as `related` "
              "groups them) and its review threads on them. "
-             f"{graph.HISTORY_LINKS} links per group unless `links` asks for up to {graph.GRAPH_LIST} "
-             "(`links_omitted` says how many more; `related` on an MR lists them all). "
+             f"At most {graph.GRAPH_LIST} links per group (`links_omitted` says how many more). "
              "The `history --json` document.", graph.HISTORY_INPUT, schema("cli/schemas/history.json"),
              graph.file_history),
         Tool("me", "What needs a user's attention",

@@ -19,10 +19,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from gitlab_knowledge.config import load_config
-from gitlab_knowledge.errors import UsageError
 from gitlab_knowledge.graph import people, queries
 from gitlab_knowledge.graph.history import history as file_history
-from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LINKS, ME_LIMIT
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST, ME_LIMIT
 from gitlab_knowledge.mcp.inline_schema import inlined
 from gitlab_knowledge.mcp.tools import schema
 from gitlab_knowledge.workspace import Workspace
@@ -307,18 +306,14 @@ def test_file_history_cuts_each_group_of_links_as_related_does(configs: dict[str
                    NULL, true, 'elsewhere/tracker#' || (5000 + i) FROM range(130) t(i)""", [project_id, mr_id])
     tool = {t.name: t for t in all_tools()}["file_history"]
     ctx = Context.create(config, resident=None)  # type: ignore[arg-type]  # file_history searches nothing
+    text, out = asyncio.run(tool.handler(ctx, {"path": file, "project": "acme/platform"}))
+    jsonschema.validate(out, tool.output_schema, format_checker=jsonschema.FormatChecker())
+    [mr] = [m for m in out["merge_requests"] if m["reference"] == "acme/platform!847"]
+    total = before + 130
+    assert len(mr["links"]["mentions"]) == GRAPH_LIST and mr["links_omitted"] == {"mentions": total - GRAPH_LIST}
+    # The newest GRAPH_LIST of what the CLI's function lists through the same lens.
     whole = file_history(ctx.workspace(visible_only=True), file, "acme/platform").as_dict()["merge_requests"]
     [full] = [m for m in whole if m["reference"] == "acme/platform!847"]
-    total = before + 130
-    # Asked for GRAPH_LIST (the most), and by default (HISTORY_LINKS): the first of what the CLI's
-    # function lists through the same lens, and how many more.
-    for asked, per_group in (({"links": GRAPH_LIST}, GRAPH_LIST), ({}, HISTORY_LINKS)):
-        text, out = asyncio.run(tool.handler(ctx, {"path": file, "project": "acme/platform", **asked}))
-        jsonschema.validate(out, tool.output_schema, format_checker=jsonschema.FormatChecker())
-        [mr] = [m for m in out["merge_requests"] if m["reference"] == "acme/platform!847"]
-        assert len(mr["links"]["mentions"]) == per_group and mr["links_omitted"]["mentions"] == total - per_group
-        assert mr["links"]["mentions"] == full["links"]["mentions"][:per_group]
-        assert (f"[{total - per_group:,} more link(s) (mentions) not shown: the first {per_group} are; "
-                "`related acme/platform!847` lists them all]") in text
-    with pytest.raises(UsageError, match="links must be a whole number from 1 to 100"):
-        asyncio.run(tool.handler(ctx, {"path": file, "links": GRAPH_LIST + 1}))
+    assert mr["links"]["mentions"] == full["links"]["mentions"][:GRAPH_LIST]
+    assert f"[{total - GRAPH_LIST:,} more link(s) (mentions) not shown" in text
+    assert all("links_omitted" not in m for m in out["merge_requests"] if m is not mr)
