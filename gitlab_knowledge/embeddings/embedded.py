@@ -100,9 +100,9 @@ class EmbeddedProvider:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        # A lane's arena keeps the buffers of its batches (8 windows) from run to run: without it
-        # every run mapped and faulted them in afresh (300 documents: 4x the page faults, ~7% more
-        # CPU, and a higher peak RSS: 807 against 704 MB). The query session runs one window.
+        # A lane's arena keeps the buffers of its runs from one to the next: without it every run
+        # mapped and faulted them in afresh (300 documents, runs of 8 windows: 4x the page faults,
+        # ~7% more CPU, and a higher peak RSS: 807 against 704 MB). A query runs one window.
         options.enable_cpu_mem_arena = not spinning
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -194,19 +194,24 @@ class EmbeddedProvider:
                 out[idx] = self._embed_ids([windows[i] for i in idx], session)
             return out
         lanes = min(self._threads, len(batches))
-        taking = threading.Lock()
+        taking, failed = threading.Lock(), threading.Event()
         pending = iter(batches)
 
         def lane(k: int) -> None:
             # Each lane takes the next run when done with one: a lane that starts late (its
-            # session being made) or runs slower (a busy core) takes fewer.
-            session = self._lane(k)
-            while True:
-                with taking:
-                    idx = next(pending, None)
-                if idx is None:
-                    return
-                out[idx] = self._embed_ids([windows[i] for i in idx], session)
+            # session being made) or runs slower (a busy core) takes fewer. One that fails (or is
+            # interrupted) stops the others after their run in progress.
+            try:
+                session = self._lane(k)
+                while not failed.is_set():
+                    with taking:
+                        idx = next(pending, None)
+                    if idx is None:
+                        return
+                    out[idx] = self._embed_ids([windows[i] for i in idx], session)
+            except BaseException:
+                failed.set()
+                raise
 
         self._lane(0)  # this process's lanes and their pool
         others = [self._pool.submit(lane, k) for k in range(1, lanes)] if self._pool else []
