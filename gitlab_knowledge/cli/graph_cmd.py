@@ -11,6 +11,7 @@ from gitlab_knowledge import kinds
 from gitlab_knowledge.argparsing import OneLineParser, bounded_int
 from gitlab_knowledge.cli import console
 from gitlab_knowledge.config import Config
+from gitlab_knowledge.graph.answers import ME_LIMIT
 
 # The handlers import graph.queries (DuckDB, the explain parser) when they run: every command's
 # start-up imports this module to build the parser.
@@ -45,8 +46,8 @@ def add_parsers(add: Callable[[str, str], OneLineParser]) -> None:
                    help="changes and mentions since then (default: 7 days ago)")
     p.add_argument("--project", metavar="PATH")
     p.add_argument("--live", action="store_true", help="also your pending GitLab To-Dos, asked now (the token's user)")
-    p.add_argument("--limit", type=bounded_int(1), default=20, metavar="N",
-                   help="the newest N entries per list (default 20; the totals are counted in full)")
+    p.add_argument("--limit", type=bounded_int(1), default=ME_LIMIT, metavar="N",
+                   help=f"the newest N entries per list (default {ME_LIMIT}; the totals are counted in full)")
     p = add("person", "what someone authored, reviewed, commented on and was assigned; their labels and files")
     p.add_argument("user", help="a GitLab username")
     p.add_argument("--project", metavar="PATH")

@@ -9,6 +9,10 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 Entry = dict[str, Any]
+# Entries per list of `me` unless asked for more (the CLI's --limit, the MCP tool's `limit`): a
+# person or an agent reads the newest few, and 7 lists of 100 were ~184 KB an SDK client validated
+# in ~40 ms, longer than the tool took.
+ME_LIMIT = 20
 
 
 class Answer:

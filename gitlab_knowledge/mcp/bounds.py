@@ -4,6 +4,8 @@ A body past its bound keeps its start and ends with a marker that says how much 
 where the whole text is, so an agent never mistakes a cut text for the full one.
 """
 
+from gitlab_knowledge.graph.answers import ME_LIMIT  # noqa: F401 - `me`'s default, the CLI's too
+
 BODY_CHARS = 8_000  # one note or comment body
 DESCRIPTION_CHARS = 12_000  # an issue's or MR's description
 ITEM_NOTES = 200  # notes shown by get_issue / get_merge_request
@@ -11,9 +13,6 @@ SEARCH_LIMIT = 50  # results per search call
 ITEM_LINKS = 50  # links per group in get_issue / get_merge_request
 ITEM_FILES = 200  # files of a merge request in get_merge_request
 GRAPH_LIST = 100  # entries per list in related and me
-# entries per list of `me` unless asked for more (up to GRAPH_LIST): an agent reads the newest few,
-# and 7 lists of 100 were ~184 KB an SDK client validated in ~40 ms, longer than the tool took
-ME_LIMIT = 20
 HISTORY_LIMIT = 50  # merge requests per file_history call
 
 
