@@ -1,8 +1,8 @@
 """Statements run beside a read: a second connection to the database a read's connection reads
 (the same catalog and search path, so the same lens), used on another thread while the first runs
 its own. DuckDB runs each connection's statement at once, on the cores a single small statement
-leaves idle: `me` and `person` read their independent parts this way (graph/people.py,
-graph/person.py)."""
+leaves idle: `me`, `person` and `history` read their independent parts this way
+(graph/people.py, graph/person.py, graph/history.py), and so do the MCP item tools (mcp/items.py)."""
 
 import contextlib
 import os

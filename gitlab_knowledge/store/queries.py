@@ -221,14 +221,7 @@ def count(workspace: "Workspace", what: str, project: str | None) -> int:
 def show_item(workspace: "Workspace", kind: kinds.Kind, iid: int, project: str | None) -> dict[str, Any]:
     """An issue or MR with its threads and notes; asks for --project when the iid is ambiguous."""
     with workspace.read() as con:
-        return item_with_threads(con, kind, iid, project, workspace)
-
-
-def item_with_threads(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None,
-                      workspace: "Workspace | None" = None) -> dict[str, Any]:
-    """`show_item` on a connection the caller holds; `workspace`: the one `con` reads for, whose
-    reader may know the project."""
-    return with_threads(con, kind, item_row(con, kind, iid, project, workspace))
+        return with_threads(con, kind, item_row(con, kind, iid, project, workspace))
 
 
 def item_row(con: duckdb.DuckDBPyConnection, kind: kinds.Kind, iid: int, project: str | None,
