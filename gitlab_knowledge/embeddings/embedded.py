@@ -65,9 +65,9 @@ class EmbeddedProvider:
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._lock = threading.Lock()
         # Set by _load on first use (onnxruntime is untyped; all load lazily). A query is answered
-        # by one session whose threads spin (see _session); documents by `_threads` lanes, each a
+        # by one session whose threads spin (see _query_session); documents by `_threads` lanes, each a
         # session of one thread whose run releases the GIL (see embed_windows).
-        self._sessions: dict[bool, Any] = {}
+        self._query: Any = None  # the query session (see _query_session)
         self._lanes: list[Any] = []  # a session per lane, None until its first run
         self._pool: ThreadPoolExecutor | None = None
         self._lanes_pid = 0  # the process the lanes' thread belongs to (a forked child has none)
@@ -112,7 +112,7 @@ class EmbeddedProvider:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(str(self._model_path), sess_options=options, providers=["CPUExecutionProvider"])
 
-    def _session(self, spinning: bool) -> Any:
+    def _query_session(self) -> Any:
         """The query session, made on first use: its threads wait for the next operator busily, so
         a query (one window) is answered sooner (p50 3.4 against 5.3 ms on a loaded machine). For
         documents that burned ~35% more CPU for the same vectors (150 documents: 35.6 s against
@@ -120,9 +120,9 @@ class EmbeddedProvider:
         search): documents are embedded by the lanes (`_lane`), whose threads never spin."""
         self._load()
         with self._lock:
-            if spinning not in self._sessions:
-                self._sessions[spinning] = self._new_session(self._threads, spinning)
-            return self._sessions[spinning]
+            if self._query is None:
+                self._query = self._new_session(self._threads, spinning=True)
+            return self._query
 
     def _lane(self, k: int) -> Any:
         """Lane `k`'s session, of one ONNX thread, made on first use (~0.14 s each: a lane other
@@ -143,11 +143,11 @@ class EmbeddedProvider:
                               if self._threads > 1 else None)
                 self._lanes_pid = os.getpid()
             if self._lanes[k] is None:
-                self._lanes[k] = self._new_session(1, False)
+                self._lanes[k] = self._new_session(1, spinning=False)
             return self._lanes[k]
 
     def check(self) -> str:
-        self._session(spinning=True)
+        self._query_session()
         return f"embedded {self.model} ({self.dims} dims, onnxruntime, weights verified)"
 
     def windows(self, text: str) -> list[tuple[list[int], str]]:
@@ -189,7 +189,7 @@ class EmbeddedProvider:
         out = np.zeros((len(windows), self.dims), dtype=np.float32)
         batches = [order[start:start + BATCH] for start in range(0, len(order), BATCH)]
         if not many:
-            session = self._session(spinning=True)
+            session = self._query_session()
             for idx in batches:
                 out[idx] = self._embed_ids([windows[i] for i in idx], session)
             return out
