@@ -66,12 +66,14 @@ AHEAD_THREADS = 1
 AHEAD_BATCH = 16
 # Documents a call to the worker process: stopping kills it, so a call's length costs no wait, and
 # a longer call sorts more windows by length (less padding): 1 ONNX thread, 320 documents of the
-# 300-project dataset, 19-20 documents a CPU-second in calls of 16, 23 of 32, 30 of 64, 33 of 128.
+# 300-project dataset, 19-20 documents a CPU-second in calls of 16, 23 of 32, 30 of 64, 33 of 128
+# (runs of 8 windows then; with runs of 2, embedded.py `BATCH`, the worker did 45).
 # What a kill loses is the call in progress (the layer embeds it): 64 is about 2 s of CPU.
 AHEAD_WORKER_BATCH = 64
 # A round's documents are read this many at a time and sorted by length before they are cut into
 # calls, so a call's windows pad less: calls of 64 went from 28.5 to 34.4-35.6 documents a
-# CPU-second (the same 320 documents, 1 ONNX thread). Bounds the texts a round holds at once.
+# CPU-second (the same 320 documents, 1 ONNX thread, runs of 8 windows: runs of 2 pad little in any
+# order, not measured apart). Bounds the texts a round holds at once.
 AHEAD_SORTED = 1024
 AHEAD_NICE = 10  # how much lower the priority of the worker process (or an in-process provider's thread) is
 # A read of the store at most this often: each takes its turn among the batch's connections
