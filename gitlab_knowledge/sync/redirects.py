@@ -71,14 +71,16 @@ class KnownPaths:
 
 
 def known_paths(con: duckdb.DuckDBPyConnection, configured: Iterable[str]) -> KnownPaths:
-    """One statement: each project's sync reads these before its listings (a batch, once a project)."""
+    """One statement: each project's sync reads these before its listings (a batch, once a project).
+    Each path once: `sync_runs` keeps a row per sync of every project, forever, and a link per
+    mention, so without DISTINCT a store's history came back to Python row by row at every sync."""
     known = KnownPaths()
     known.answered.update(c.casefold() for c in configured)
     for external, path in con.execute("""
-        SELECT true, lower(target_path) FROM item_references WHERE external
+        SELECT DISTINCT true, lower(target_path) FROM item_references WHERE external
         UNION ALL SELECT false, lower(path_with_namespace) FROM projects
         UNION ALL SELECT false, path FROM project_aliases
-        UNION ALL SELECT false, lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL
+        UNION ALL SELECT DISTINCT false, lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL
     """).fetchall():
         (known.external if external else known.answered).add(path)
     return known
