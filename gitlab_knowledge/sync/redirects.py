@@ -94,10 +94,12 @@ def record(con: duckdb.DuckDBPyConnection, path: str, project: dict[str, Any] | 
         project.get("path_with_namespace") if project else None, utcnow()])
 
 
-async def look_up(client: GitLabClient, paths: Sequence[str], commit: Callable[..., None]) -> int:
+async def look_up(client: GitLabClient, paths: Sequence[str], commit: Callable[..., None],
+                  known: KnownPaths | None = None) -> int:
     """Ask GitLab once for each of `paths` (`KnownPaths.unknown`), recording each answer through
-    `commit(work)`; returns the number of calls made. A failure other than a 404 leaves the path
-    unasked (the next sync asks again) and does not fail the sync."""
+    `commit(work)` and in `known` (what the projects of a batch that begin later read); returns
+    the number of calls made. A failure other than a 404 leaves the path unasked (the next sync
+    asks again) and does not fail the sync."""
     calls = 0
     for path in paths:
         calls += 1
@@ -110,4 +112,6 @@ async def look_up(client: GitLabClient, paths: Sequence[str], commit: Callable[.
             continue
         answer = found if isinstance(found, dict) else None
         commit(lambda con, prov, path=path, answer=answer: record(con, path, answer))
+        if known is not None:
+            known.answered.add(path.casefold())
     return calls
