@@ -38,7 +38,7 @@ from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync import files, redirects, releases, runs, wikis
 from gitlab_knowledge.sync.commits import Commits
 from gitlab_knowledge.sync.identity import refresh_identity
-from gitlab_knowledge.sync.known import RESOURCES, Known, read_known
+from gitlab_knowledge.sync.known import RESOURCES, BatchKnown, Known, read_known
 from gitlab_knowledge.sync.resource import ResourceSync
 from gitlab_knowledge.sync.stats import RawStats, ResourceStats, SyncResult
 from gitlab_knowledge.timeutil import utcnow
@@ -58,9 +58,11 @@ class ProjectSync(ResourceSync):
 
     def __init__(self, workspace: Workspace, project_path: str, *, full: bool = False, force: bool = False,
                  dagster_run_id: str | None = None, progress: SyncProgress | None = None,
-                 siblings: Collection[str] = (), expected_id: int | None = None) -> None:
+                 siblings: Collection[str] = (), expected_id: int | None = None,
+                 batch_known: BatchKnown | None = None) -> None:
         """`siblings`: the other projects synced with this one (a batch): paths its links name
-        that need no look-up. `expected_id`: the project's id if known (the group listing's)."""
+        that need no look-up. `expected_id`: the project's id if known (the group listing's).
+        `batch_known`: what its batch read of the store for all its projects (sync/known.py)."""
         self.workspace = workspace
         self.config = workspace.config
         self.project_path = project_path
@@ -75,6 +77,7 @@ class ProjectSync(ResourceSync):
         self._paths = redirects.LinkedPaths(project_path, self.config.gitlab.url)
         self._siblings = siblings
         self._expected_id = expected_id
+        self._batch_known = batch_known
         self._ended = False  # its end is recorded in sync_runs
         self._known = Known()
         self.commits = Commits(workspace, self._provenance,
@@ -137,7 +140,8 @@ class ProjectSync(ResourceSync):
             # says otherwise (nothing else writes this project's rows meanwhile: single flight).
             guess = self._expected_id or project_id_for(con, self.project_path)
             if guess is not None:
-                self._known = read_known(con, guess, full=self.full, configured=self.config.projects)
+                self._known = read_known(con, guess, full=self.full, configured=self.config.projects,
+                                         batch=self._batch_known)
         return started
 
     def _failed(self, started: float, client: GitLabClient | None, exc: BaseException) -> None:
@@ -220,14 +224,16 @@ class ProjectSync(ResourceSync):
         self.result.file_calls = self._files.calls
         self._paths.paths.discard(self.project_path.casefold())
         self.result.path_lookups = await redirects.look_up(
-            client, self._known.paths.unknown(self._paths.paths, self._siblings), self.commits.later)
+            client, self._known.paths.unknown(self._paths.paths, self._siblings), self.commits.later,
+            self._known.paths)
 
     def _prepare(self) -> Known:
         """`read_known` in a transaction of its own, when `_begin` guessed the project's id wrong."""
         with self.workspace.write() as con, transaction(con):
             self.commits.transactions += 1
             runs.heartbeat(con, self.sync_run_id, self.project_id)  # sync_runs knows the project's id from here on
-            return read_known(con, self.project_id, full=self.full, configured=self.config.projects)
+            return read_known(con, self.project_id, full=self.full, configured=self.config.projects,
+                              batch=self._batch_known)
 
     # -- commits ----------------------------------------------------------------------------
 

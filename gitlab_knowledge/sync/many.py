@@ -30,6 +30,7 @@ from gitlab_knowledge.progress import SyncProgress
 from gitlab_knowledge.store import groups as record_store
 from gitlab_knowledge.sync.engine import ProjectSync
 from gitlab_knowledge.sync.identity import refresh_identity
+from gitlab_knowledge.sync.known import BatchKnown, read_batch_known
 from gitlab_knowledge.sync.stats import SyncResult
 from gitlab_knowledge.workspace import Workspace
 
@@ -62,6 +63,7 @@ class Fetches:
         self._ready = threading.Event()
         self._stopping = False
         self._ids: dict[str, int] = {}  # project path -> id, as the group listing gave them
+        self._known: BatchKnown | None = None  # what the store says for all of them, read once
         self.error: BaseException | None = None  # what ended the fetches before every project landed, if anything
 
     def start(self) -> "Fetches":
@@ -141,6 +143,7 @@ class Fetches:
             client.notify = self.progress.message
         slots = asyncio.Semaphore(self.in_flight)
         self._ids = _listed_ids(self.workspace)
+        self._known = await asyncio.to_thread(_batch_known, self.workspace)
         async with client:
             # The token's user once for the batch, not once per project (at most hourly anyway).
             await refresh_identity(self.workspace, client)
@@ -158,7 +161,7 @@ class Fetches:
                 return
             sync = ProjectSync(self.workspace, project, full=self.full, force=self.force,
                                dagster_run_id=self.run_id, progress=self.progress, siblings=self.projects,
-                               expected_id=self._ids.get(project))
+                               expected_id=self._ids.get(project), batch_known=self._known)
             try:
                 result = await sync.run_sharing(client)
             except asyncio.CancelledError:
@@ -171,6 +174,16 @@ class Fetches:
                         self._main.cancel()
                 return
             self._landed.put(Landed(project, result=result))
+
+
+def _batch_known(workspace: Workspace) -> BatchKnown | None:
+    """What every project's begin would read of the store, read once (sync/known.py); None if the
+    store cannot be read now (each project reads its own then, and says why if it cannot)."""
+    try:
+        with workspace.write() as con:
+            return read_batch_known(con, workspace.config.projects)
+    except StoreError:
+        return None
 
 
 def _listed_ids(workspace: Workspace) -> dict[str, int]:

@@ -71,14 +71,16 @@ class KnownPaths:
 
 
 def known_paths(con: duckdb.DuckDBPyConnection, configured: Iterable[str]) -> KnownPaths:
-    """One statement: each project's sync reads these before its listings (a batch, once a project)."""
+    """One statement: each project's sync reads these before its listings (a batch, once a project).
+    Each path once: `sync_runs` keeps a row per sync of every project, forever, and a link per
+    mention, so without DISTINCT a store's history came back to Python row by row at every sync."""
     known = KnownPaths()
     known.answered.update(c.casefold() for c in configured)
     for external, path in con.execute("""
-        SELECT true, lower(target_path) FROM item_references WHERE external
+        SELECT DISTINCT true, lower(target_path) FROM item_references WHERE external
         UNION ALL SELECT false, lower(path_with_namespace) FROM projects
         UNION ALL SELECT false, path FROM project_aliases
-        UNION ALL SELECT false, lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL
+        UNION ALL SELECT DISTINCT false, lower(project_path) FROM sync_runs WHERE project_id IS NOT NULL
     """).fetchall():
         (known.external if external else known.answered).add(path)
     return known
@@ -92,10 +94,12 @@ def record(con: duckdb.DuckDBPyConnection, path: str, project: dict[str, Any] | 
         project.get("path_with_namespace") if project else None, utcnow()])
 
 
-async def look_up(client: GitLabClient, paths: Sequence[str], commit: Callable[..., None]) -> int:
+async def look_up(client: GitLabClient, paths: Sequence[str], commit: Callable[..., None],
+                  known: KnownPaths | None = None) -> int:
     """Ask GitLab once for each of `paths` (`KnownPaths.unknown`), recording each answer through
-    `commit(work)`; returns the number of calls made. A failure other than a 404 leaves the path
-    unasked (the next sync asks again) and does not fail the sync."""
+    `commit(work)` and in `known` (what the projects of a batch that begin later read); returns
+    the number of calls made. A failure other than a 404 leaves the path unasked (the next sync
+    asks again) and does not fail the sync."""
     calls = 0
     for path in paths:
         calls += 1
@@ -108,4 +112,6 @@ async def look_up(client: GitLabClient, paths: Sequence[str], commit: Callable[.
             continue
         answer = found if isinstance(found, dict) else None
         commit(lambda con, prov, path=path, answer=answer: record(con, path, answer))
+        if known is not None:
+            known.answered.add(path.casefold())
     return calls

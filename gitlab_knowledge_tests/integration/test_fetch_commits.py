@@ -15,7 +15,7 @@ from gitlab_knowledge.store import db
 from gitlab_knowledge.store.projects import project_id_for
 from gitlab_knowledge.sync import engine
 from gitlab_knowledge.sync.engine import ProjectSync
-from gitlab_knowledge.sync.known import Known, read_known, read_stored
+from gitlab_knowledge.sync.known import Known, read_batch_known, read_known, read_stored
 from gitlab_knowledge.sync.many import Fetches
 from gitlab_knowledge.sync.redirects import known_paths
 from gitlab_knowledge_sandbox import SandboxGitLab, generate_dataset
@@ -64,10 +64,11 @@ def test_a_batch_of_small_projects_opens_the_store_a_few_times_per_project_and_s
                 landed = list(fetches.landed())
         assert [one.error for one in landed] == [None] * PROJECTS
         assert all(one.result is not None and one.result.client["api_calls"] > 5 for one in landed)
-        # The token's user once for the batch (a read, then its record), then each project's few:
-        # on the old code a small project opened the file once per listing's state, page, recheck,
-        # wiki, releases and look-up (14 here).
-        assert len(opens) <= 2 + OPENS_PER_SMALL_PROJECT * PROJECTS, len(opens)
+        # The token's user once for the batch (a read, then its record) and what every project's
+        # begin starts from (one read for all, sync/known.py `read_batch_known`), then each
+        # project's few: on the old code a small project opened the file once per listing's state,
+        # page, recheck, wiki, releases and look-up (14 here).
+        assert len(opens) <= 3 + OPENS_PER_SMALL_PROJECT * PROJECTS, len(opens)
         # Again, nothing changed: each project's id is known from its last sync, so what its
         # listings start from is read with its begin: two opens a project.
         with monkeypatch.context() as patched:
@@ -76,7 +77,7 @@ def test_a_batch_of_small_projects_opens_the_store_a_few_times_per_project_and_s
                 again = list(fetches.landed())
         assert [one.error for one in again] == [None] * PROJECTS
         assert all(one.result is not None and one.result.resources["issues"].fetched == 0 for one in again)
-        assert len(opens) <= 2 + 2 * PROJECTS, len(opens)
+        assert len(opens) <= 3 + 2 * PROJECTS, len(opens)
 
         # One page per parent, each its own commit (what every page did before): the same rows.
         reference = make_config(sb, data_dir=tmp_path / "reference", per_page=1)
@@ -272,7 +273,7 @@ def test_a_first_sync_runs_no_tombstone_pass_it_cannot_need_and_stores_what_the_
     """A project the store holds nothing of (`raw.Provenance.fresh`) and parents stored for the
     first time: no tombstone pass over threads, wiki pages or releases they cannot have stored;
     the rows, cursors and counts are those of the writes with the passes, then and on the next sync."""
-    from gitlab_knowledge.sync import known
+    from gitlab_knowledge.sync import known, many
 
     def batch(config, statements: list[str]) -> list:
         with monkeypatch.context() as patched:
@@ -290,6 +291,7 @@ def test_a_first_sync_runs_no_tombstone_pass_it_cannot_need_and_stores_what_the_
         batch(fresh, fresh_statements)
         with monkeypatch.context() as patched:  # as if every project had rows stored: the old writes
             patched.setattr(known, "_holds_any", lambda con, project_id: True)
+            patched.setattr(many, "_batch_known", lambda workspace: None)  # each project reads its own
             old_statements: list[str] = []
             batch(looked_up, old_statements)
         assert stored_in_full(fresh) == stored_in_full(looked_up)
@@ -330,3 +332,26 @@ def test_a_sync_run_begins_in_one_statement_when_no_run_of_its_path_is_running(t
             second = begin(con)
         assert con.execute("SELECT id, status FROM sync_runs ORDER BY id").fetchall() == [
             (first, "abandoned"), (second, "running")]
+
+
+def test_a_batch_reads_what_its_projects_begin_from_once_and_each_begin_starts_from_the_same(
+        four_small_projects, make_config):
+    """`read_batch_known` once, then each project's begin reads no statement for a project the
+    store holds nothing of and only its stored rows for one it holds: what it starts from is what
+    a begin of its own reads."""
+    with SandboxGitLab(dataset=four_small_projects) as sb:
+        config = make_config(sb)
+        ProjectSync(workspace(config), config.projects[0]).run()
+    with db.write_connection(config.duckdb_path) as con:
+        synced = project_id_for(con, config.projects[0])
+        assert synced is not None
+        batch = read_batch_known(con, config.projects)
+        assert batch.holding == {synced}
+        for project_id in (synced + 10_000, synced):
+            for full in (False, True):
+                shared, alone = CountingStatements(con), CountingStatements(con)
+                assert read_known(shared, project_id, full=full, configured=config.projects, batch=batch) == \
+                    read_known(alone, project_id, full=full, configured=config.projects)
+                # The old code (and a sync of its own) read the known paths and whether the store
+                # holds the project: two statements more.
+                assert shared.statements == alone.statements - 2 == (0 if project_id != synced else shared.statements)
