@@ -22,6 +22,7 @@ the server's vectors loading, still comes first), without the search command's a
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -123,6 +125,28 @@ TOOLS = ("search", "gitlab_get_mr_comments", "get_merge_request", "related", "fi
          "list_items", "similar")
 
 
+@contextlib.contextmanager
+def timing_validation(took: list[float]) -> Iterator[None]:
+    """The SDK client's check of each answer against the tool's output schema, timed into `took`:
+    what of a call is the client's own work, not the server's (it grows with the answer)."""
+    from mcp.client.session import ClientSession
+
+    validate = ClientSession.validate_tool_result
+
+    async def timed(self: ClientSession, name: str, result: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            await validate(self, name, result)
+        finally:
+            took.append((time.perf_counter() - t0) * 1000)
+
+    ClientSession.validate_tool_result = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ClientSession.validate_tool_result = validate  # type: ignore[method-assign]
+
+
 async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]],
                 graph: dict[str, list[dict[str, Any]]], tools: frozenset[str] = frozenset(TOOLS)) -> dict[str, Any]:
     from mcp import Client
@@ -133,7 +157,9 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
     params = StdioServerParameters(command=sys.executable, args=["-m", "gitlab_knowledge.mcp", "--config",
                                                                  str(config_path)], cwd=str(REPO))
     started = time.perf_counter()
-    async with Client(params) as client:
+    validated: list[float] = []
+    async with Client(params) as client, contextlib.AsyncExitStack() as stack:
+        stack.enter_context(timing_validation(validated))
         out["initialized_s"] = round(time.perf_counter() - started, 2)
         first = await client.call_tool("search", {"query": queries[0], "limit": 10})
         out["first_answer_s"] = round(time.perf_counter() - started, 2)
@@ -169,8 +195,10 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
                            ("get_merge_request", lambda p, i: {"iid": i, "project": p})):
             if name not in tools:
                 continue
+            validated.clear()
             ms = [await timed(name, args(p, i)) for p, i in mrs]
-            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
+            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms),
+                         "validation_p50": pct(validated, 0.5)}
         # The same MRs again, as an agent asks (unresolved only): the store is unchanged, so cached.
         if "gitlab_get_mr_comments" in tools:
             ms = [await timed("gitlab_get_mr_comments", {"project": p, "mr": i, "onlyUnresolved": True})
@@ -179,8 +207,10 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
         for name, calls in graph.items():
             if name not in tools:
                 continue
+            validated.clear()
             ms = [await timed(name, arguments) for arguments in calls]
-            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)} if ms else None
+            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms),
+                         "validation_p50": pct(validated, 0.5)} if ms else None
         out["server_peak_rss_mb"] = server_status(config)["peak_rss_mb"]
         if tools != frozenset(TOOLS):
             return out
@@ -291,7 +321,8 @@ def table(r: dict[str, Any]) -> str:
                         ("similar", "similar, hybrid, 30 MRs")):
         m = r.get(name)
         if m:
-            rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))
+            checked = f"; the client's check of the answer p50 {m['validation_p50']} ms" if "validation_p50" in m else ""
+            rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls){checked}"))
     http = r.get("http") or {}
     for name, label in (("search_hybrid", "search, hybrid"), ("search_lexical", "search, lexical"),
                         ("gitlab_get_mr_comments", "gitlab_get_mr_comments, from the store (each MR once)")):
