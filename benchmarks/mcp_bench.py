@@ -1,6 +1,7 @@
 """The MCP server as an agent meets it: a real SDK client over stdio, against ~100K documents.
 
     python -m benchmarks.mcp_bench [--data-dir DIR] [--issues 5000 --mrs 5000] [--queries 200]
+                                   [--tools me,file_history]
 
 Without `--data-dir` it builds the store the main benchmark builds (`python -m benchmarks`): a
 generated dataset synced from the sandbox with the rate limit off, every layer run, the vector
@@ -15,11 +16,13 @@ over Streamable HTTP beside stdio, with a 404 for the transport alone; the graph
 MR, `file_history` per reviewed path, `me` and `person` per MR author) on what the store's graph
 holds; `list_items` over label, assignee, participant and path filters; `similar` per MR; the
 server's peak RSS; and the search command's wall time per call, a new process each time, with the
-server running and without.
+server running and without. `--tools` measures only those tools (the first search, which starts
+the server's vectors loading, still comes first), without the search command's and HTTP's rows.
 """
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -27,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -116,8 +120,35 @@ def graph_workload(data: Path, mrs: list[tuple[str, int]]) -> dict[str, list[dic
             "similar": [{"ref": ref, "limit": 10} for ref in refs[:30]]}
 
 
+# What `--tools` may name: the tools measured, in the order they are.
+TOOLS = ("search", "gitlab_get_mr_comments", "get_merge_request", "related", "file_history", "me", "person",
+         "list_items", "similar")
+
+
+@contextlib.contextmanager
+def timing_validation(took: list[float]) -> Iterator[None]:
+    """The SDK client's check of each answer against the tool's output schema, timed into `took`:
+    what of a call is the client's own work, not the server's (it grows with the answer)."""
+    from mcp.client.session import ClientSession
+
+    validate = ClientSession.validate_tool_result
+
+    async def timed(self: ClientSession, name: str, result: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            await validate(self, name, result)
+        finally:
+            took.append((time.perf_counter() - t0) * 1000)
+
+    ClientSession.validate_tool_result = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ClientSession.validate_tool_result = validate  # type: ignore[method-assign]
+
+
 async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]],
-                graph: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+                graph: dict[str, list[dict[str, Any]]], tools: frozenset[str] = frozenset(TOOLS)) -> dict[str, Any]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
@@ -126,7 +157,9 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
     params = StdioServerParameters(command=sys.executable, args=["-m", "gitlab_knowledge.mcp", "--config",
                                                                  str(config_path)], cwd=str(REPO))
     started = time.perf_counter()
-    async with Client(params) as client:
+    validated: list[float] = []
+    async with Client(params) as client, contextlib.AsyncExitStack() as stack:
+        stack.enter_context(timing_validation(validated))
         out["initialized_s"] = round(time.perf_counter() - started, 2)
         first = await client.call_tool("search", {"query": queries[0], "limit": 10})
         out["first_answer_s"] = round(time.perf_counter() - started, 2)
@@ -146,9 +179,10 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
             reported.append(result.structured_content)
             return elapsed
 
-        for q in queries[:5]:
-            await timed("search", {"query": q})
-        for mode in ("hybrid", "lexical"):
+        for mode in ("hybrid", "lexical") if "search" in tools else ():
+            if mode == "hybrid":
+                for q in queries[:5]:
+                    await timed("search", {"query": q})
             reported.clear()
             ms = [await timed("search", {"query": q, "mode": mode, "limit": 10}) for q in queries]
             # What the engine itself reports, to tell the search from the protocol around it.
@@ -159,15 +193,27 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
                                      "embed_p50": pct(embed, 0.5)}
         for name, args in (("gitlab_get_mr_comments", lambda p, i: {"project": p, "mr": i}),
                            ("get_merge_request", lambda p, i: {"iid": i, "project": p})):
+            if name not in tools:
+                continue
+            validated.clear()
             ms = [await timed(name, args(p, i)) for p, i in mrs]
-            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
+            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms),
+                         "validation_p50": pct(validated, 0.5)}
         # The same MRs again, as an agent asks (unresolved only): the store is unchanged, so cached.
-        ms = [await timed("gitlab_get_mr_comments", {"project": p, "mr": i, "onlyUnresolved": True}) for p, i in mrs]
-        out["gitlab_get_mr_comments_again"] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
+        if "gitlab_get_mr_comments" in tools:
+            ms = [await timed("gitlab_get_mr_comments", {"project": p, "mr": i, "onlyUnresolved": True})
+                  for p, i in mrs]
+            out["gitlab_get_mr_comments_again"] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)}
         for name, calls in graph.items():
+            if name not in tools:
+                continue
+            validated.clear()
             ms = [await timed(name, arguments) for arguments in calls]
-            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms)} if ms else None
+            out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms),
+                         "validation_p50": pct(validated, 0.5)} if ms else None
         out["server_peak_rss_mb"] = server_status(config)["peak_rss_mb"]
+        if tools != frozenset(TOOLS):
+            return out
         out["cli_with_server"] = cli_runs(config_path, 15, resident=True)
     out["cli_without_server"] = cli_runs(config_path, 5, resident=False)
     out["http"] = await over_http(config_path, queries, mrs)
@@ -260,7 +306,9 @@ def table(r: dict[str, Any]) -> str:
              f"loading them took {r['warm_load_s']} s)")]
     for name, label in (("search_hybrid", "search, hybrid, through the client (query embedding + protocol)"),
                         ("search_lexical", "search, lexical, through the client")):
-        m = r[name]
+        m = r.get(name)
+        if not m:
+            continue
         rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls); the engine's own took_ms "
                             f"p50 {m['engine_p50']} ms, p95 {m['engine_p95']} ms, query embedding p50 {m['embed_p50']} ms"))
     for name, label in (("gitlab_get_mr_comments", "gitlab_get_mr_comments, from the store (each MR once)"),
@@ -273,7 +321,8 @@ def table(r: dict[str, Any]) -> str:
                         ("similar", "similar, hybrid, 30 MRs")):
         m = r.get(name)
         if m:
-            rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))
+            checked = f"; the client's check of the answer p50 {m['validation_p50']} ms" if "validation_p50" in m else ""
+            rows.append((label, f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls){checked}"))
     http = r.get("http") or {}
     for name, label in (("search_hybrid", "search, hybrid"), ("search_lexical", "search, lexical"),
                         ("gitlab_get_mr_comments", "gitlab_get_mr_comments, from the store (each MR once)")):
@@ -285,6 +334,8 @@ def table(r: dict[str, Any]) -> str:
         m = http["not_found"]
         rows.append(("HTTP 404 (GET /nope), the transport alone", f"p50 {m['p50']} ms, p95 {m['p95']} ms ({m['calls']} calls)"))
     rows.append(("server peak RSS", f"{r['server_peak_rss_mb']:,} MB"))
+    if "cli_with_server" not in r:
+        return markdown_table(rows)
     w, wo = r["cli_with_server"], r["cli_without_server"]
     rows.append(("search command, new process per call, server running",
                  f"wall p50 {w['wall_s_p50']} s (max {w['wall_s_max']} s), peak RSS {w['peak_rss_mb']} MB, {w['runs']} runs"))
@@ -302,7 +353,11 @@ def main() -> int:
     parser.add_argument("--mrs", type=int, default=5000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--tools", type=lambda text: frozenset(t for t in text.split(",") if t),
+                        default=frozenset(TOOLS), help=f"only these, comma-separated (of {','.join(TOOLS)})")
     args = parser.parse_args()
+    if args.tools - set(TOOLS):
+        parser.error(f"--tools: unknown {', '.join(sorted(args.tools - set(TOOLS)))}; the tools are {','.join(TOOLS)}")
     args.workdir.mkdir(parents=True, exist_ok=True)
     data = args.data_dir or build_store(args.workdir, args.issues, args.mrs)
     config_path = write_config(data.resolve(), args.workdir / "mcp_bench.toml")
@@ -311,7 +366,7 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "documents": documents,
                "machine": f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores",
-               **asyncio.run(drive(config_path, queries, mrs, graph))}
+               **asyncio.run(drive(config_path, queries, mrs, graph, args.tools))}
     # The machine may be shared: the load says how much of a number is the server's own.
     results["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
     print("\n" + table(results) + f"\n\n{results['date']} · {results['machine']} · load average "

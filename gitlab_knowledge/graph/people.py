@@ -20,6 +20,7 @@ from gitlab_knowledge.graph.person import person
 from gitlab_knowledge.graph.queries import excerpt, iso, note_bodies, project_id, public_item, rows
 from gitlab_knowledge.graph.roles import descending, username
 from gitlab_knowledge.store.alongside import read_alongside
+from gitlab_knowledge.store.queries import project_paths
 from gitlab_knowledge.timeutil import naive_utc, utcnow
 from gitlab_knowledge.workspace import Workspace
 
@@ -60,11 +61,12 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
         # meanwhile, as DuckDB runs both at once (on 2 cores, the call takes the longer of the
         # two instead of their sum).
         with read_alongside(con, lambda other: _new_notes(other, u, pid, start, limit)) as later:
-            mine, kept = _mine(con, name, pid, start)
+            paths = project_paths(workspace, con)
+            mine, kept = _mine(con, name, pid, start, paths)
             mentions, mentioned = picked(con, kept, name, limit)  # while the notes may still be read
             found, note_total, bodies = later.result()
-        lists, states = _my_items(mine, start, limit)
-        notes = _changes(con, found, bodies, mine)
+        lists, states = _my_items(mine, start, limit, paths)
+        notes = _changes(con, found, bodies, mine, paths)
     todos = None
     if live:
         from gitlab_knowledge.graph.todos import pending_todos
@@ -78,8 +80,8 @@ def me(workspace: Workspace, user: str | None = None, since: datetime | None = N
     return Me(user=name, user_from="argument" if user is not None else "token", since=iso(start), project=project,
               counts=counts, **{key: [{**e, "reason": reason} for e in lists[key][0]] for key, reason in shown.items()},
               mentions=mentions, todos=todos[cut] if todos is not None else None,
-              changes=Changes(notes=notes, state_changes=[_state(kind, r, at, change) for kind, r, at, change
-                                                          in _newest_changes(states, limit)]))
+              changes=Changes(notes=notes, state_changes=[_state(kind, r, at, change, paths) for kind, r, at, change
+                                                          in _newest_changes(states, limit, paths)]))
 
 
 # What `_mine` reads of an item and its roles (a role row) or of a kept mention and its item: one
@@ -92,19 +94,22 @@ _COLUMNS = ("is_role", "kind", "item_id", "iid", "title", "state", "web_url", "p
 # A mention's own columns (graph/mentioned.py `mention_rows`), named apart from its item's in the query.
 _MENTION_OWN = ("note_id", "discussion_id", "found_in", "author", "excerpt", "created_at", "resolved", "resolvable")
 # A row of one of the user's items: a tuple of `_COLUMNS`, read by index (made into dicts, the
-# ~600 rows of a user's items cost ~2 ms at 100K documents, to show a hundred).
+# ~600 rows of a user's items cost ~2 ms at 100K documents, to show a hundred). `project` is the
+# project's id: its path is looked up (`project_paths`) for the entries shown only, as joining
+# `projects` in the query cost ~0.8 ms at 100K documents.
 Row = tuple[Any, ...]
 
 
-def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
-          start: datetime) -> tuple[dict[kinds.Kind, list[Row]], list[dict[str, Any]]]:
+def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, start: datetime,
+          paths: dict[int, str]) -> tuple[dict[kinds.Kind, list[Row]], list[dict[str, Any]]]:
     """The user's items (the open ones and those closed or merged since `start`, newest update
     first, with their roles and, an MR they authored, its unresolved threads: `Row`s) and the
     mentions of the user `me` keeps (graph/mentioned.py), with their items: in one query, which
     reads the items once for both (two queries each joining both kinds of item cost ~4 ms more at
     100K documents) and counts the threads of the authored MRs it found (a statement of its own
     cost ~3 ms more, planning and reading the user's rows again). Only what `me` says of an item
-    is read (each column costs its conversion)."""
+    is read (each column costs its conversion). `paths`: `project_paths` of `con`; an item of a project
+not among them is left out, as a join with `projects` would."""
     u = user.lower()
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     mentioned, mentioned_params = mention_rows(user, pid)
@@ -122,7 +127,7 @@ def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
                  u AS (SELECT merge_request_id, count(*) AS unresolved FROM discussions
                        WHERE merge_request_id IN (SELECT item_id FROM r WHERE is_author AND item_type = '{mr}')
                          AND resolvable AND NOT COALESCE(resolved, false) GROUP BY ALL)
-            SELECT x.is_role, t.kind, t.id, t.iid, t.title, t.state, t.web_url, p.path_with_namespace,
+            SELECT x.is_role, t.kind, t.id, t.iid, t.title, t.state, t.web_url, t.project_id,
                    CASE WHEN x.is_role THEN t.created_at ELSE x.m_created_at END, t.updated_at, t.closed_at,
                    t.merged_at, x.is_author, x.is_assignee, x.is_reviewer, x.unresolved, x.m_note_id,
                    x.m_discussion_id, x.m_found_in, x.m_author, x.m_excerpt, x.m_resolved
@@ -133,7 +138,7 @@ def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
                   UNION ALL SELECT false, item_type, item_id, NULL, NULL, NULL, NULL,
                                    {', '.join(f'{c} AS m_{c}' for c in _MENTION_OWN)}
                   FROM ({mentioned})) x
-            JOIN ({items}) t ON t.kind = x.item_type AND t.id = x.item_id JOIN projects p ON p.id = t.project_id
+            JOIN ({items}) t ON t.kind = x.item_type AND t.id = x.item_id
             WHERE CASE WHEN x.is_role THEN t.state IN {OPEN_STATES} OR t.closed_at >= ? OR t.merged_at >= ?
                        ELSE {kept} END
             ORDER BY t.updated_at DESC, t.id DESC""", [u, *scoped, *mentioned_params, start, start, *since])
@@ -141,27 +146,31 @@ def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None,
     by_name = {kind.name: found[kind] for kind in kinds.ITEM_KINDS}
     mentions = []
     for r in cur.fetchall():
+        if r[_PROJECT] not in paths:
+            continue
         if r[_IS_ROLE]:
             by_name[r[_KIND]].append(r)
         else:
             # What graph/mentioned.py `picked` reads of a kept mention and its item.
             mention = dict(zip(_COLUMNS, r, strict=True))
-            mention["item_type"] = r[_KIND]
+            mention["item_type"], mention["project"] = r[_KIND], paths[r[_PROJECT]]
             mentions.append(mention)
     return found, mentions
 
 
-def _item(r: Row) -> dict[str, Any]:
+def _item(r: Row, paths: dict[int, str]) -> dict[str, Any]:
     """What `public_item` reads of an item's row."""
-    return {"iid": r[_IID], "title": r[_TITLE], "state": r[_STATE], "web_url": r[_WEB_URL], "project": r[_PROJECT]}
+    return {"iid": r[_IID], "title": r[_TITLE], "state": r[_STATE], "web_url": r[_WEB_URL], "project": paths[r[_PROJECT]]}
 
 
-def _entry(kind: kinds.Kind, r: Row, **extra: Any) -> dict[str, Any]:
+def _entry(kind: kinds.Kind, r: Row, paths: dict[int, str], **extra: Any) -> dict[str, Any]:
     """An item of `me`'s lists as graph/roles.py `entry` makes one, with `extra` after it."""
-    return {**public_item(kind, _item(r)), "created_at": iso(r[_CREATED]), "updated_at": iso(r[_UPDATED]), **extra}
+    return {**public_item(kind, _item(r, paths)), "created_at": iso(r[_CREATED]), "updated_at": iso(r[_UPDATED]),
+            **extra}
 
 
-def _my_items(mine: dict[kinds.Kind, list[Row]], start: datetime, limit: int | None) -> tuple[dict[str, tuple[list[dict[str, Any]], int]],
+def _my_items(mine: dict[kinds.Kind, list[Row]], start: datetime, limit: int | None,
+              paths: dict[int, str]) -> tuple[dict[str, tuple[list[dict[str, Any]], int]],
                                           list[tuple[kinds.Kind, Row, datetime, str]]]:
     """`me`'s item lists, newest update first: the open issues assigned to the user, the open MRs
     assigned (not authored), to review and authored (with their unresolved threads), each whole
@@ -177,8 +186,8 @@ def _my_items(mine: dict[kinds.Kind, list[Row]], start: datetime, limit: int | N
               "assigned_mrs": (mrs, [r for r in open_mrs if r[_ASSIGNEE] and not r[_AUTHOR]]),
               "review_requested": (mrs, [r for r in open_mrs if r[_REVIEWER]]),
               "authored_open_mrs": (mrs, [r for r in open_mrs if r[_AUTHOR]])}
-    lists = {key: ([_entry(kind, r) for r in items[cut]], len(items)) for key, (kind, items) in picked.items()}
-    lists["authored_open_mrs"] = ([_entry(mrs, r, unresolved_threads=r[_UNRESOLVED])
+    lists = {key: ([_entry(kind, r, paths) for r in items[cut]], len(items)) for key, (kind, items) in picked.items()}
+    lists["authored_open_mrs"] = ([_entry(mrs, r, paths, unresolved_threads=r[_UNRESOLVED])
                                    for r in picked["authored_open_mrs"][1][cut]], lists["authored_open_mrs"][1])
     states: list[tuple[kinds.Kind, Row, datetime, str]] = []
     for kind, items in mine.items():
@@ -190,8 +199,8 @@ def _my_items(mine: dict[kinds.Kind, list[Row]], start: datetime, limit: int | N
     return lists, states
 
 
-def _newest_changes(states: list[tuple[kinds.Kind, Row, datetime, str]],
-                    limit: int | None) -> list[tuple[kinds.Kind, Row, datetime, str]]:
+def _newest_changes(states: list[tuple[kinds.Kind, Row, datetime, str]], limit: int | None,
+                    paths: dict[int, str]) -> list[tuple[kinds.Kind, Row, datetime, str]]:
     """The first `limit` state changes as the answer orders them: by the ISO text of when, then
     reference, descending. Sorted by time first, only those within the second of the `limit`-th
     can change places by the text (graph/roles.py `newest`), so only those are made into text."""
@@ -199,12 +208,12 @@ def _newest_changes(states: list[tuple[kinds.Kind, Row, datetime, str]],
     if limit is not None and len(by_time) > limit:
         floor = by_time[limit - 1][2].replace(microsecond=0)
         by_time = [s for s in by_time if s[2] >= floor]
-    return sorted(by_time, key=lambda s: (iso(s[2]) or "", s[0].ref(s[1][_IID], s[1][_PROJECT])),
+    return sorted(by_time, key=lambda s: (iso(s[2]) or "", s[0].ref(s[1][_IID], paths[s[1][_PROJECT]])),
                   reverse=True)[:limit]
 
 
-def _state(kind: kinds.Kind, r: Row, at: datetime, change: str) -> dict[str, Any]:
-    return {"item": public_item(kind, _item(r)), "change": change, "at": iso(at)}
+def _state(kind: kinds.Kind, r: Row, at: datetime, change: str, paths: dict[int, str]) -> dict[str, Any]:
+    return {"item": public_item(kind, _item(r, paths)), "change": change, "at": iso(at)}
 
 
 def _new_notes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: datetime,
@@ -227,12 +236,13 @@ def _new_notes(con: duckdb.DuckDBPyConnection, u: str, pid: int | None, start: d
 
 
 def _changes(con: duckdb.DuckDBPyConnection, found: list[dict[str, Any]], bodies: dict[int, str | None],
-             mine: dict[kinds.Kind, list[Row]]) -> list[dict[str, Any]]:
+             mine: dict[kinds.Kind, list[Row]], paths: dict[int, str]) -> list[dict[str, Any]]:
     """The entries of the new notes `found` (`_new_notes`). Their items are those `me` read
     already (`mine`: the open ones and those closed or merged since `start`); only an item closed
     before is read here."""
     wanted = {(r["kind"], r["id"]) for r in found}
-    items = {(kind.name, r[_ID]): _item(r) for kind, rs in mine.items() for r in rs if (kind.name, r[_ID]) in wanted}
+    items = {(kind.name, r[_ID]): _item(r, paths) for kind, rs in mine.items() for r in rs
+             if (kind.name, r[_ID]) in wanted}
     items.update(_items(con, wanted - items.keys()))
     # An item the lens hides, or gone since, is left out as a join with the items would.
     return [{"item": public_item(kinds.kind(r["kind"]), t), "note_id": r["note_id"], "author": r["note_author"],

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from gitlab_knowledge.errors import StoreError
+from gitlab_knowledge.store.alongside import settings_known
 from gitlab_knowledge.store.db import read_connection, waiting_out_writers
 from gitlab_knowledge.store.lingering import lingering, release_lingering
 from gitlab_knowledge.store.overlay import ConfidentialOverlay
@@ -119,9 +120,14 @@ class StoreReader:
         cursor = self._enter(wait, lens)
         try:
             cursor.execute(f"USE {ALIAS}")
+            # As DuckDB then says them: USE sets the search path too, and the catalog is the
+            # search path's first one.
+            catalog, path = ALIAS, f"{ALIAS}.main"
             if lens is not None:
-                cursor.execute(f"SET search_path = 'memory.{lens.schema},{ALIAS}.main'")
-            yield cursor
+                catalog, path = "memory", f"memory.{lens.schema},{ALIAS}.main"
+                cursor.execute(f"SET search_path = '{path}'")
+            with settings_known(cursor, catalog, path):
+                yield cursor
         finally:
             cursor.close()
             self._leave(lens)

@@ -6,6 +6,7 @@ import pytest
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import UsageError
+from gitlab_knowledge.store import alongside as alongside_module
 from gitlab_knowledge.store import queries
 from gitlab_knowledge.store.alongside import alongside
 from gitlab_knowledge.store.reader import StoreReader
@@ -52,6 +53,23 @@ def test_the_lens_applies_under_count_list_and_show(sample: Any) -> None:
     finally:
         reader.close()
     assert hidden_lens(include_confidential=True, include_internal=True) is None
+
+
+def test_a_readers_connection_says_its_catalog_and_search_path_as_duckdb_does(sample: Any) -> None:
+    """`alongside` takes a reader's connection's catalog and search path as the reader says them
+    (store/alongside.py `settings_known`) instead of asking DuckDB: what it says is what DuckDB
+    would answer, with a lens and without, and it is forgotten as the read ends."""
+    reader = StoreReader(sample.config.duckdb_path)
+    asked = "SELECT current_database(), current_setting('search_path')"
+    try:
+        plain = Workspace(sample.config).with_(reader=reader)
+        for workspace in (plain, plain.with_(lens=hidden_lens(include_confidential=False, include_internal=False))):
+            with workspace.read() as con:
+                said = alongside_module._settings[id(con)]
+                assert said == tuple(con.execute(asked).fetchone())
+            assert id(con) not in alongside_module._settings
+    finally:
+        reader.close()
 
 
 def test_a_connection_alongside_sees_through_the_same_lens(sample: Any) -> None:
