@@ -108,8 +108,8 @@ def _mine(con: duckdb.DuckDBPyConnection, user: str, pid: int | None, start: dat
     reads the items once for both (two queries each joining both kinds of item cost ~4 ms more at
     100K documents) and counts the threads of the authored MRs it found (a statement of its own
     cost ~3 ms more, planning and reading the user's rows again). Only what `me` says of an item
-    is read (each column costs its conversion). `paths`: `project_paths` of `con`; an item of a project
-not among them is left out, as a join with `projects` would."""
+    is read (each column costs its conversion). `paths`: `project_paths` of `con`; an item of a
+    project not among them is left out, as a join with `projects` would."""
     u = user.lower()
     scope, scoped = (" AND project_id = ?", [pid]) if pid is not None else ("", [])
     mentioned, mentioned_params = mention_rows(user, pid)
