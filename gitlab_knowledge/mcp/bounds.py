@@ -4,8 +4,6 @@ A body past its bound keeps its start and ends with a marker that says how much 
 where the whole text is, so an agent never mistakes a cut text for the full one.
 """
 
-from gitlab_knowledge.graph.answers import ME_LIMIT  # noqa: F401 - `me`'s default, the CLI's too
-
 BODY_CHARS = 8_000  # one note or comment body
 DESCRIPTION_CHARS = 12_000  # an issue's or MR's description
 ITEM_NOTES = 200  # notes shown by get_issue / get_merge_request

@@ -18,7 +18,8 @@ from typing import Any
 
 from gitlab_knowledge import kinds
 from gitlab_knowledge.errors import KnowledgeError, UsageError
-from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT, ITEM_FILES, ME_LIMIT
+from gitlab_knowledge.graph.answers import ME_LIMIT
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST, HISTORY_LIMIT, ITEM_FILES
 from gitlab_knowledge.mcp.context import Context, confidential_refusal
 from gitlab_knowledge.mcp.digest import when
 

@@ -20,8 +20,9 @@ from mcp.client.stdio import StdioServerParameters
 
 from gitlab_knowledge.config import load_config
 from gitlab_knowledge.graph import people, queries
+from gitlab_knowledge.graph.answers import ME_LIMIT
 from gitlab_knowledge.graph.history import history as file_history
-from gitlab_knowledge.mcp.bounds import GRAPH_LIST, ME_LIMIT
+from gitlab_knowledge.mcp.bounds import GRAPH_LIST
 from gitlab_knowledge.mcp.inline_schema import inlined
 from gitlab_knowledge.mcp.tools import schema
 from gitlab_knowledge.workspace import Workspace
