@@ -99,9 +99,8 @@ def carry(workspace: Workspace, projects: Sequence[str], batch: Batch, *, full: 
     """Run every layer for `projects`, yielding each (project, layer, metadata) once committed."""
     in_flight = workspace.config.sync.projects_in_flight
     fetching_ahead = len(projects) > 1 and in_flight > 1
-    # The work ahead, if `_fetching_ahead` starts it: its thread and worker process are ended
-    # however the batch ends.
-    batch.ahead = None
+    # The work ahead, if `_fetching_ahead` starts it (`batch.ahead`): its thread and worker
+    # process are ended however the batch ends.
     try:
         yield from _carry(workspace, projects, batch, in_flight if fetching_ahead else None, full=full, force=force,
                           run_id=run_id, progress=progress, log=log)

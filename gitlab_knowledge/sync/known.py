@@ -35,7 +35,7 @@ class BatchKnown:
     project's sync looks up counts as known for the projects that begin after it) and the projects
     the store holds a payload or a cursor of. Both were one statement a project, each scanning a
     table the whole store's history is in (300 projects: 600 statements, ~1.4 s of the one
-    writer's turn at load 2); nothing but a project's own sync writes its rows, so a project none
+    writer's turn, counted at load ~3); nothing but a project's own sync writes its rows, so a project none
     of whose rows were there when the batch started has none at its begin either."""
 
     paths: redirects.KnownPaths
