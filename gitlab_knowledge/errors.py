@@ -306,10 +306,24 @@ def first_error(group: BaseExceptionGroup) -> BaseException:
 
 def is_interrupt(exc: BaseException | None) -> bool:
     """Whether `exc` is, or was caused by, an interrupt: Dagster turns SIGINT and SIGTERM inside a
-    run into its own DagsterExecutionInterruptedError, which may arrive wrapped."""
+    run into its own DagsterExecutionInterruptedError, which may arrive wrapped.
+
+    A signal that comes while the main thread is in a DuckDB query is one too, in another form:
+    DuckDB runs the handler, drops the exception it raised and raises its own
+    `RuntimeError("Query interrupted")`, an Exception with no cause. Taken for a failure, it was
+    handled as one (a batch's optional read answering "unknown" and carrying on), and the
+    interrupt was lost: the run went on to the end."""
     seen = 0
     while exc is not None and seen < 20:
-        if isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "DagsterExecutionInterruptedError":
+        if (isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "DagsterExecutionInterruptedError"
+                or _query_interrupted(exc)):
             return True
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return False
+
+
+def _query_interrupted(exc: BaseException) -> bool:
+    """DuckDB's word for a query a signal interrupted (its `InterruptException`, or the plain
+    RuntimeError its Python client raises)."""
+    return (type(exc).__name__ == "InterruptException"
+            or (type(exc) is RuntimeError and str(exc) == "Query interrupted"))

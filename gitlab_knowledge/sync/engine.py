@@ -29,7 +29,7 @@ from collections.abc import Collection
 from datetime import timedelta
 
 from gitlab_knowledge import kinds
-from gitlab_knowledge.errors import KnowledgeError
+from gitlab_knowledge.errors import KnowledgeError, is_interrupt
 from gitlab_knowledge.gitlab.client import GitLabClient
 from gitlab_knowledge.progress import NullProgress, SyncProgress
 from gitlab_knowledge.store import raw
@@ -247,6 +247,6 @@ class ProjectSync(ResourceSync):
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, KnowledgeError):
         return str(exc)
-    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+    if isinstance(exc, asyncio.CancelledError) or is_interrupt(exc):
         return "interrupted"
     return f"{type(exc).__name__}: {exc}"
