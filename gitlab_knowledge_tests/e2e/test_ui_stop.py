@@ -63,6 +63,16 @@ def step_started(dagster: DagsterDev, run_id: str, step: str, timeout: float = 2
     return False
 
 
+def what_became_of(dagster: DagsterDev, run_id: str) -> str:
+    """A failure's evidence: the run's status and its last events (the interrupt, the step's end)."""
+    with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
+        run = instance.get_run_by_id(run_id)
+        lines = [f"run {run_id}: {getattr(run, 'status', None)}"]
+        for record in instance.all_logs(run_id)[-25:]:
+            lines.append(f"  {record.timestamp:.2f} {record.dagster_event_type} {(record.message or '')[:300]}")
+    return "\n".join(lines)
+
+
 def test_stopping_the_ui_cancels_the_run_in_progress(servers, capsys):
     dagster = servers["run"].ready()
     project = "acme/platform"
@@ -70,7 +80,7 @@ def test_stopping_the_ui_cancels_the_run_in_progress(servers, capsys):
     run_id = dagster.launch("sync_project", project)
     assert step_started(dagster, run_id, "raw_gitlab_payloads"), "the run never started its first step"
     canceled = stop(dagster, wait_s=120)
-    assert canceled == [run_id]
+    assert canceled == [run_id], what_became_of(dagster, run_id)
     with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
         assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     err = capsys.readouterr().err
@@ -82,7 +92,7 @@ def test_stopping_the_ui_cancels_a_batch_run_in_progress_and_keeps_its_record(se
     batch_id = dagster.launch("sync_projects", None)  # every configured project, one run
     assert step_started(dagster, batch_id, "sync_each_project"), "the batch never started its step"
     canceled = stop(dagster, wait_s=120)
-    assert canceled == [batch_id]
+    assert canceled == [batch_id], what_became_of(dagster, batch_id)
     with dg.DagsterInstance.from_config(str(dagster.home)) as instance:
         batch = instance.get_run_by_id(batch_id)
         assert batch.status == dg.DagsterRunStatus.CANCELED
