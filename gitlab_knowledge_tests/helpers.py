@@ -188,7 +188,11 @@ def kill_at_random_points(spawn: Any, sb: Any, rng: Any, kills: int, full_run: f
                 assert child.returncode in (-signal.SIGKILL, 0), f"attempt {attempt}: exit {child.returncode}"
             else:  # an attempt after a small change is shorter than the first, full sync
                 window = time.monotonic() - started
-                child.communicate(timeout=60)
+                _out, err = child.communicate(timeout=60)
+                # Shown with a failed drill: why the attempts that ended on their own did.
+                print(f"attempt {attempt} ({kind}): ended on its own after {window:.2f}s with exit "
+                      f"{child.returncode}, {sb.stats()['requests']} requests served"
+                      + (f": {err.decode(errors='replace')[-1500:]}" if child.returncode else ""))
         finally:
             if child.poll() is None:
                 child.kill()
