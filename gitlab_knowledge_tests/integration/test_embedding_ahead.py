@@ -423,6 +423,15 @@ def test_a_batch_of_synced_projects_with_a_changed_note_starts_no_worker(tmp_pat
         issue = sb.state.list_items(projects[0], "issues")[0]
         sb.state.add_note(projects[0], "issues", issue["iid"], "one more note, after the first sync")
         assert not ahead_module.worth_working_ahead(workspace, projects)
+        # A signal during its read of the store comes out of DuckDB as RuntimeError("Query
+        # interrupted") (unit/test_interrupts.py): the interrupt it is, not "could not read".
+        with pytest.MonkeyPatch.context() as patched:
+            def interrupted(*_args: object) -> None:
+                raise RuntimeError("Query interrupted")
+
+            patched.setattr(ahead_module, "synced_paths", interrupted)
+            with pytest.raises(RuntimeError, match="Query interrupted"):
+                ahead_module.worth_working_ahead(workspace, projects)
         changed, during = workers_during(workspace, projects)
         assert during == [] and no_thread_ahead()
         assert changed.carried[projects[0]].metadata[EMBEDDINGS.asset]["embeddings_embedded"] >= 1
