@@ -157,27 +157,59 @@ _INSERT = """
 def upsert_rows(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance) -> UpsertCounts:
     """Insert new objects, rewrite changed ones, leave identical ones alone (but record a
     discussions refetch time when one is given)."""
-    counts = UpsertCounts()
-    if not rows:
-        return counts
-    rows = dedupe(rows)
-    table = pa.Table.from_pylist([{
+    return upsert_groups(con, [rows], prov)[0]
+
+
+def upsert_groups(con: duckdb.DuckDBPyConnection, groups: Sequence[Sequence[RawRow]],
+                  prov: Provenance) -> list[UpsertCounts]:
+    """`upsert_rows` of each group (a page's items, their file lists, their threads), with each
+    group's counts. In a first sync (`prov.fresh`) the rows of every group are inserted in one
+    statement: a small project's first sync writes its items, files and threads in a few rows
+    each, and each statement is a turn of the one writer that a batch's hundreds of projects
+    share (see `_insert_new`)."""
+    groups = [dedupe(g) if g else [] for g in groups]
+    inserted: set[tuple[str, str]] = set()
+    if prov.fresh:
+        everything = [r for g in groups for r in g]
+        # One statement for all unless two groups hold the same object: it would then be inserted
+        # twice (each group alone leaves the other's row out, as the store holds it by then).
+        if len({(r.resource_type, r.gitlab_key) for r in everything}) == len(everything):
+            inserted = _insert_new(con, everything, prov)
+    return [_upsert(con, g, prov, inserted) for g in groups]
+
+
+def _incoming(rows: Sequence[RawRow]) -> pa.Table:
+    return pa.Table.from_pylist([{
         "resource_type": r.resource_type, "gitlab_key": r.gitlab_key, "parent_type": r.parent_type,
         "parent_id": r.parent_id, "position": r.position, "updated_at": r.updated_at,
         "payload_hash": r.payload_hash, "json": r.json, "discussions_fetched_at": r.discussions_fetched_at,
     } for r in rows], schema=_ROW_SCHEMA)
+
+
+def _insert_new(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance) -> set[tuple[str, str]]:
+    """A first sync's rows inserted, unless the store holds one (under another project): those are
+    left out, for `_upsert` to take the usual way. Which were inserted (type, key). One statement
+    where a look-up then an insert is two (~0.7 ms of CPU less an upsert)."""
+    if not rows:
+        return set()
     params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
-    with registered(con, gk_incoming=table):
-        inserted: set[str] = set()
-        if prov.fresh:
-            # A first sync's rows are new, unless the store holds one under another project:
-            # inserted first with those left out, one statement where a look-up then an insert
-            # is two (~0.7 ms of CPU less an upsert); any left out go the usual way below.
-            inserted = {key for (key,) in con.execute(
-                _INSERT.format(leave_out=_LEAVE_STORED) + " RETURNING gitlab_key", params).fetchall()}
-            if len(inserted) == len(rows):
-                counts.new = len(rows)
-                return counts
+    with registered(con, gk_incoming=_incoming(rows)):
+        return {(kind, key) for kind, key in con.execute(
+            _INSERT.format(leave_out=_LEAVE_STORED) + " RETURNING resource_type, gitlab_key", params).fetchall()}
+
+
+def _upsert(con: duckdb.DuckDBPyConnection, rows: Sequence[RawRow], prov: Provenance,
+            new: set[tuple[str, str]]) -> UpsertCounts:
+    """`upsert_rows` of deduplicated rows, those in `new` inserted already (`_insert_new`)."""
+    counts = UpsertCounts()
+    if not rows:
+        return counts
+    inserted = {r.gitlab_key for r in rows if (r.resource_type, r.gitlab_key) in new}
+    if len(inserted) == len(rows):
+        counts.new = len(rows)
+        return counts
+    params = [prov.project_id, prov.fetched_at, prov.sync_run_id, prov.dagster_run_id]
+    with registered(con, gk_incoming=_incoming(rows)):
         existing = con.execute("""
             SELECT i.gitlab_key, r.id, r.payload_hash = i.payload_hash
                    AND r.deleted_at IS NULL
@@ -247,16 +279,24 @@ class DiscussionCounts:
     deleted: int = 0
 
 
+def discussion_rows(parents: Sequence[ParentDiscussions]) -> list[RawRow]:
+    """The rows of the parents' threads, in GitLab's order."""
+    return [RawRow.for_discussion(p.parent_type, p.parent_id, i, d) for p in parents for i, d in enumerate(p.threads)]
+
+
 def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[ParentDiscussions],
-                        prov: Provenance, *, new_parents: bool = False) -> DiscussionCounts:
+                        prov: Provenance, *, new_parents: bool = False,
+                        upserted: UpsertCounts | None = None) -> DiscussionCounts:
     """Make the stored threads of each parent exactly `threads` (vanished ones tombstoned).
     `new_parents`: every parent was stored for the first time in this transaction, so none has a
-    stored thread to tombstone (a thread is stored only with its parent): no statement for it."""
+    stored thread to tombstone (a thread is stored only with its parent): no statement for it.
+    `upserted`: the caller upserted `discussion_rows(parents)` already, with these counts."""
     counts = DiscussionCounts()
     if not parents:
         return counts
-    rows = [RawRow.for_discussion(p.parent_type, p.parent_id, i, d) for p in parents for i, d in enumerate(p.threads)]
-    upserted = upsert_rows(con, rows, prov)
+    rows = discussion_rows(parents)
+    if upserted is None:
+        upserted = upsert_rows(con, rows, prov)
     counts.new, counts.updated = upserted.new, upserted.updated
     if new_parents:
         return counts

@@ -21,9 +21,11 @@ def write_parents(con: duckdb.DuckDBPyConnection, prov: raw.Provenance, kind: st
     alive = [p for p in parents if p.threads is not None]
     gone = [p.gitlab_id for p in parents if p.threads is None]
     items = [raw.RawRow.for_item(kind, p.item, p.fetched_at) for p in alive if p.item is not None]
-    counts = raw.upsert_rows(con, items, prov)
     file_rows = [files.raw_row(p.item, p.files) for p in alive if p.item is not None and p.files is not None]
-    raw.upsert_rows(con, file_rows, prov)
+    fetched = [raw.ParentDiscussions(kind, p.gitlab_id, p.threads, p.kept, p.keep_all) for p in alive
+               if p.threads is not None]
+    # Upserted together: in a first sync, one statement for the page's items, files and threads.
+    counts, _, upserted = raw.upsert_groups(con, [items, file_rows, raw.discussion_rows(fetched)], prov)
     stats.file_fetches += len(file_rows)
     rechecked = [p for p in alive if p.recheck]
     unchanged = [p for p in rechecked if p.item is None]
@@ -31,9 +33,8 @@ def write_parents(con: duckdb.DuckDBPyConnection, prov: raw.Provenance, kind: st
         con.executemany(
             "UPDATE raw_payloads SET discussions_fetched_at = ? WHERE resource_type = ? AND gitlab_key = ?",
             [[p.fetched_at, kind, str(p.gitlab_id)] for p in unchanged])
-    threads = raw.replace_discussions(
-        con, [raw.ParentDiscussions(kind, p.gitlab_id, p.threads, p.kept, p.keep_all) for p in alive
-              if p.threads is not None], prov, new_parents=len(items) == len(alive) == counts.new)
+    threads = raw.replace_discussions(con, fetched, prov, new_parents=len(items) == len(alive) == counts.new,
+                                      upserted=upserted)
     deleted = raw.tombstone_parents(con, kind, gone)
     if cursor_item is not None:
         # A plain insert where no row can be there: ~0.5 ms of CPU against ~2 ms replacing one.

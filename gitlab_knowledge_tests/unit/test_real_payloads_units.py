@@ -227,3 +227,46 @@ def test_a_first_syncs_upsert_is_one_statement_and_counts_a_row_stored_before_as
     assert (first.new, again.new, again.updated, again.unchanged) == (2, 1, 1, 1)
     # The old code (and the look-up path): a look-up, then the insert.
     assert (statements, old_statements) == (1, 2)
+
+
+@pytest.mark.parametrize("stored_before", [False, True])
+def test_a_first_syncs_page_writes_its_items_files_and_threads_in_one_insert_and_stores_what_one_each_did(
+        tmp_path: Path, stored_before: bool) -> None:
+    """A page of MRs in a first sync (`Provenance.fresh`): its items, their file lists and their
+    threads are inserted in one statement (the old code: one each, three). The rows and counts are
+    those of the look-up path, also when an MR of the page was stored before (under another
+    project): it is left out of the insert and written as the look-up path writes it."""
+    from dataclasses import asdict
+
+    from gitlab_knowledge.sync import writes
+    from gitlab_knowledge.sync.parents import Parent
+    from gitlab_knowledge.sync.stats import ResourceStats
+
+    def mr(i: int) -> dict:
+        return {"id": 100 + i, "iid": i, "title": f"mr {i}", "updated_at": f"2024-01-0{i}T00:00:00Z"}
+
+    def page() -> list[Parent]:
+        return [Parent("merge_request", 100 + i, i, mr(i), fetched_at=datetime(2024, 1, 5),
+                       threads=[{"id": f"d{i}{j}", "notes": [{"id": 10 * i + j, "body": "b",
+                                                               "updated_at": "2024-01-01T00:00:00Z"}]} for j in (1, 2)],
+                       files=[{"old_path": f"f{i}.py", "new_path": f"f{i}.py"}]) for i in (1, 2)]
+
+    results = {}
+    for way, prov in (("fresh", raw.Provenance(**{**_prov().__dict__, "fresh": True})), ("looked up", _prov())):
+        with write_connection(tmp_path / f"{way}.duckdb") as con:
+            if stored_before:
+                with transaction(con):
+                    raw.upsert_rows(con, [raw.RawRow.for_item("merge_request", {**mr(1), "title": "old"})],
+                                    raw.Provenance(**{**_prov().__dict__, "project_id": 8}))
+            counting, stats = _Statements(con), ResourceStats()
+            with transaction(con):
+                writes.write_parents(counting, prov, "merge_request", page(), stats, None)
+            table = con.execute("""SELECT project_id, resource_type, gitlab_key, parent_type, parent_id, position, json,
+                                          deleted_at IS NULL FROM raw_payloads ORDER BY ALL""").fetchall()
+        inserts = [s for s in counting.sql if s.startswith("INSERT INTO raw_payloads")]
+        results[way] = (asdict(stats), table, len(inserts))
+    (counts, table, inserts), (old_counts, old_table, old_inserts) = results["fresh"], results["looked up"]
+    assert (counts, table) == (old_counts, old_table)
+    assert len(table) == 8 and counts["new"] == 2 - stored_before  # 2 MRs, their file lists, 4 threads
+    if not stored_before:
+        assert (inserts, old_inserts) == (1, 3)
