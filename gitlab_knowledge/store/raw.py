@@ -300,14 +300,15 @@ def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[Parent
     counts = DiscussionCounts()
     if not parents:
         return counts
-    rows = discussion_rows(parents)
     if upserted is None:
-        upserted = upsert_rows(con, rows, prov)
+        upserted = upsert_rows(con, discussion_rows(parents), prov)
     counts.new, counts.updated = upserted.new, upserted.updated
     if new_parents:
         return counts
-    keep = pa.table({"gitlab_key": pa.array([r.gitlab_key for r in rows] + [k for p in parents for k in p.kept],
-                                            pa.string())})
+    # The threads' keys (a row's key is its thread's id), not their rows again: a row is the
+    # thread's canonical JSON, made once by whoever upserted it.
+    keep = pa.table({"gitlab_key": pa.array([str(d["id"]) for p in parents for d in p.threads]
+                                            + [k for p in parents for k in p.kept], pa.string())})
     replaced = [p for p in parents if not p.keep_all]
     touched = pa.table({
         "parent_type": pa.array([p.parent_type for p in replaced], pa.string()),
