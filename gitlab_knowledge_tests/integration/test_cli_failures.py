@@ -105,6 +105,9 @@ def test_sync_json_reports_the_api_calls_of_a_project_that_failed(sandbox, tmp_p
     monkeypatch.chdir(tmp_path)
     config = write_config_file(tmp_path / "gitlab_knowledge.toml", sandbox, tmp_path / "data", max_retries=0,
                                per_page=5)
+    # One project fetched at a time, so that the 7th request is the first project's: with two in
+    # flight, which project a request belongs to depends on how their fetches interleave.
+    config.write_text(config.read_text(encoding="utf-8") + "\n[sync]\nprojects_in_flight = 1\n", encoding="utf-8")
     sandbox.set_faults("500:after=6")
     code, out, err = run_cli(["--config", str(config), "sync", "--json"])
     assert code == 1
