@@ -156,6 +156,8 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
         ref(con, ("issue", 1001), "title", "mentions", ("issue", "acme/platform", 234), PLATFORM)  # itself
         ref(con, ("issue", 1003), "description", "related", ("issue", "ACME/Platform", 234), None)
         ref(con, ("issue", 1002), "system_note", "closed_by", ("merge_request", "acme/platform", 800), PLATFORM)
+        # An MR on a path jwt.py had before its renames (history reaches it only by following them).
+        ref(con, ("merge_request", 2005), "description", "mentions", ("merge_request", "acme/platform", 820), PLATFORM)
         con.execute("INSERT INTO gitlab_identity VALUES ('http://127.0.0.1:9', 17, 'janedoe', 'Jane Doe', ?)", [NOW])
         # Each user's items and the notes on them, as the graph layer records them.
         for kind in ITEM_KINDS:
@@ -226,6 +228,20 @@ def test_history_follows_renames_back_and_stops_at_a_cycle(ws):
                                "resolved": False}]
     assert [m["reference"] for m in history(ws, "services/auth/jwt.py", limit=2).as_dict()["merge_requests"]] == [
         "acme/platform!847", "acme/platform!800"]
+
+
+def test_history_gives_each_merge_request_the_links_related_gives_it_also_one_reached_through_a_rename(ws):
+    # history reads the links of the newest MRs on the path itself while it follows the renames;
+    # !700, !650 and !600 are reached only through them and read after.
+    for limit in (1, 2, 3, 4, 50):
+        out = validate("history", history(ws, "services/auth/jwt.py", limit=limit).as_dict())
+        assert len(out["merge_requests"]) == min(limit, 6)
+        for mr_ in out["merge_requests"]:
+            links = related(ws, mr_["reference"]).as_dict()["links"]
+            assert mr_["links"] == {g: [{k: link[k] for k in ("reference", "type", "title", "state", "url")}
+                                        for link in group] for g, group in links.items()}, mr_["reference"]
+    legacy = history(ws, "services/auth/jwt.py").as_dict()["merge_requests"][4]
+    assert legacy["reference"] == "acme/platform!600" and refs(legacy["links"]["mentions"]) == ["acme/platform!820"]
 
 
 def test_history_says_who_opened_a_thread_whose_first_note_is_not_on_the_diff(ws):
