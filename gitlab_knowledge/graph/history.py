@@ -227,8 +227,12 @@ def _newest(con: duckdb.DuckDBPyConnection, root: _Target, paths: dict[int, str]
         FROM path_touches t WHERE {either}{scope} AND list_contains(?::BIGINT[], t.project_id)
         GROUP BY ALL ORDER BY touched DESC NULLS LAST, id DESC LIMIT ?""",
                  [*either_params, *scope_params, sorted(paths), limit])
-    return [{"id": r["id"], "iid": r["iid"], "project_id": r["project_id"], "project": paths[r["project_id"]]}
-            for r in found]
+    return [_linked(r["id"], r["iid"], r["project_id"], paths) for r in found]
+
+
+def _linked(mr_id: int, iid: int, project_id: int, paths: dict[int, str]) -> dict[str, Any]:
+    """An MR as `links_for` takes it."""
+    return {"id": mr_id, "iid": iid, "project_id": project_id, "project": paths[project_id]}
 
 
 def history(workspace: Workspace, path: str, project: str | None = None, limit: int = 50) -> History:
@@ -263,8 +267,7 @@ def history(workspace: Workspace, path: str, project: str | None = None, limit: 
             # What they are, their files and threads in one query for all of them, not per MR.
             found, threads = _details(con, targets, hits, newest)
             links = later.result()
-        missed = [{"id": i, "iid": hits[i]["iid"], "project_id": hits[i]["project_id"], "project": hits[i]["project"]}
-                  for i in newest if i not in links]
+        missed = [_linked(i, hits[i]["iid"], hits[i]["project_id"], paths) for i in newest if i not in links]
         if missed:
             links = {**links, **links_for(con, workspace.config, kinds.MERGE_REQUEST, missed, paths)}
         out = []

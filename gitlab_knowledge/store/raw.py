@@ -52,6 +52,11 @@ def payload_hash(text: str) -> str:
     return digest.hexdigest()
 
 
+def thread_key(discussion: dict[str, Any]) -> str:
+    """A thread's key in `raw_payloads`: its GitLab id."""
+    return str(discussion["id"])
+
+
 @dataclass
 class RawRow:
     resource_type: str
@@ -77,7 +82,7 @@ class RawRow:
     def for_discussion(cls, parent_type: str, parent_id: int, position: int, discussion: dict[str, Any]) -> "RawRow":
         parsed = [parse_time(n.get("updated_at") or n.get("created_at")) for n in discussion.get("notes") or []]
         stamps = [s for s in parsed if s is not None]
-        return cls(resource_type=DISCUSSION, gitlab_key=str(discussion["id"]), json=canonical_json(discussion),
+        return cls(resource_type=DISCUSSION, gitlab_key=thread_key(discussion), json=canonical_json(discussion),
                    updated_at=max(stamps) if stamps else None, parent_type=parent_type, parent_id=parent_id,
                    position=position)
 
@@ -305,9 +310,9 @@ def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[Parent
     counts.new, counts.updated = upserted.new, upserted.updated
     if new_parents:
         return counts
-    # The threads' keys (a row's key is its thread's id), not their rows again: a row is the
-    # thread's canonical JSON, made once by whoever upserted it.
-    keep = pa.table({"gitlab_key": pa.array([str(d["id"]) for p in parents for d in p.threads]
+    # The threads' keys, not their rows again: a row is the thread's canonical JSON, made once
+    # by whoever upserted it.
+    keep = pa.table({"gitlab_key": pa.array([thread_key(d) for p in parents for d in p.threads]
                                             + [k for p in parents for k in p.kept], pa.string())})
     replaced = [p for p in parents if not p.keep_all]
     touched = pa.table({
@@ -327,7 +332,7 @@ def replace_discussions(con: duckdb.DuckDBPyConnection, parents: Sequence[Parent
 
 def thread_signature(threads: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     """(discussion id, content hash) in GitLab's order: equal iff the stored threads are current."""
-    return [(str(d["id"]), payload_hash(canonical_json(d))) for d in threads]
+    return [(thread_key(d), payload_hash(canonical_json(d))) for d in threads]
 
 
 def stored_thread_signatures(con: duckdb.DuckDBPyConnection, parent_type: str,
