@@ -148,7 +148,8 @@ def timing_validation(took: list[float]) -> Iterator[None]:
 
 
 async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]],
-                graph: dict[str, list[dict[str, Any]]], tools: frozenset[str] = frozenset(TOOLS)) -> dict[str, Any]:
+                graph: dict[str, list[dict[str, Any]]], tools: frozenset[str] = frozenset(TOOLS),
+                rounds: int = 1) -> dict[str, Any]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
@@ -208,7 +209,9 @@ async def drive(config_path: Path, queries: list[str], mrs: list[tuple[str, int]
             if name not in tools:
                 continue
             validated.clear()
-            ms = [await timed(name, arguments) for arguments in calls]
+            # Each round makes every call once more: a p50 over 20 calls moves by milliseconds
+            # with the machine's phase, over 100 much less.
+            ms = [await timed(name, arguments) for _ in range(rounds) for arguments in calls]
             out[name] = {"p50": pct(ms, 0.5), "p95": pct(ms, 0.95), "calls": len(ms),
                          "validation_p50": pct(validated, 0.5)} if ms else None
         out["server_peak_rss_mb"] = server_status(config)["peak_rss_mb"]
@@ -355,7 +358,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--tools", type=lambda text: frozenset(t for t in text.split(",") if t),
                         default=frozenset(TOOLS), help=f"only these, comma-separated (of {','.join(TOOLS)})")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="make the graph tools' calls (related, file_history, me, person, list_items, similar) "
+                             "this many times each, their p50 over all (default 1)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error(f"--rounds: a whole number of at least 1, got {args.rounds}")
     if args.tools - set(TOOLS):
         parser.error(f"--tools: unknown {', '.join(sorted(args.tools - set(TOOLS)))}; the tools are {','.join(TOOLS)}")
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -366,7 +374,7 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     results = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "documents": documents,
                "machine": f"{platform.machine()}, Python {platform.python_version()}, {os.cpu_count()} cores",
-               **asyncio.run(drive(config_path, queries, mrs, graph, args.tools))}
+               **asyncio.run(drive(config_path, queries, mrs, graph, args.tools, args.rounds))}
     # The machine may be shared: the load says how much of a number is the server's own.
     results["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
     print("\n" + table(results) + f"\n\n{results['date']} · {results['machine']} · load average "
