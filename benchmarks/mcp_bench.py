@@ -359,8 +359,8 @@ def main() -> int:
     parser.add_argument("--tools", type=lambda text: frozenset(t for t in text.split(",") if t),
                         default=frozenset(TOOLS), help=f"only these, comma-separated (of {','.join(TOOLS)})")
     parser.add_argument("--rounds", type=int, default=1,
-                        help="make the graph tools' calls (related, file_history, me, person, list_items, similar) "
-                             "this many times each, their p50 over all (default 1)")
+                        help="make the graph tools' calls (those of graph_workload) this many times each, their p50 "
+                             "over all (default 1)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds: a whole number of at least 1, got {args.rounds}")
