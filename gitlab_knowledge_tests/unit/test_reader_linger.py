@@ -81,6 +81,47 @@ def test_a_write_of_this_process_is_seen_by_the_next_read(tmp_path: Path) -> Non
     other.close()
 
 
+def test_the_lens_copies_of_a_users_rows_follow_each_write(tmp_path: Path) -> None:
+    """The hidden lens keeps copies of a user's rows, mentions and threads (store/visibility.py
+    COPIED), not views: a write makes the next read copy them again, so a row written since shows
+    and an issue made confidential since takes its rows with it."""
+    workspace = make_store(tmp_path)
+    reader = StoreReader(workspace.config.duckdb_path, linger=3600.0)
+    served = workspace.with_(reader=reader, lens=hidden_lens(include_confidential=False, include_internal=False))
+    people = ("SELECT 'user_items', item_id FROM user_items UNION ALL SELECT 'user_item_notes', item_id FROM "
+              "user_item_notes UNION ALL SELECT 'mentions', item_id FROM mentions UNION ALL SELECT 'discussions', "
+              "issue_id FROM discussions ORDER BY ALL")
+
+    def rows() -> list[tuple[str, int]]:
+        with served.read() as con:
+            return con.execute(people).fetchall()
+
+    def write(*statements: str) -> None:
+        with workspace.write() as con:
+            for statement in statements:
+                con.execute(statement)
+
+    def of_issue(issue: int) -> tuple[str, ...]:
+        return (f"INSERT INTO user_items (username, item_type, item_id, project_id, role, internal) "
+                f"VALUES ('ana', 'issue', {issue}, 1, 'author', false)",
+                f"INSERT INTO user_item_notes (username, item_type, item_id, project_id, note_id, author_username, "
+                f"created_at, internal) VALUES ('ana', 'issue', {issue}, 1, {issue}00, 'bo', '2026-01-02', false)",
+                f"INSERT INTO mentions (project_id, item_type, item_id, found_in, username, author_username) "
+                f"VALUES (1, 'issue', {issue}, 'description', 'ana', 'bo')",
+                f"INSERT INTO discussions (id, project_id, noteable_type, issue_id, individual_note, note_count) "
+                f"VALUES ('d{issue}', 1, 'Issue', {issue}, false, 1)")
+
+    write(*of_issue(11))
+    assert rows() == []  # the confidential issue's
+    write(*of_issue(10))
+    assert rows() == [("discussions", 10), ("mentions", 10), ("user_item_notes", 10), ("user_items", 10)]
+    write("UPDATE issues SET confidential = true WHERE id = 10")
+    assert rows() == []
+    write("UPDATE issues SET confidential = false")
+    assert [table for table, _ in rows()] == ["discussions"] * 2 + ["mentions"] * 2 + ["user_item_notes"] * 2 + ["user_items"] * 2
+    reader.close()
+
+
 def test_a_file_replaced_under_an_attachment_is_read_anew(tmp_path: Path) -> None:
     workspace = make_store(tmp_path)
     path = workspace.config.duckdb_path
