@@ -14,12 +14,12 @@ the hidden threads and links, by rowid), built once per version of the store rat
 every query that scans a view: deriving them costs ~10 ms at 100K documents, a hash lookup in
 them next to nothing.
 
-The tables read by person or by thread (`user_items`, `user_item_notes`, `mentions`, `discussions`:
-COPIED) are not views but copies of their visible rows, made with those lists once per version of
-the store and sorted by who (by item, the threads): a query reading one user's rows then skips
-the others' blocks by their min/max instead of scanning them all and joining each row with a
-hidden list. At 100K documents that took ~3.7 ms (~17 %) off `me` in process, for ~120 ms more
-to build the lens and ~40 MB of memory while it is kept (docs/ARCHITECTURE.md).
+The tables read by user or by item (`user_items`, `mentions`, `discussions`: COPIED) are not
+views but copies of their visible rows, made with those lists once per version of the store and
+sorted by user (the threads by MR, then issue): a query reading one user's rows then skips the
+others' blocks by their min/max instead of scanning them all and joining each row with a hidden
+list. At 100K documents that took ~3.3 ms (~15 %) off `me` in process, for ~100 ms more
+to build the lens and ~32 MB of memory while it is kept (docs/ARCHITECTURE.md).
 """
 
 import duckdb
