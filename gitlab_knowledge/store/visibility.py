@@ -4,10 +4,10 @@ The graph tools and the items' links run the CLI's own functions (graph/queries.
 every row. For the server they read through a lens (store/reader.py's Lens): views named like the
 tables they shadow (`issues`, `notes`, `system_notes`, `discussions`, `item_references`,
 `mentions`, `user_items`, `user_item_notes`, `path_touches`, `raw_payloads`), first on the read's
-search path, so the same SQL reads only what the config lets agents see. Confidential issues go with their threads, notes, system notes, payloads,
-the links and mentions written in them and the links to them; internal notes go with their threads
-and the links and mentions written in them (a stored thread payload keeps its other notes, as
-GitLab shows a thread to a guest).
+search path, so the same SQL reads only what the config lets agents see. Confidential issues go
+with their threads, notes, system notes, payloads, the links and mentions written in them and the
+links to them; internal notes go with their threads and the links and mentions written in them (a
+stored thread payload keeps its other notes, as GitLab shows a thread to a guest).
 
 What is hidden is listed in small tables (the hidden issues; the hidden notes with their threads;
 the hidden threads and links, by rowid), built once per version of the store rather than inside
@@ -47,6 +47,8 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
     hidden_note = " OR ".join(
         ([] if include_internal else ["coalesce(internal, false)"])
         + ([] if include_confidential else [f"(noteable_type = '{kinds.ISSUE.noteable_type}' AND noteable_id IN (SELECT id FROM {at}.hidden_issues))"]))
+    people = (f"NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"
+              + ("" if include_internal else " AND NOT internal"))
     statements = (
         f"CREATE OR REPLACE TABLE {at}.hidden_issues AS "
         f"SELECT i.id, i.iid, i.project_id, lower(p.path_with_namespace) AS path, p.path_with_namespace AS project "
@@ -84,10 +86,9 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
               f"AND NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"),
         # A user's items and the notes on them (graph/people_rows.py): not of a confidential issue,
         # nor (a row of internal notes) where internal notes are hidden, as the notes view hides them.
-        *((_copy(at, table, visible) if table in COPIED else f"CREATE OR REPLACE VIEW {at}.{table} AS SELECT * FROM "
-           f"{_STORE}.{table} WHERE {visible}") for table in PEOPLE_TABLES
-          for visible in [f"NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"
-                          + ("" if include_internal else " AND NOT internal")]),
+        *(_copy(at, table, people) if table in COPIED
+          else f"CREATE OR REPLACE VIEW {at}.{table} AS SELECT * FROM {_STORE}.{table} WHERE {people}"
+          for table in PEOPLE_TABLES),
         # The paths MRs touched (graph/path_rows.py): MRs only, so only internal notes go (a
         # confidential issue has none of these rows): a note's row if it is internal, and the
         # thread it shows if the thread holds one, as the `notes` and `discussions` views hide them.
