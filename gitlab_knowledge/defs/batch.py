@@ -45,7 +45,16 @@ from gitlab_knowledge.defs.run_slots import (
     reap_dead_runs,
 )
 from gitlab_knowledge.errors import Interrupted, KnowledgeError, SyncInProgressError, is_interrupt
-from gitlab_knowledge.layers import DOCUMENTS, DUCKDB_POOL, LANCEDB_POOL, LAYERS, TANTIVY_POOL, Layer
+from gitlab_knowledge.layers import (
+    DOCUMENTS,
+    DUCKDB_POOL,
+    EMBEDDINGS,
+    LANCEDB_POOL,
+    LAYERS,
+    LEXICAL,
+    TANTIVY_POOL,
+    Layer,
+)
 from gitlab_knowledge.redact import redact
 from gitlab_knowledge.sync.runs import HOSTNAME, pipeline_lock, process_start
 from gitlab_knowledge.workspace import Workspace
@@ -108,12 +117,18 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
     started = time.monotonic()
     events = EventBatch(context)  # the partitions' events, written many per transaction
     recorded: Counter[str] = Counter()  # asset -> materializations added so far
+    checked: set[str] | None = None  # the assets whose checks were recorded before the embeddings layer
     try:
         for project, layer, metadata in _carry_all(context, config, workspace, projects, batch):
             events.add(dg.AssetMaterialization(asset_key=layer.asset, partition=project, metadata=metadata))
             recorded[layer.asset] += 1
             if _write_now(batch, layer, events, recorded[layer.asset]):
                 events.flush()
+            if layer is LEXICAL and checked is None and _all_recorded(batch, layer, recorded[layer.asset]):
+                # Every layer but the embeddings is done: their checks now, while the worker embedding
+                # ahead still has the other core, not after the embeddings layer with one core idle.
+                checked = {each.asset for each in LAYERS if each is not EMBEDDINGS}
+                _check(context, workspace, batch, events, assets=checked, caught_up=False)
     except BaseException as exc:
         with contextlib.suppress(Exception):  # what committed is recorded; Dagster's storage failing is the error
             events.flush()
@@ -124,11 +139,7 @@ def sync_each_project(context: dg.OpExecutionContext, config: BatchConfig,
         if is_interrupt(exc):  # stopped (the UI's Terminate, `ui` stopping): canceled, not failed
             raise DagsterExecutionInterruptedError(f"stopped after {_progress(batch)}") from None
         raise
-    events.flush()  # before the check results, which point at the partitions' latest materializations
-    evaluated = evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()})
-    for evaluation in aimed_at_latest(context.instance, evaluated):
-        events.add(evaluation)
-    events.flush()
+    _check(context, workspace, batch, events, assets=None if checked is None else {EMBEDDINGS.asset}, caught_up=True)
     _failed_to_materialize(context, batch)
     _record_unfinished(context, batch.unfinished)
     # One log line per batch, not per project: each is an event (a commit) of its own.
@@ -174,6 +185,17 @@ def _carry_all(context: dg.OpExecutionContext, config: BatchConfig, workspace: W
                 raise DagsterExecutionInterruptedError(str(exc)) from None
 
 
+def _check(context: dg.OpExecutionContext, workspace: Workspace, batch: Batch, events: EventBatch, *,
+           assets: set[str] | None, caught_up: bool) -> None:
+    """Record the checks of `assets` (all if None) on each project's partition (`evaluate_partitions`)."""
+    events.flush()  # before the check results, which point at the partitions' latest materializations
+    evaluated = evaluate_partitions(workspace, {p: c.done for p, c in batch.carried.items()}, assets=assets,
+                                    caught_up=caught_up)
+    for evaluation in aimed_at_latest(context.instance, evaluated):
+        events.add(evaluation)
+    events.flush()
+
+
 def _write_now(batch: Batch, layer: Layer, events: EventBatch, recorded: int) -> bool:
     """Whether the held events are written now: after a project's last DuckDB layer once they
     have waited a while (a commit per project would cost more than its events), or when no
@@ -184,8 +206,12 @@ def _write_now(batch: Batch, layer: Layer, events: EventBatch, recorded: int) ->
     lags a project's layers by at most HOLD_S or one group's time."""
     if layer.pool == DUCKDB_POOL and layer is not DOCUMENTS:  # the project's next layer follows at once
         return False
-    if events.held_long:
-        return True
+    return events.held_long or _all_recorded(batch, layer, recorded)
+
+
+def _all_recorded(batch: Batch, layer: Layer, recorded: int) -> bool:
+    """Whether no project has `layer` still to come and every one that has it is recorded
+    (`recorded` of them so far)."""
     carried = batch.carried.values()
     return (all(layer.asset in c.metadata or c.error is not None for c in carried)
             and recorded == sum(1 for c in carried if layer.asset in c.metadata))

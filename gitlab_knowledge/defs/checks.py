@@ -8,7 +8,7 @@ nothing syncs.
 """
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -161,26 +161,66 @@ def _severity(name: str) -> dg.AssetCheckSeverity:
     return dg.AssetCheckSeverity.WARN if name in integrity.WARN_ONLY else dg.AssetCheckSeverity.ERROR
 
 
-def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> list[dg.AssetCheckEvaluation]:
+def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]], *,
+                        assets: Collection[str] | None = None, caught_up: bool = True) -> list[dg.AssetCheckEvaluation]:
     """The per-partition checks of each project in `done` (project -> the asset keys it
     materialized), as the check steps of its own run would evaluate them, for a run that carries
     many projects in one step (defs/batch.py): the same rules, one read connection, one index
     status and one backlog for all of them instead of a check step per project, and each store
-    rule in one pass over the store for all of them (`integrity.evaluate_many`)."""
+    rule in one pass over the store for all of them (`integrity.evaluate_many`).
+
+    `assets`: only the checks of these assets (all if None); `caught_up`: with `layers_caught_up`,
+    which reads every layer's state and so comes after the last. A batch evaluates the checks of
+    the layers done before its embeddings layer starts, and the rest after it."""
     from gitlab_knowledge.backlog import backlog
     from gitlab_knowledge.index_status import index_status
 
-    projects = [p for p, assets in done.items() if assets]
+    projects = [p for p, assets_done in done.items() if assets_done]
     out: list[dg.AssetCheckEvaluation] = []
     if not projects:
         return out
+    wanted = set(assets) if assets is not None else {a for p in projects for a in done[p]}
 
     def add(asset: str, name: str, outcome: integrity.Outcome, project: str, severity: dg.AssetCheckSeverity) -> None:
         out.append(dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=name, passed=outcome.passed,
                                            metadata=_metadata(outcome, project), severity=severity,
                                            description=outcome.description, partition=project))
 
-    rules = _by_asset()
+    rules = {asset: names for asset, names in _by_asset().items()
+             if asset in wanted and any(asset in done[p] for p in projects)}
+    indexes = {layers.EMBEDDINGS.asset, layers.LEXICAL.asset} & wanted
+    if not rules and not indexes and not caught_up:
+        return out
+    if rules:
+        _store_outcomes(workspace, projects, done, rules, add)
+    if not indexes and not caught_up:
+        return out
+    # The indexes read once for every project, for the index checks and the backlog alike.
+    status = index_status(workspace, projects_only=projects)
+    entries = {e["project"]: e for e in status["projects"]}
+    for project in projects:
+        # The status of the project alone: what each rule keeps of it, without a pass over every project's.
+        own = {**status, "projects": [entries[project]] if project in entries else []}
+        if layers.EMBEDDINGS.asset in done[project] and layers.EMBEDDINGS.asset in indexes:
+            add(layers.EMBEDDINGS.asset, "vectors_match_documents",
+                integrity.index_agreement(own, project, "vectors"), project, dg.AssetCheckSeverity.ERROR)
+            add(layers.EMBEDDINGS.asset, "no_failed_embeddings", integrity.no_failed_embeddings(own, project),
+                project, dg.AssetCheckSeverity.WARN)
+        if layers.LEXICAL.asset in done[project] and layers.LEXICAL.asset in indexes:
+            add(layers.LEXICAL.asset, "lexical_matches_documents",
+                integrity.index_agreement(own, project, "lexical"), project, dg.AssetCheckSeverity.ERROR)
+    if not caught_up:
+        return out
+    work = backlog(workspace, projects, status)
+    for project in projects:
+        behind = list(work[project].behind) if project in work else []
+        add(layers.RAW.asset, "layers_caught_up", _caught_up(behind), project, dg.AssetCheckSeverity.WARN)
+    return out
+
+
+def _store_outcomes(workspace: Workspace, projects: list[str], done: Mapping[str, set[str]],
+                    rules: dict[str, list[str]], add: Callable[..., None]) -> None:
+    """The store rules of `rules` (asset -> rule names) for each project that materialized the asset."""
     with workspace.read(wait=120.0) as con:
         ids = project_ids_for(con, projects)
         # One pass of each rule for every project (grouped by project in SQL), not one per project.
@@ -196,25 +236,6 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]]) -> l
                             unscoped[name] = integrity.RULES[name][0](con, None)
                         outcome = outcomes[name][project_id] if project_id is not None else unscoped[name]
                         add(asset, name, outcome, project, _severity(name))
-    # The indexes read once for every project, for the index checks and the backlog alike.
-    status = index_status(workspace, projects_only=projects)
-    entries = {e["project"]: e for e in status["projects"]}
-    for project in projects:
-        # The status of the project alone: what each rule keeps of it, without a pass over every project's.
-        own = {**status, "projects": [entries[project]] if project in entries else []}
-        if layers.EMBEDDINGS.asset in done[project]:
-            add(layers.EMBEDDINGS.asset, "vectors_match_documents",
-                integrity.index_agreement(own, project, "vectors"), project, dg.AssetCheckSeverity.ERROR)
-            add(layers.EMBEDDINGS.asset, "no_failed_embeddings", integrity.no_failed_embeddings(own, project),
-                project, dg.AssetCheckSeverity.WARN)
-        if layers.LEXICAL.asset in done[project]:
-            add(layers.LEXICAL.asset, "lexical_matches_documents",
-                integrity.index_agreement(own, project, "lexical"), project, dg.AssetCheckSeverity.ERROR)
-    work = backlog(workspace, projects, status)
-    for project in projects:
-        behind = list(work[project].behind) if project in work else []
-        add(layers.RAW.asset, "layers_caught_up", _caught_up(behind), project, dg.AssetCheckSeverity.WARN)
-    return out
 
 
 def _caught_up(behind: list[str]) -> integrity.Outcome:

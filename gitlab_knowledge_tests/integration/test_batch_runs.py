@@ -97,6 +97,19 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
     partitioned = {spec.key.name for check in ALL_CHECKS for spec in check.check_specs if spec.partitions_def}
     assert len(partitioned) == 13  # every per-partition check (the 14th, freshness, is over all projects)
     assert evaluated == {(name, p) for name in partitioned for p in projects if p != broken}
+    # The checks of every layer but the embeddings are recorded once the keyword index is done,
+    # before the embeddings layer starts; the embeddings' own and layers_caught_up after it.
+    events = sorted(instance.get_records_for_run(result.run_id, of_type={
+        dg.DagsterEventType.ASSET_CHECK_EVALUATION, dg.DagsterEventType.ASSET_MATERIALIZATION}).records,
+        key=lambda r: r.storage_id)
+    embedded = [r.storage_id for r in events if r.event_log_entry.dagster_event.is_step_materialization
+                and r.event_log_entry.dagster_event.asset_key == dg.AssetKey("document_embeddings")]
+    assert len(embedded) == 4
+    for r in events:
+        data = r.event_log_entry.dagster_event.event_specific_data
+        if r.event_log_entry.dagster_event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            late = data.asset_key == dg.AssetKey("document_embeddings") or data.check_name == "layers_caught_up"
+            assert (r.storage_id > max(embedded)) if late else (r.storage_id < min(embedded)), data.check_name
     # A check's Partitions tab in the UI counts each healthy project's result (not "Missing").
     statuses = check_partition_statuses(instance)
     assert set(statuses) == partitioned
@@ -141,9 +154,10 @@ def test_a_batchs_event_writes_do_not_grow_with_its_projects(env, monkeypatch):
     runs = [job.execute_in_process(run_config=batch_run_config(some), instance=instance).run_id
             for some in (projects[:1], projects[1:])]
     assert [sum(writes[run]) for run in runs] == [19, 19 * 4]
-    # 4 writes however many projects: the DuckDB layers of every project, the lexical layer, the
-    # embeddings layer, the check results (the old code wrote each event on its own: 19 and 76).
-    assert [len(writes[run]) for run in runs] == [4, 4], writes
+    # 5 writes however many projects: the DuckDB layers of every project, the lexical layer, the
+    # check results of those layers, the embeddings layer, its check results and layers_caught_up
+    # (the old code wrote each event on its own: 19 and 76).
+    assert [len(writes[run]) for run in runs] == [5, 5], writes
     assert others[runs[0]] == others[runs[1]]
 
 
