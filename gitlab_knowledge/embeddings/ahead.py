@@ -79,7 +79,8 @@ AHEAD_SORTED = 1024
 # lowest. The batch's process wants more than one core at moments (its GIL-bound thread and
 # DuckDB's threads): at +10 the worker still took a share of those (300 projects, quiet machine,
 # four pairs of runs: the fetch phase 0.3-1.5 s shorter at +19 in every pair, the whole sync's
-# median 35.9 -> 35.1 s), while it takes the same of a core the batch leaves idle.
+# median 35.9 -> 35.1 s), while it takes the same of a core the batch leaves idle. The worker
+# process's threads are in Linux's idle scheduling class too (ahead_worker._lower_priority).
 AHEAD_NICE = 19
 # A read of the store at most this often: each takes its turn among the batch's connections
 # (~60 ms through the held store, ~150 ms opening it, at load 7-10), and the projects that land

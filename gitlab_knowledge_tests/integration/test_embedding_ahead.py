@@ -246,6 +246,8 @@ def test_the_worker_gets_no_token_runs_at_lower_priority_and_ends_when_its_paren
         assert chunks[0].text == "a text" and chunks[0].vector.shape == (384,)
         # Loaded at this process's priority, then every thread of it (its ONNX session's) lowered.
         assert nice_of(worker.pid) == {min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)}
+        # and in the idle scheduling class: a thread of the batch that wakes takes its core at once.
+        assert {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{worker.pid}/task")} == {os.SCHED_IDLE}
         # The end of its stdin (a parent that died) ends it, with nothing on the pipe.
         assert worker._proc.stdin is not None and worker._proc.stdout is not None
         worker._proc.stdin.close()
