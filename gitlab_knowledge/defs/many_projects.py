@@ -84,6 +84,7 @@ class Batch:
     carried: dict[str, Carried]
     stopped: BaseException | None = None  # the failure that stopped the rest
     ahead: Ahead | None = None  # embedding the stored projects' documents during the fetch phase
+    bulk: bool = False  # bulk to embed (`worth_working_ahead`): the embeddings layer will be long
 
     @property
     def failed(self) -> list[Carried]:
@@ -152,7 +153,8 @@ def _fetching_ahead(workspace: Workspace, projects: Sequence[str], batch: Batch,
         # The projects' documents embedded during the fetch phase, on the core its Python leaves
         # idle (embeddings/ahead.py), where there is bulk to embed: decided by one read through
         # the store now held, and started before the fetches so that its model loads meanwhile.
-        if worth_working_ahead(workspace, projects):
+        batch.bulk = worth_working_ahead(workspace, projects)
+        if batch.bulk:
             batch.ahead = embedding_ahead(workspace)
         fetches = stack.enter_context(Fetches(workspace, projects, in_flight=in_flight, full=full, force=force,
                                               run_id=run_id, progress=progress))

@@ -127,8 +127,8 @@ def test_a_batch_run_materializes_each_partition_and_one_failure_spares_the_othe
 
 def test_a_batchs_event_writes_do_not_grow_with_its_projects(env, monkeypatch):
     """Each project's 19 events on its partitions (a materialization per layer, a result per
-    check) are written in the batch's few transactions, not one by one: a batch of one project
-    and one of four make as many writes."""
+    check) are written in the batch's few transactions, not one by one: a batch of two projects
+    and one of three make as many writes."""
     sb, path, instance = env
     projects = project_paths(sb)
     monkeypatch.setattr(event_batch, "HOLD_S", 3600.0)  # only the natural ends flush, whatever the machine's speed
@@ -152,12 +152,16 @@ def test_a_batchs_event_writes_do_not_grow_with_its_projects(env, monkeypatch):
     monkeypatch.setattr(storage, "store_event_batch", counting_batch)
     job = build_defs(Workspace.load(path)).resolve_job_def(BATCH_JOB)
     runs = [job.execute_in_process(run_config=batch_run_config(some), instance=instance).run_id
-            for some in (projects[:1], projects[1:])]
-    assert [sum(writes[run]) for run in runs] == [19, 19 * 4]
+            for some in (projects[:2], projects[2:])]
+    assert [sum(writes[run]) for run in runs] == [19 * 2, 19 * 3]
     # 5 writes however many projects: the DuckDB layers of every project, the lexical layer, the
-    # check results of those layers, the embeddings layer, its check results and layers_caught_up
-    # (the old code wrote each event on its own: 19 and 76).
+    # check results of those layers (a first sync: its embeddings layer is long), the embeddings
+    # layer, its check results and layers_caught_up (the old code wrote each event on its own).
     assert [len(writes[run]) for run in runs] == [5, 5], writes
+    # A batch of synced projects (a tick: a few documents to embed) evaluates its checks once, after
+    # its embeddings layer: one write fewer.
+    again = job.execute_in_process(run_config=batch_run_config(projects), instance=instance).run_id
+    assert (sum(writes[again]), len(writes[again])) == (19 * 5, 4), writes[again]
     assert others[runs[0]] == others[runs[1]]
 
 
