@@ -170,8 +170,8 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]], *,
     rule in one pass over the store for all of them (`integrity.evaluate_many`).
 
     `assets`: only the checks of these assets (all if None); `caught_up`: with `layers_caught_up`,
-    which reads every layer's state and so comes after the last. A batch evaluates the checks of
-    the layers done before its embeddings layer starts, and the rest after it."""
+    which reads every layer's state and so comes after the last. A batch with bulk to embed
+    evaluates the checks of the layers done before its embeddings layer starts, and the rest after it."""
     from gitlab_knowledge.backlog import backlog
     from gitlab_knowledge.index_status import index_status
 

@@ -54,7 +54,7 @@ TOGETHER_MOST = 64
 # nothing else to do meanwhile (the store is kept open through the waits, `kept_open`). 64 rather
 # than 32 (300 projects: 6 passes instead of 10, ~2 s less CPU in six alternating pairs) once the
 # first pass was small (below): the work ahead then always has documents queued, and a pass of 64
-# holds the store ~1-1.5 s, which a reader in another process waits out within its read wait.
+# held the store 0.3-1.5 s, which a reader in another process waits out within its read wait.
 TOGETHER_LEAST = 64
 # The first pass waits for fewer: the work ahead (embeddings/ahead.py) can embed only documents
 # that committed, and its worker sat idle ~4 s while the first 32 landed (300 projects).
