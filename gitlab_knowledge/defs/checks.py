@@ -189,8 +189,6 @@ def evaluate_partitions(workspace: Workspace, done: Mapping[str, set[str]], *,
     rules = {asset: names for asset, names in _by_asset().items()
              if asset in wanted and any(asset in done[p] for p in projects)}
     indexes = {layers.EMBEDDINGS.asset, layers.LEXICAL.asset} & wanted
-    if not rules and not indexes and not caught_up:
-        return out
     if rules:
         _store_outcomes(workspace, projects, done, rules, add)
     if not indexes and not caught_up:

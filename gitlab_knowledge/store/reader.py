@@ -17,10 +17,11 @@ detaches a lingering attachment, and the files' stamp is checked before an attac
 Reads may overlap (the tools run on worker threads): the first attaches, the last detaches, and
 each gets its own cursor. A read may look through a `Lens` (store/visibility.py): views in a schema
 of the resident instance that shadow store tables by name, over tables derived from the store (or
-such tables themselves: copies of a store table's visible rows). Those tables are rebuilt only when the store's files changed since (their stamp), which can only
-happen while nothing is attached, since no sync writes while a read holds the file, or when the
-reader's overlay (store/overlay.py: issues a shared server learnt are confidential since the
-sync) changed: the reader writes it as tables of the resident instance the lenses read.
+such tables themselves: copies of a store table's visible rows). Those tables are rebuilt only
+when the store's files changed since (their stamp), which can only happen while nothing is
+attached, since no sync writes while a read holds the file, or when the reader's overlay
+(store/overlay.py: issues a shared server learnt are confidential since the sync) changed: the
+reader writes it as tables of the resident instance the lenses read.
 """
 
 import atexit

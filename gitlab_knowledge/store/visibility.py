@@ -47,8 +47,9 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
     hidden_note = " OR ".join(
         ([] if include_internal else ["coalesce(internal, false)"])
         + ([] if include_confidential else [f"(noteable_type = '{kinds.ISSUE.noteable_type}' AND noteable_id IN (SELECT id FROM {at}.hidden_issues))"]))
-    people = (f"NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"
-              + ("" if include_internal else " AND NOT internal"))
+    # A row of an item (the tables keyed by item_type, item_id) not of a hidden issue.
+    of_visible_item = f"NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"
+    people = of_visible_item + ("" if include_internal else " AND NOT internal")
     statements = (
         f"CREATE OR REPLACE TABLE {at}.hidden_issues AS "
         f"SELECT i.id, i.iid, i.project_id, lower(p.path_with_namespace) AS path, p.path_with_namespace AS project "
@@ -83,7 +84,7 @@ def hidden_lens(*, include_confidential: bool, include_internal: bool) -> Lens |
         f"WHERE rowid NOT IN (SELECT row FROM {at}.hidden_references)",
         # Who is mentioned where (graph/refresh.py): not in a hidden note, nor in a confidential issue.
         _copy(at, "mentions", f"(note_id IS NULL OR note_id NOT IN (SELECT id FROM {at}.hidden_notes)) "
-              f"AND NOT (item_type = '{kinds.ISSUE.name}' AND item_id IN (SELECT id FROM {at}.hidden_issues))"),
+              f"AND {of_visible_item}"),
         # A user's items and the notes on them (graph/people_rows.py): not of a confidential issue,
         # nor (a row of internal notes) where internal notes are hidden, as the notes view hides them.
         *(_copy(at, table, people) if table in COPIED
